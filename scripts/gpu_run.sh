@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device call: GPU tests, `gemmlab check`, the default benchmark and the overhead measurement.
+# Logs and records go under $OUT (the device tool brings that folder back); records are also the
+# files to commit under results/. Usage on the GPU machine, from the repo root:
+#   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export GEMMLAB_CACHE_DIR=${GEMMLAB_CACHE_DIR:-/tmp/gemmlab-cache}
+status=0
+step() { echo "=== $*"; }
+
+step "environment"
+nvidia-smi | tee "$OUT/nvidia-smi.txt"
+python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
+
+step "compile (resource report from the driver's arch)"
+python3 -m gemmlab compile 2>&1 | tee "$OUT/compile.log" || status=1
+
+step "GPU tests"
+python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" || status=1
+
+step "check"
+python3 -m gemmlab check 2>&1 | tee "$OUT/check.log" || status=1
+
+step "overhead"
+python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee "$OUT/overhead.log" || status=1
+
+step "bench"
+python3 -m gemmlab bench --out "$OUT/results" "$@" 2>&1 | tee "$OUT/bench.log" || status=1
+
+echo "gpu_run status: $status"
+exit $status

@@ -1,0 +1,10 @@
+"""gemmlab: hand-written CUDA GEMM kernels, compiled at run time, verified against float64
+and benchmarked against cuBLAS."""
+
+from .api import gemm, kernels, select
+from .jit import CompileError
+from .problem import GemmProblem
+from .registry import GemmConfig, KernelSpec
+
+__all__ = ["gemm", "kernels", "select", "CompileError", "GemmProblem", "GemmConfig", "KernelSpec"]
+__version__ = "0.1.0"

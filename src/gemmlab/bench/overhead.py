@@ -1,0 +1,83 @@
+"""Per-call overhead of gemm() on a cached kernel: the host time a call costs beyond the kernel.
+
+Measured at 64 x 64 x 64 (the kernel itself takes a few microseconds) three ways, each next to
+torch.mm on the same tensors for scale:
+* host_us: wall time of one call with no synchronisation (what the call costs the CPU; with the
+  GPU running asynchronously this is the time beyond the kernel). Median of many calls.
+* kernel_us: the kernel alone, from CUDA events around a prepared launch.
+* sync_us: one call followed by torch.cuda.synchronize(), wall time, minus nothing: launch
+  latency included, as a user timing one call would see it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from ..api import gemm, prepare
+
+
+def _host_us(fn, calls: int) -> float:
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append(time.perf_counter_ns() - t0)
+        if len(samples) % 256 == 0:
+            torch.cuda.synchronize()  # keep the queue short so launches never block
+    torch.cuda.synchronize()
+    return statistics.median(samples) / 1e3
+
+
+def _sync_us(fn, calls: int) -> float:
+    samples = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        fn()
+        torch.cuda.synchronize()
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples) / 1e3
+
+
+def _kernel_us(fn, calls: int) -> float:
+    pairs = []
+    for _ in range(calls):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        pairs.append((s, e))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e3
+
+
+def measure(kernel: str = "auto", n: int = 64, calls: int = 2000, device_id: int = 0) -> dict:
+    dev = f"cuda:{device_id}"
+    a = torch.rand((n, n), device=dev) * 2 - 1
+    b = torch.rand((n, n), device=dev) * 2 - 1
+    out = torch.empty((n, n), device=dev)
+    launch = prepare(a, b, kernel=kernel, out=out)
+    for _ in range(100):  # compile, load, warm every cache
+        gemm(a, b, kernel=kernel)
+        gemm(a, b, kernel=kernel, out=out)
+        torch.mm(a, b, out=out)
+    torch.cuda.synchronize()
+    result = dict(
+        M=n,
+        N=n,
+        K=n,
+        kernel=kernel,
+        calls=calls,
+        kernel_us=_kernel_us(launch, calls // 4),
+        host_us=_host_us(lambda: gemm(a, b, kernel=kernel), calls),
+        host_us_out=_host_us(lambda: gemm(a, b, kernel=kernel, out=out), calls),
+        host_us_prepared=_host_us(launch, calls),
+        sync_us=_sync_us(lambda: gemm(a, b, kernel=kernel, out=out), calls // 4),
+        torch_mm_host_us=_host_us(lambda: torch.mm(a, b), calls),
+        torch_mm_sync_us=_sync_us(lambda: torch.mm(a, b, out=out), calls // 4),
+    )
+    result["overhead_us"] = result["host_us"]
+    return result

@@ -1,0 +1,184 @@
+"""gemmlab bench: time kernels and cuBLAS on the same inputs in one process; write JSON records.
+
+Every record carries the problem, the kernel and its config, all timings, the median, TFLOP/s,
+the cuBLAS medians measured in the same rounds and the ratio, the errors of both against
+float64, and the SM clock under load. The run's header carries the GPU, driver, versions and
+commit. The file is rewritten after every case, so an interrupted run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .. import jit, registry
+from ..api import prepare
+from ..configs import select
+from ..problem import problem_from_tensors
+from ..reference import check_result
+from . import environment
+from .timing import L2Flusher, interleaved, median
+
+SQUARES = (1024, 2048, 3072, 4096, 5120, 6144, 8192)  # seeds 001-003
+ODD = (1022, 2044, 3135, 4088, 6132, 8176)  # seed 000's non-multiples of 32
+DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = tuple(
+    sorted({(n, n, n) for n in SQUARES + ODD} | {(2048, 2048, 1024)}, key=lambda s: (s[0] * s[1] * s[2], s))
+)  # plus seed 001's 2048 x 2048 x 1024
+CUBLAS_BACKENDS = ("cublas", "cublaslt")
+
+
+@dataclass
+class BenchRecord:
+    kernel: str
+    config: dict
+    M: int
+    N: int
+    K: int
+    dtype: str
+    alpha: float
+    beta: float
+    times_ms: list[float]
+    median_ms: float
+    tflops: float
+    cublas_times_ms: dict[str, list[float]]
+    cublas_median_ms: dict[str, float]
+    cublas_backend: str  # the faster of the two, which the ratio uses
+    cublas_tflops: float
+    ratio: float  # cuBLAS median time / kernel median time (> 1: faster than cuBLAS)
+    error: dict
+    cublas_error: dict
+    resources: dict
+    clocks_start: dict
+    clocks_mid: dict
+    reps: int
+    warmup: int
+    extra: dict = field(default_factory=dict)
+
+
+def tflops(M: int, N: int, K: int, ms: float) -> float:
+    return 2.0 * M * N * K / (ms * 1e-3) / 1e12
+
+
+def _cublas(a, b, out, backend: str):
+    def pick():
+        torch.backends.cuda.preferred_blas_library(backend)
+
+    def run():
+        torch.mm(a, b, out=out)
+
+    return pick, run
+
+
+def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int) -> BenchRecord:
+    dtype = torch.float32
+    dev = f"cuda:{device_id}"
+    a = torch.rand((M, K), device=dev, dtype=dtype) * 2 - 1
+    b = torch.rand((K, N), device=dev, dtype=dtype) * 2 - 1
+    out = torch.full((M, N), float("nan"), device=dev, dtype=dtype)
+    ref_out = {be: torch.full((M, N), float("nan"), device=dev, dtype=dtype) for be in CUBLAS_BACKENDS}
+    problem = problem_from_tensors(a, b, None, out)
+    spec, cfg = select(problem, kernel_id)
+    launch_kernel = prepare(a, b, kernel=kernel_id, out=out)
+
+    # Correct first: the kernel's result and cuBLAS's against float64, before any timing.
+    launch_kernel()
+    cublas = {be: _cublas(a, b, ref_out[be], be) for be in CUBLAS_BACKENDS}
+    for be, (pick, run) in cublas.items():
+        pick()
+        run()
+    torch.cuda.synchronize()
+    err = check_result(out, a, b)
+    if not err.passed:
+        raise RuntimeError(f"{kernel_id} M={M} N={N} K={K}: wrong result before timing ({err.summary()})")
+    cublas_err = check_result(ref_out[CUBLAS_BACKENDS[0]], a, b)
+
+    fns = {"kernel": launch_kernel} | {be: run for be, (pick, run) in cublas.items()}
+    before = {be: pick for be, (pick, run) in cublas.items()}
+    clocks_start = environment.clocks(device_id)
+    mid: dict = {}
+    times = interleaved(fns, reps, warmup, flusher, before, mid_run=lambda: mid.update(environment.clocks(device_id)))
+    torch.backends.cuda.preferred_blas_library("default")
+
+    med = median(times["kernel"])
+    cub_med = {be: median(times[be]) for be in CUBLAS_BACKENDS}
+    best = min(cub_med, key=cub_med.get)
+    loaded = jit.load_kernel(spec, cfg, device_id)
+    return BenchRecord(
+        kernel=kernel_id,
+        config=cfg.as_dict(),
+        M=M,
+        N=N,
+        K=K,
+        dtype="float32",
+        alpha=1.0,
+        beta=0.0,
+        times_ms=times["kernel"],
+        median_ms=med,
+        tflops=tflops(M, N, K, med),
+        cublas_times_ms={be: times[be] for be in CUBLAS_BACKENDS},
+        cublas_median_ms=cub_med,
+        cublas_backend=best,
+        cublas_tflops=tflops(M, N, K, cub_med[best]),
+        ratio=cub_med[best] / med,
+        error=asdict(err),
+        cublas_error=asdict(cublas_err),
+        resources=asdict(loaded.driver_usage()),
+        clocks_start=clocks_start,
+        clocks_mid=mid,
+        reps=reps,
+        warmup=warmup,
+    )
+
+
+def results_path(root: Path, meta: dict, tag: str = "bench") -> Path:
+    stamp = meta["time"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    return root / meta["gpu_slug"] / f"{tag}-{stamp}.json"
+
+
+def write_run(path: Path, meta: dict, records: list[dict]) -> None:
+    """Write atomically, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    os.replace(tmp, path)
+
+
+def run_bench(
+    kernels: list[str],
+    shapes: list[tuple[int, int, int]],
+    out_root: Path,
+    reps: int = 20,
+    warmup: int = 2,
+    device_id: int = 0,
+    on_record: Callable[[dict], None] | None = None,
+    on_start: Callable[[str, tuple], None] | None = None,
+) -> tuple[Path, list[dict]]:
+    if reps < 1:
+        raise ValueError("reps must be >= 1")
+    torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32: cuBLAS SGEMM, not TF32
+    torch.backends.cudnn.allow_tf32 = False
+    meta = environment.describe(device_id)
+    meta["kind"] = "bench"
+    path = results_path(out_root, meta)
+    flusher = L2Flusher(device_id)
+    records: list[dict] = []
+    for kernel_id in kernels:
+        registry.get(kernel_id)
+    for M, N, K in shapes:
+        for kernel_id in kernels:
+            if on_start:
+                on_start(kernel_id, (M, N, K))
+            rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id))
+            records.append(rec)
+            write_run(path, meta, records)
+            if on_record:
+                on_record(rec)
+            torch.cuda.empty_cache()
+    meta["clocks_end"] = environment.clocks(device_id)
+    write_run(path, meta, records)
+    return path, records

@@ -1,0 +1,260 @@
+"""The gemmlab command line: a thin layer over the library (everything here is callable from Python)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from . import jit, registry
+
+app = typer.Typer(help="Hand-written CUDA GEMM kernels: list, compile, check, benchmark.", no_args_is_help=True)
+cache_app = typer.Typer(help="The on-disk cubin cache.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    parts = text.lower().split("x")
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        raise typer.BadParameter(f"shape {text!r} is not MxNxK or N") from None
+    if len(dims) == 1:
+        dims *= 3
+    if len(dims) != 3 or min(dims) < 0:
+        raise typer.BadParameter(f"shape {text!r} is not MxNxK or N (non-negative integers)")
+    return tuple(dims)
+
+
+def _kernel_ids(names: Optional[list[str]]) -> list[str]:
+    if not names:
+        return [k.id for k in registry.kernels()]
+    try:
+        return [registry.get(n).id for n in names]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _require_gpu() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        err_console.print("gemmlab: no CUDA GPU is visible on this machine; this command needs one.")
+        raise typer.Exit(2)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+    )
+
+
+@app.command("list")
+def list_kernels() -> None:
+    """Every registered kernel, in ladder order."""
+    t = Table(title="gemmlab kernels")
+    for col in ("id", "step", "dtypes", "config", "idea"):
+        t.add_column(col)
+    for k in registry.kernels():
+        dtypes = ",".join(str(d).removeprefix("torch.") for d in k.dtypes)
+        t.add_row(k.id, str(k.step), dtypes, str(k.default_config().as_dict()), k.idea)
+    console.print(t)
+
+
+@app.command("compile")
+def compile_cmd(
+    arch: Optional[str] = typer.Option(None, help="target, e.g. sm_90a; default: the current GPU's"),
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default all"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Compile every kernel for an arch (no GPU needed) and print the resource report."""
+    if arch is None:
+        _require_gpu()
+        from .launch import device_arch
+
+        arch = device_arch(0)
+    ids = _kernel_ids(kernel)
+    rows, failed = [], False
+    with _progress() as prog:
+        task = prog.add_task(f"compiling for {arch}", total=len(ids))
+        for kid in ids:
+            spec = registry.get(kid)
+            try:
+                ck = jit.compile_kernel(spec, spec.default_config(), arch)
+            except jit.CompileError as exc:
+                err_console.print(str(exc))
+                failed = True
+                prog.advance(task)
+                continue
+            bad = spec.spill_free and ck.usage.spills > 0
+            failed |= bad
+            rows.append((spec, ck, bad))
+            prog.advance(task)
+    if as_json:
+        print(json.dumps([dict(kernel=s.id, arch=arch, cached=c.from_cache, **c.usage.__dict__) for s, c, _ in rows], indent=1))
+    else:
+        t = Table(title=f"resource report, {arch} (ptxas)")
+        for col in ("kernel", "regs", "static smem", "dynamic smem", "stack", "spill st/ld", "cached"):
+            t.add_column(col)
+        for spec, ck, bad in rows:
+            u = ck.usage
+            spill = f"{u.spill_stores}/{u.spill_loads}" + (" [red]SPILLS[/red]" if bad else "")
+            t.add_row(spec.id, str(u.registers), f"{u.static_smem} B", f"{u.dynamic_smem} B", f"{u.stack_frame} B", spill, "yes" if ck.from_cache else "no")
+        console.print(t)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("check")
+def check_cmd(
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default all"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the check set"),
+    random_shapes: int = typer.Option(3, "--random", help="random odd shapes added to the default set"),
+    seed: Optional[int] = typer.Option(None, help="seed for the random shapes (default: fresh)"),
+) -> None:
+    """Verify kernels against float64: pass/fail and error per case; exit 1 on any failure."""
+    _require_gpu()
+    from . import check
+
+    ids = _kernel_ids(kernel)
+    shapes = [parse_shape(s) for s in shape] if shape else None
+    import random as _random
+
+    seed = seed if seed is not None else _random.randrange(2**31)
+    if shapes is None:
+        shapes = list(check.FIXED_SHAPES) + check.random_odd_shapes(random_shapes, _random.Random(seed))
+    total = len(check.cases(ids, shapes))
+    t = Table(title=f"gemmlab check (random shapes seed {seed})")
+    for col in ("kernel", "M x N x K", "variant", "rel_fro", "max_scaled", "result"):
+        t.add_column(col)
+    results = []
+    with _progress() as prog:
+        task = prog.add_task("checking", total=total)
+
+        def on_case(r):
+            results.append(r)
+            prog.advance(task)
+
+        check.run_check(ids, shapes, progress=on_case)
+    for r in results:
+        e = r.error
+        status = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.message or (e.summary() if e else '')}"
+        t.add_row(r.kernel, f"{r.M}x{r.N}x{r.K}", r.variant, f"{e.rel_fro:.1e}" if e else "-", f"{e.max_scaled:.1e}" if e else "-", status)
+    console.print(t)
+    bad = [r for r in results if not r.passed]
+    console.print(f"{len(results) - len(bad)} passed, {len(bad)} failed")
+    for r in bad:
+        err_console.print(f"FAILED {r.label()}: {r.message or r.error.summary()}")
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command("bench")
+def bench_cmd(
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default all"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the seeds' sizes"),
+    reps: int = typer.Option(20, min=1, help="timed runs per kernel and shape (median reported)"),
+    warmup: int = typer.Option(2, min=0, help="untimed runs first"),
+    out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu>/bench-<time>.json"),
+) -> None:
+    """Time kernels against cuBLAS (same inputs, same process, interleaved, L2 flushed)."""
+    _require_gpu()
+    from .bench import run as bench_run
+
+    ids = _kernel_ids(kernel)
+    shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
+    t = Table(title="gemmlab bench (FP32, TF32 off)")
+    for col in ("kernel", "M x N x K", "ms", "TFLOP/s", "cuBLAS TFLOP/s", "ratio"):
+        t.add_column(col, justify="right")
+    with _progress() as prog:
+        task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
+
+        def on_start(kid, s):
+            prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
+
+        def on_record(r):
+            t.add_row(r["kernel"], f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops']:.2f}", f"{r['cublas_tflops']:.2f}", f"{r['ratio']:.3f}")
+            prog.advance(task)
+
+        path, _ = bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, on_record=on_record, on_start=on_start)
+    console.print(t)
+    console.print(f"records: {path}")
+
+
+@app.command("overhead")
+def overhead_cmd(
+    kernel: str = typer.Option("auto", help="kernel id or auto"),
+    size: int = typer.Option(64, help="M = N = K"),
+    out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/overhead-<time>.json"),
+) -> None:
+    """Measure the per-call host overhead of gemm() on a cached kernel."""
+    _require_gpu()
+    from .bench import environment, overhead
+    from .bench.run import results_path, write_run
+
+    meta = environment.describe(0)
+    meta["kind"] = "overhead"
+    rec = overhead.measure(kernel=kernel, n=size)
+    path = results_path(out, meta, "overhead")
+    write_run(path, meta, [rec])
+    from .bench.report import overhead_table
+
+    console.print(overhead_table({"meta": meta, "records": [rec]}))
+    console.print(f"record: {path}")
+
+
+@app.command("report")
+def report_cmd(
+    results: Path = typer.Option(Path("results"), help="the records' root folder"),
+    write: Optional[Path] = typer.Option(None, help="rewrite the marked sections of this file (e.g. README.md)"),
+) -> None:
+    """Markdown tables from the newest records of each GPU: printed, or written between markers."""
+    from .bench import report
+
+    sections = report.readme_sections(results)
+    if write is None:
+        for name, body in sections.items():
+            console.print(f"## {name}\n\n{body}\n", markup=False, highlight=False)
+        return
+    changed = report.update_file(write, sections)
+    console.print(f"{write}: {'updated' if changed else 'already up to date'}")
+
+
+@cache_app.command("show")
+def cache_show() -> None:
+    """Where the cache is and what it holds."""
+    d = jit.cache_dir()
+    files = sorted(d.glob("*.bin")) if d.is_dir() else []
+    size = sum(f.stat().st_size for f in files)
+    console.print(f"cache: {d}  ({len(files)} entries, {size / 1024:.0f} KiB)")
+    for f in files:
+        console.print(f"  {f.name}  {f.stat().st_size} B", highlight=False)
+
+
+@cache_app.command("clear")
+def cache_clear() -> None:
+    """Delete every cached cubin."""
+    n = jit.clear_cache()
+    console.print(f"removed {n} entries from {jit.cache_dir()}")
+
+
+def main() -> None:  # pragma: no cover - entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

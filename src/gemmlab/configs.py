@@ -1,0 +1,37 @@
+"""Problem -> config. For now every kernel runs its registry defaults; the choice between
+kernels ('auto') takes the latest ladder step that can serve the problem, which the benchmark
+records show to be the fastest of the registered steps (results/)."""
+
+from __future__ import annotations
+
+from . import registry
+from .problem import GemmProblem
+from .registry import GemmConfig, KernelSpec
+
+
+def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
+    return spec.default_config()
+
+
+def select(problem: GemmProblem, kernel: str = "auto") -> tuple[KernelSpec, GemmConfig]:
+    """The kernel and config that will serve the problem, or a ValueError saying why none can."""
+    if kernel != "auto":
+        spec = registry.get(kernel)
+        cfg = config_for(spec, problem)
+        reason = spec.why_not(problem, cfg)
+        if reason:
+            raise ValueError(f"kernel {kernel!r} cannot serve {problem.shape}: {reason}; use kernel='auto'")
+        return spec, cfg
+    reasons = []
+    for spec in sorted(registry.kernels(), key=lambda k: -k.step):
+        cfg = config_for(spec, problem)
+        reason = spec.why_not(problem, cfg)
+        if reason is None:
+            return spec, cfg
+        reasons.append(reason)
+    dtypes = sorted({str(d).removeprefix("torch.") for k in registry.kernels() for d in k.dtypes})
+    if problem.dtype not in {d for k in registry.kernels() for d in k.dtypes}:
+        raise TypeError(
+            f"no registered kernel takes {str(problem.dtype).removeprefix('torch.')}; supported dtypes: {', '.join(dtypes)}"
+        )
+    raise ValueError(f"no registered kernel can serve {problem.shape}: " + "; ".join(reasons))

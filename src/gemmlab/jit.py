@@ -1,0 +1,313 @@
+"""Run-time compilation: CUDA C++ under gemmlab/kernels/ -> cubin (NVRTC via cuda.core) -> Kernel.
+
+* Cubins are cached on disk under GEMMLAB_CACHE_DIR (default: the user's cache directory),
+  keyed on the full source text with every header it includes, the compile options, the arch,
+  the template arguments and the NVRTC version. Entries are written to a temporary file and
+  renamed into place, so concurrent compilers never leave a torn file; an entry that cannot be
+  read is compiled again.
+* Every compile runs ptxas in verbose mode, so the resource report (registers, shared memory,
+  stack frame, spills) is known without a GPU; with a GPU the loaded kernel's attributes say
+  the same from the driver.
+* Loaded kernels are cached per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+import re
+import struct
+import tempfile
+import threading
+from importlib import metadata, resources
+
+from .registry import GemmConfig, KernelSpec
+
+CACHE_FORMAT = b"GEMMLAB1"
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a kernel; .kernel names it and .log holds NVRTC's output."""
+
+    def __init__(self, kernel: str, log: str):
+        super().__init__(f"NVRTC failed to compile {kernel}:\n{log.strip()}")
+        self.kernel = kernel
+        self.log = log
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    registers: int
+    static_smem: int  # bytes, declared __shared__
+    dynamic_smem: int  # bytes, requested at launch by this config
+    stack_frame: int  # bytes of local memory per thread
+    spill_stores: int  # bytes
+    spill_loads: int  # bytes
+    source: str  # "ptxas" (compile-time report) or "driver" (loaded kernel attributes)
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    kernel_id: str
+    name_expression: str
+    lowered_name: str
+    arch: str
+    cubin: bytes
+    usage: ResourceUsage
+    log: str
+    from_cache: bool
+
+
+def kernels_dir() -> Path:
+    return Path(str(resources.files("gemmlab") / "kernels"))
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("GEMMLAB_CACHE_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("gemmlab"))
+
+
+def nvrtc_version() -> str:
+    """The NVRTC in use: 'major.minor' from the library, plus the wheel's full version if any."""
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    version = f"{major}.{minor}"
+    try:
+        version += f" (nvidia-cuda-nvrtc {metadata.version('nvidia-cuda-nvrtc')})"
+    except metadata.PackageNotFoundError:
+        pass
+    return version
+
+
+def source_closure(path: Path, root: Path | None = None) -> dict[str, str]:
+    """The text of a source file and of every local header it includes, by path under root."""
+    root = root or kernels_dir()
+    found: dict[str, str] = {}
+
+    def visit(p: Path) -> None:
+        key = p.resolve().relative_to(root.resolve()).as_posix()
+        if key in found:
+            return
+        text = p.read_text()
+        found[key] = text
+        for inc in _INCLUDE_RE.findall(text):
+            for base in (p.parent, root):
+                if (base / inc).is_file():
+                    visit(base / inc)
+                    break
+
+    visit(path)
+    return found
+
+
+def compile_options(arch: str) -> dict:
+    return dict(arch=arch, std="c++17", ptxas_options="-v", lineinfo=True)
+
+
+_USED_RE = re.compile(r"Used (\d+) registers")
+_SMEM_RE = re.compile(r"(\d+) bytes smem")
+_FRAME_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_ptxas(log: str, lowered_name: str, dynamic_smem: int = 0) -> ResourceUsage:
+    """Read one function's report out of ptxas -v output."""
+    start = log.find(f"Compiling entry function '{lowered_name}'")
+    if start < 0:
+        raise ValueError(f"no ptxas report for {lowered_name} in the compile log")
+    block = log[start:]
+    nxt = block.find("Compiling entry function", 10)
+    block = block[: nxt if nxt > 0 else len(block)]
+    regs = _USED_RE.search(block)
+    smem = _SMEM_RE.search(block)
+    frame = _FRAME_RE.search(block)
+    if not (regs and frame):
+        raise ValueError(f"unreadable ptxas report for {lowered_name}:\n{block}")
+    return ResourceUsage(
+        registers=int(regs.group(1)),
+        static_smem=int(smem.group(1)) if smem else 0,
+        dynamic_smem=dynamic_smem,
+        stack_frame=int(frame.group(1)),
+        spill_stores=int(frame.group(2)),
+        spill_loads=int(frame.group(3)),
+        source="ptxas",
+    )
+
+
+def _cache_key(sources: dict[str, str], name_expression: str, arch: str) -> str:
+    h = hashlib.sha256()
+    payload = dict(
+        sources=sorted(sources.items()),
+        name_expression=name_expression,
+        options=compile_options(arch),
+        nvrtc=nvrtc_version(),
+        format=CACHE_FORMAT.decode(),
+    )
+    h.update(json.dumps(payload, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, header: dict, cubin: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = json.dumps(header).encode()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(CACHE_FORMAT + struct.pack("<Q", len(head)) + head + cubin)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_entry(path: Path) -> tuple[dict, bytes] | None:
+    """Header and cubin of a cache entry, or None if it is missing or damaged."""
+    try:
+        data = path.read_bytes()
+        if data[:8] != CACHE_FORMAT:
+            return None
+        (n,) = struct.unpack("<Q", data[8:16])
+        header = json.loads(data[16 : 16 + n])
+        cubin = data[16 + n :]
+        if len(cubin) != header["cubin_bytes"] or hashlib.sha256(cubin).hexdigest() != header["cubin_sha256"]:
+            return None
+        return header, cubin
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+
+
+def compile_source(
+    sources: dict[str, str], main: str, name_expression: str, arch: str, kernel_id: str
+) -> tuple[bytes, str, str]:
+    """NVRTC-compile sources[main] to cubin; return (cubin, lowered name, log)."""
+    from cuda.core import Program, ProgramOptions
+
+    opts = ProgramOptions(name=main, include_path=str(kernels_dir()), **compile_options(arch))
+    log = io.StringIO()
+    try:
+        program = Program(sources[main], "c++", opts)
+        obj = program.compile("cubin", name_expressions=(name_expression,), logs=log)
+    except Exception as exc:  # cuda.core raises a generic error carrying NVRTC's log
+        raise CompileError(f"{kernel_id} ({name_expression}, {arch})", f"{exc}\n{log.getvalue()}") from None
+    lowered = obj.symbol_mapping[name_expression]
+    if isinstance(lowered, bytes):
+        lowered = lowered.decode()
+    return bytes(obj.code), lowered, log.getvalue()
+
+
+def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str) -> CompiledKernel:
+    """The cubin of one kernel and config for arch, from the disk cache or NVRTC."""
+    main = spec.source
+    sources = source_closure(spec.source_path())
+    name_expression = spec.name_expression(cfg)
+    key = _cache_key(sources, name_expression, arch)
+    path = cache_dir() / f"{spec.id}-{arch}-{key[:24]}.bin"
+    entry = _read_entry(path)
+    dynamic = spec.dynamic_smem(cfg)
+    if entry is not None:
+        header, cubin = entry
+        usage = ResourceUsage(**{**header["usage"], "dynamic_smem": dynamic})
+        return CompiledKernel(spec.id, name_expression, header["lowered_name"], arch, cubin, usage, header["log"], True)
+    cubin, lowered, log = compile_source(sources, main, name_expression, arch, spec.id)
+    usage = parse_ptxas(log, lowered, dynamic)
+    header = dict(
+        kernel=spec.id,
+        name_expression=name_expression,
+        lowered_name=lowered,
+        arch=arch,
+        usage=asdict(usage),
+        log=log,
+        cubin_bytes=len(cubin),
+        cubin_sha256=hashlib.sha256(cubin).hexdigest(),
+    )
+    _write_atomic(path, header, cubin)
+    return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading on a GPU.
+
+
+def arch_for(major: int, minor: int) -> str:
+    """The NVRTC target for a compute capability; Hopper and later get the 'a' (arch-specific)
+    target, which wgmma, setmaxnreg and TMA multicast need."""
+    suffix = "a" if major >= 9 else ""
+    return f"sm_{major}{minor}{suffix}"
+
+
+@dataclass
+class LoadedKernel:
+    spec: KernelSpec
+    config: GemmConfig
+    compiled: CompiledKernel
+    kernel: object  # cuda.core.Kernel
+    device_ids_with_smem_raised: set
+
+    def driver_usage(self) -> ResourceUsage:
+        a = self.kernel.attributes
+        return ResourceUsage(
+            registers=a.num_regs(),
+            static_smem=a.shared_size_bytes(),
+            dynamic_smem=self.compiled.usage.dynamic_smem,
+            stack_frame=a.local_size_bytes(),
+            spill_stores=self.compiled.usage.spill_stores,
+            spill_loads=self.compiled.usage.spill_loads,
+            source="driver",
+        )
+
+
+_loaded: dict[tuple, LoadedKernel] = {}
+_lock = threading.Lock()
+
+
+def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int) -> LoadedKernel:
+    """Compile (or fetch) and load a kernel for a device; cached for the life of the process."""
+    from . import launch
+
+    arch = launch.device_arch(device_id)
+    key = (spec.id, cfg.values, arch)
+    hit = _loaded.get(key)
+    if hit is None:
+        with _lock:
+            hit = _loaded.get(key)
+            if hit is None:
+                from cuda.core import ObjectCode
+
+                compiled = compile_kernel(spec, cfg, arch)
+                obj = ObjectCode.from_cubin(
+                    compiled.cubin, name=spec.id, symbol_mapping={compiled.name_expression: compiled.lowered_name}
+                )
+                kernel = obj.get_kernel(compiled.name_expression)
+                hit = LoadedKernel(spec, cfg, compiled, kernel, set())
+                _loaded[key] = hit
+    if device_id not in hit.device_ids_with_smem_raised:
+        launch.raise_dynamic_smem(hit, device_id)
+        hit.device_ids_with_smem_raised.add(device_id)
+    return hit
+
+
+def clear_cache() -> int:
+    """Delete every disk cache entry; return how many were removed."""
+    n = 0
+    d = cache_dir()
+    if d.is_dir():
+        for p in d.iterdir():
+            if p.is_file() and (p.suffix in (".bin", ".tmp")):
+                p.unlink(missing_ok=True)
+                n += 1
+    return n

@@ -1,0 +1,102 @@
+"""Launching: device and stream plumbing between torch and cuda.core. The launcher only launches;
+what to launch (kernel, config, geometry) is decided before it is called."""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+
+import numpy as np
+
+STATIC_SMEM_LIMIT = 48 * 1024
+
+_tls = threading.local()
+
+
+@lru_cache(maxsize=None)
+def device_arch(device_id: int) -> str:
+    import torch
+
+    from .jit import arch_for
+
+    major, minor = torch.cuda.get_device_capability(device_id)
+    return arch_for(major, minor)
+
+
+def ensure_current(device_id: int) -> None:
+    """Make the device's primary context (the one torch uses) current for cuda.core, once per thread."""
+    done = getattr(_tls, "devices", None)
+    if done is None:
+        done = _tls.devices = set()
+    if device_id not in done:
+        from cuda.core import Device
+
+        Device(device_id).set_current()
+        done.add(device_id)
+
+
+@lru_cache(maxsize=64)
+def _stream(handle: int):
+    from cuda.core import Stream
+
+    return Stream.from_handle(handle)
+
+
+def torch_stream(device_id: int):
+    """torch's current stream on the device, as a cuda.core Stream."""
+    import torch
+
+    return _stream(torch.cuda.current_stream(device_id).cuda_stream)
+
+
+@lru_cache(maxsize=4096)
+def launch_config(grid: tuple, block: tuple, smem: int, cluster: tuple | None = None):
+    from cuda.core import LaunchConfig
+
+    if cluster is None:
+        return LaunchConfig(grid=grid, block=block, shmem_size=smem)
+    return LaunchConfig(grid=grid, block=block, shmem_size=smem, cluster=cluster)
+
+
+@lru_cache(maxsize=None)
+def max_dynamic_smem(device_id: int) -> int:
+    import torch
+
+    props = torch.cuda.get_device_properties(device_id)
+    return int(getattr(props, "shared_memory_per_block_optin", STATIC_SMEM_LIMIT))
+
+
+def raise_dynamic_smem(loaded, device_id: int) -> None:
+    """Allow a kernel more than 48 KB of dynamic shared memory (cuda.core has no setter)."""
+    need = loaded.compiled.usage.dynamic_smem
+    if need <= STATIC_SMEM_LIMIT - loaded.compiled.usage.static_smem:
+        return
+    limit = max_dynamic_smem(device_id)
+    if need + loaded.compiled.usage.static_smem > limit:
+        raise ValueError(
+            f"{loaded.spec.id} {loaded.config.as_dict()} needs {need} B of dynamic shared memory "
+            f"(+{loaded.compiled.usage.static_smem} static); device {device_id} allows {limit} B a block"
+        )
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    handle = loaded.kernel.handle
+    if isinstance(handle, driver.CUkernel):
+        (err,) = driver.cuKernelSetAttribute(attr, need, handle, driver.CUdevice(device_id))
+    else:
+        (err,) = driver.cuFuncSetAttribute(handle, attr, need)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"could not raise dynamic shared memory of {loaded.spec.id} to {need} B: {err}")
+
+
+def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tuple | None = None) -> None:
+    """Launch a loaded kernel on torch's current stream of the device."""
+    from cuda.core import launch as cc_launch
+
+    ensure_current(device_id)
+    cfg = launch_config(grid, block, loaded.compiled.usage.dynamic_smem, cluster)
+    cc_launch(torch_stream(device_id), cfg, loaded.kernel, *args)
+
+
+i32 = np.int32
+f32 = np.float32

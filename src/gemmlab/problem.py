@@ -1,0 +1,168 @@
+"""GemmProblem: what one call asks for, read off the tensors and checked before any launch.
+
+Every check raises TypeError (wrong kind of thing: not a tensor, wrong dtype) or ValueError
+(right kind, wrong value: shape, device, strides, aliasing) with a message that names the
+argument and says what to do. Nothing here touches the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numbers
+
+import torch
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One row-major matrix: its shape, leading dimension (elements) and address."""
+
+    rows: int
+    cols: int
+    ld: int
+    ptr: int
+
+    @property
+    def span(self) -> int:
+        """Elements from the first one to one past the last (for overlap checks)."""
+        if self.rows == 0 or self.cols == 0:
+            return 0
+        return self.ld * (self.rows - 1) + self.cols
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """D = alpha * A @ B + beta * C, with A [M, K], B [K, N], C and D [M, N], all row-major."""
+
+    M: int
+    N: int
+    K: int
+    dtype: torch.dtype
+    device: torch.device
+    a: Operand
+    b: Operand
+    c: Operand | None
+    d: Operand | None  # None: the output is allocated by gemm()
+    alpha: float
+    beta: float
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.M * self.N * self.K
+
+    @property
+    def is_empty(self) -> bool:
+        return self.M == 0 or self.N == 0
+
+    @property
+    def shape(self) -> str:
+        return f"M={self.M} N={self.N} K={self.K}"
+
+    @property
+    def element_size(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def operands(self):
+        """(name, Operand) for every matrix the kernel touches."""
+        pairs = [("a", self.a), ("b", self.b), ("c", self.c), ("out", self.d)]
+        return [(n, o) for n, o in pairs if o is not None]
+
+
+def _operand(name: str, t: torch.Tensor) -> Operand:
+    """Check that t is a 2-D row-major matrix with unit column stride; return its description."""
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be a 2-D matrix, got {t.dim()}-D shape {tuple(t.shape)}")
+    rows, cols = t.shape
+    if t.is_conj() or t.is_neg():
+        raise ValueError(f"{name} is a lazy conjugate/negative view; call .resolve_conj()/.resolve_neg()")
+    if rows == 0 or cols == 0:
+        return Operand(rows, cols, max(cols, 1), t.data_ptr())
+    row_stride, col_stride = t.stride()
+    if cols > 1 and col_stride != 1:
+        raise ValueError(
+            f"{name} must be row-major with unit column stride, got strides {t.stride()} for "
+            f"shape {tuple(t.shape)} (a transposed or sliced view?); pass {name}.contiguous()"
+        )
+    ld = row_stride if rows > 1 else cols
+    if ld < cols:
+        raise ValueError(
+            f"{name} rows overlap: row stride {row_stride} < {cols} columns; pass {name}.contiguous()"
+        )
+    if ld > INT32_MAX or rows > INT32_MAX or cols > INT32_MAX:
+        raise ValueError(f"{name} is too large for 32-bit indices: shape {tuple(t.shape)}, row stride {ld}")
+    return Operand(rows, cols, ld, t.data_ptr())
+
+
+def _scalar(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    return float(value)
+
+
+def _overlaps(x: Operand, y: Operand, itemsize: int) -> bool:
+    if x.span == 0 or y.span == 0:
+        return False
+    x_end = x.ptr + x.span * itemsize
+    y_end = y.ptr + y.span * itemsize
+    return x.ptr < y_end and y.ptr < x_end
+
+
+def problem_from_tensors(
+    a, b, c=None, out=None, *, alpha=1.0, beta=0.0, device_type: str = "cuda"
+) -> GemmProblem:
+    """Validate the arguments of gemm() and describe the problem, or raise a clear error.
+
+    device_type is the kind of device the tensors must live on ("cuda" for the GPU kernels,
+    "cpu" for the CPU ladder).
+    """
+    named = [("a", a), ("b", b), ("c", c), ("out", out)]
+    present = [(n, t) for n, t in named if t is not None]
+    for n, t in present:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{n} must be a torch.Tensor, got {type(t).__name__}")
+    for n, t in present:
+        if t.device.type != device_type:
+            hint = ".cuda()" if device_type == "cuda" else ".cpu()"
+            raise ValueError(
+                f"{n} is on {t.device}, but this path runs on {device_type} tensors; "
+                f"move it with {n}{hint}"
+            )
+    devices = {t.device for _, t in present}
+    if len(devices) > 1:
+        where = ", ".join(f"{n} on {t.device}" for n, t in present)
+        raise ValueError(f"all tensors must be on one device, got {where}")
+    dtypes = {t.dtype for _, t in present}
+    if len(dtypes) > 1:
+        what = ", ".join(f"{n}: {t.dtype}" for n, t in present)
+        raise TypeError(f"all tensors must have one dtype, got {what}; cast them with .to(dtype)")
+    alpha_f, beta_f = _scalar("alpha", alpha), _scalar("beta", beta)
+
+    oa, ob = _operand("a", a), _operand("b", b)
+    M, K = oa.rows, oa.cols
+    if ob.rows != K:
+        raise ValueError(
+            f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
+            f"(a.shape[1] must equal b.shape[0])"
+        )
+    N = ob.cols
+    oc = od = None
+    if c is not None:
+        if tuple(c.shape) != (M, N):
+            raise ValueError(f"c must have shape ({M}, {N}) = (a.shape[0], b.shape[1]), got {tuple(c.shape)}")
+        oc = _operand("c", c)
+    elif beta_f != 0.0:
+        raise ValueError(f"beta={beta_f} needs c: pass c= or set beta=0")
+    if out is not None:
+        if tuple(out.shape) != (M, N):
+            raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
+        od = _operand("out", out)
+        itemsize = out.element_size()
+        for n, o in (("a", oa), ("b", ob)):
+            if _overlaps(od, o, itemsize):
+                raise ValueError(f"out overlaps {n} in memory; the result would corrupt an input")
+        if oc is not None and _overlaps(od, oc, itemsize) and (od.ptr, od.ld) != (oc.ptr, oc.ld):
+            raise ValueError("out partially overlaps c; pass out=c exactly for an in-place update, or separate memory")
+    dtype = a.dtype
+    return GemmProblem(M, N, K, dtype, a.device, oa, ob, oc, od, alpha_f, beta_f)

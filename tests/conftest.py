@@ -1,0 +1,20 @@
+import os
+import tempfile
+
+import pytest
+import torch
+
+# Every test session compiles into its own cache unless one is given, so tests never depend on
+# (or pollute) the user's cache.
+os.environ.setdefault("GEMMLAB_CACHE_DIR", tempfile.mkdtemp(prefix="gemmlab-test-cache-"))
+
+HAS_GPU = torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

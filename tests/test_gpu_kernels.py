@@ -1,0 +1,186 @@
+"""Every kernel against float64 on a real GPU. Skipped without one (marker `gpu`)."""
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gemmlab
+from gemmlab import registry
+from gemmlab.problem import problem_from_tensors
+from gemmlab.reference import check_result
+
+pytestmark = pytest.mark.gpu
+
+KERNEL_IDS = [k.id for k in registry.kernels()]
+EDGE = [1, 2, 7, 17, 31, 32, 33, 63, 64, 65, 127, 129, 257]
+
+
+def rand(*shape, **kw):
+    return torch.rand(shape, device="cuda", **kw) * 2 - 1
+
+
+def assert_ok(out, a, b, c=None, alpha=1.0, beta=0.0, label=""):
+    torch.cuda.synchronize()
+    rep = check_result(out, a, b, c, alpha, beta)
+    assert rep.passed, f"{label}: {rep.summary()}"
+
+
+dims = st.one_of(st.sampled_from(EDGE), st.integers(1, 300))
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(M=dims, N=dims, K=dims, ab=st.sampled_from([(1.0, 0.0), (-0.5, 0.0), (1.25, 0.5), (2.0, -1.0), (0.0, 1.0)]))
+def test_random_shapes_against_float64(kernel, M, N, K, ab):
+    alpha, beta = ab
+    a, b = rand(M, K), rand(K, N)
+    c = rand(M, N) if beta != 0 else None
+    out = torch.full((M, N), float("nan"), device="cuda")  # poison: unwritten elements fail
+    gemmlab.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
+    assert_ok(out, a, b, c, alpha, beta, f"M={M} N={N} K={K} kernel={kernel} alpha={alpha} beta={beta}")
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+@pytest.mark.parametrize("M,N,K", [(1022, 1022, 1022), (127, 1000, 513), (3135, 97, 61)])
+def test_seed_odd_sizes(kernel, M, N, K):
+    a, b = rand(M, K), rand(K, N)
+    out = gemmlab.gemm(a, b, kernel=kernel)
+    assert_ok(out, a, b, label=f"M={M} N={N} K={K} kernel={kernel}")
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+def test_beta_zero_never_reads_nan_c(kernel):
+    M, N, K = 70, 45, 33
+    a, b = rand(M, K), rand(K, N)
+    c = torch.full((M, N), float("nan"), device="cuda")
+    out = gemmlab.gemm(a, b, c, alpha=1.5, beta=0.0, kernel=kernel)
+    assert not out.isnan().any()
+    assert_ok(out, a, b, None, 1.5, 0.0, kernel)
+    # in place: out is the NaN-filled c itself
+    gemmlab.gemm(a, b, c, alpha=1.5, beta=0.0, kernel=kernel, out=c)
+    assert_ok(c, a, b, None, 1.5, 0.0, kernel)
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+def test_nan_in_inputs_propagates(kernel):
+    a, b = rand(33, 20), rand(20, 17)
+    a[3, 4] = float("nan")
+    out = gemmlab.gemm(a, b, kernel=kernel)
+    torch.cuda.synchronize()
+    assert out[3].isnan().all() and not out[torch.arange(33, device="cuda") != 3].isnan().any()
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+def test_in_place_update(kernel):
+    M, N, K = 129, 65, 77
+    a, b, c = rand(M, K), rand(K, N), rand(M, N)
+    c0 = c.clone()
+    ret = gemmlab.gemm(a, b, c, alpha=0.75, beta=-1.5, kernel=kernel, out=c)
+    assert ret.data_ptr() == c.data_ptr()
+    assert_ok(c, a, b, c0, 0.75, -1.5, kernel)
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+def test_strided_and_offset_views(kernel):
+    M, N, K = 37, 41, 29
+    big_a, big_b, big_c = rand(M + 3, K + 9), rand(K + 2, N + 5), rand(M + 1, N + 7)
+    a, b, c = big_a[2 : 2 + M, 5 : 5 + K], big_b[1 : 1 + K, 3 : 3 + N], big_c[1:, 2 : 2 + N]
+    out_big = torch.full((M, N + 11), float("nan"), device="cuda")
+    out = out_big[:, 4 : 4 + N]
+    gemmlab.gemm(a, b, c, alpha=1.0, beta=0.5, kernel=kernel, out=out)
+    assert_ok(out, a, b, c, 1.0, 0.5, kernel)
+    assert out_big[:, :4].isnan().all() and out_big[:, 4 + N :].isnan().all(), "wrote outside out"
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+@pytest.mark.parametrize("M,N,K", [(0, 5, 3), (5, 0, 3), (0, 0, 0), (5, 7, 0)])
+def test_zero_size(kernel, M, N, K):
+    a, b, c = rand(M, K), rand(K, N), rand(M, N)
+    out = gemmlab.gemm(a, b, c, alpha=2.0, beta=0.5, kernel=kernel)
+    torch.cuda.synchronize()
+    assert out.shape == (M, N)
+    torch.testing.assert_close(out, 0.5 * c, rtol=0, atol=0)  # K = 0: D = beta * C exactly
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+def test_runs_on_the_current_non_default_stream(kernel):
+    """The launch must be ordered after earlier work on torch's current stream: a stalled stream
+    then an update of `a`; a launch on any other stream would read the stale `a`."""
+    M, N, K = 256, 256, 256
+    a_old, a_new, b = rand(M, K), rand(M, K), rand(K, N)
+    a = a_old.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(20_000_000)  # ~10 ms of spinning on `side`
+        a.copy_(a_new)
+        out = gemmlab.gemm(a, b, kernel=kernel)
+    side.synchronize()
+    assert_ok(out, a_new, b, label=kernel)
+
+
+def test_auto_picks_a_kernel_that_serves_the_problem():
+    a, b = rand(65, 33), rand(33, 17)
+    out = gemmlab.gemm(a, b)
+    assert_ok(out, a, b, label="auto")
+    spec, _ = gemmlab.select(problem_from_tensors(a, b))
+    assert spec.id == max(registry.kernels(), key=lambda k: k.step).id
+
+
+def test_bad_input_on_gpu_raises_before_launch_and_writes_nothing():
+    a, b = rand(8, 4), rand(5, 3)
+    out = torch.full((8, 3), 7.0, device="cuda")
+    with pytest.raises(ValueError, match="inner dimensions"):
+        gemmlab.gemm(a, b, out=out)
+    with pytest.raises(ValueError, match="is on cpu"):
+        gemmlab.gemm(a, torch.rand(4, 3), out=out)
+    with pytest.raises(TypeError, match="dtype"):
+        gemmlab.gemm(a.double(), rand(4, 3).double())
+    with pytest.raises(ValueError, match="row-major"):
+        gemmlab.gemm(rand(4, 8).t(), rand(4, 3), out=out)
+    with pytest.raises(ValueError, match="overlaps"):
+        gemmlab.gemm(a, rand(4, 3), out=a[:, :3])
+    with pytest.raises(ValueError, match="no kernel named"):
+        gemmlab.gemm(a, rand(4, 3), kernel="sgemm_99_magic")
+    torch.cuda.synchronize()
+    assert (out == 7.0).all()
+
+
+def test_dynamic_shared_memory_above_48k():
+    from gemmlab import jit, launch
+    from gemmlab.registry import KernelSpec, Param
+
+    n = 20_000  # 80 KB of floats
+    spec = KernelSpec(
+        id="selftest_dynamic_smem",
+        step=0,
+        title="dynamic smem probe",
+        idea="not a GEMM",
+        source="selftest/dynamic_smem.cu",
+        entry="dynamic_smem_probe",
+        params=(Param("THREADS", 256, "threads a block"),),
+        block=lambda c: (c["THREADS"], 1, 1),
+        grid=lambda M, N, c: (1, 1, 1),
+        dynamic_smem=lambda c: n * 4,
+    )
+    cfg = spec.default_config()
+    loaded = jit.load_kernel(spec, cfg, 0)
+    assert loaded.compiled.usage.dynamic_smem == n * 4 > 48 * 1024
+    x = torch.rand(n, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    launch.launch(loaded, 0, (1, 1, 1), (256, 1, 1), x.data_ptr(), y.data_ptr(), launch.i32(n))
+    torch.cuda.synchronize()
+    assert torch.equal(y, x.flip(0))
+
+
+@pytest.mark.parametrize("kernel", KERNEL_IDS)
+def test_driver_reports_no_local_memory(kernel):
+    from gemmlab import jit
+
+    spec = registry.get(kernel)
+    loaded = jit.load_kernel(spec, spec.default_config(), 0)
+    usage = loaded.driver_usage()
+    assert usage.registers == loaded.compiled.usage.registers
+    if spec.spill_free:
+        assert usage.stack_frame == 0
