@@ -13,8 +13,31 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     return spec.default_config()
 
 
+_CHOICES: dict[tuple, tuple[KernelSpec, GemmConfig]] = {}
+_CHOICES_MAX = 4096
+
+
+def _choice_key(problem: GemmProblem, kernel: str) -> tuple:
+    """Everything a kernel's constraints may look at: sizes, dtype, leading dimensions and the
+    16-byte alignment of every operand (not the addresses themselves)."""
+    ops = tuple((o.ld, o.ptr % 16) for _, o in problem.operands())
+    return (kernel, problem.dtype, problem.M, problem.N, problem.K, problem.c is None, problem.d is None, ops)
+
+
 def select(problem: GemmProblem, kernel: str = "auto") -> tuple[KernelSpec, GemmConfig]:
-    """The kernel and config that will serve the problem, or a ValueError saying why none can."""
+    """The kernel and config that will serve the problem, or a ValueError saying why none can.
+    Choices are memoised on _choice_key, so repeated calls of one shape skip the search."""
+    key = _choice_key(problem, kernel)
+    hit = _CHOICES.get(key)
+    if hit is None:
+        hit = _select(problem, kernel)
+        if len(_CHOICES) >= _CHOICES_MAX:
+            _CHOICES.clear()
+        _CHOICES[key] = hit
+    return hit
+
+
+def _select(problem: GemmProblem, kernel: str) -> tuple[KernelSpec, GemmConfig]:
     if kernel != "auto":
         spec = registry.get(kernel)
         cfg = config_for(spec, problem)

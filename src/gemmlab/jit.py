@@ -260,11 +260,16 @@ class LoadedKernel:
 
     def driver_usage(self) -> ResourceUsage:
         a = self.kernel.attributes
+
+        def attr(name: str) -> int:  # a method in some cuda.core releases, a property in others
+            v = getattr(a, name)
+            return int(v() if callable(v) else v)
+
         return ResourceUsage(
-            registers=a.num_regs(),
-            static_smem=a.shared_size_bytes(),
+            registers=attr("num_regs"),
+            static_smem=attr("shared_size_bytes"),
             dynamic_smem=self.compiled.usage.dynamic_smem,
-            stack_frame=a.local_size_bytes(),
+            stack_frame=attr("local_size_bytes"),
             spill_stores=self.compiled.usage.spill_stores,
             spill_loads=self.compiled.usage.spill_loads,
             source="driver",
@@ -290,7 +295,7 @@ def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int) -> LoadedKern
 
                 compiled = compile_kernel(spec, cfg, arch)
                 obj = ObjectCode.from_cubin(
-                    compiled.cubin, name=spec.id, symbol_mapping={compiled.name_expression: compiled.lowered_name}
+                    compiled.cubin, name=spec.id, symbol_mapping={compiled.name_expression: compiled.lowered_name.encode()}
                 )
                 kernel = obj.get_kernel(compiled.name_expression)
                 hit = LoadedKernel(spec, cfg, compiled, kernel, set())

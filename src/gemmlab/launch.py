@@ -42,11 +42,24 @@ def _stream(handle: int):
     return Stream.from_handle(handle)
 
 
-def torch_stream(device_id: int):
-    """torch's current stream on the device, as a cuda.core Stream."""
+def _raw_stream_getter():
     import torch
 
-    return _stream(torch.cuda.current_stream(device_id).cuda_stream)
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without a Stream object
+    if raw is not None:
+        return raw
+    return lambda device_id: torch.cuda.current_stream(device_id).cuda_stream
+
+
+_current_raw_stream = None
+
+
+def torch_stream(device_id: int):
+    """torch's current stream on the device, as a cuda.core Stream."""
+    global _current_raw_stream
+    if _current_raw_stream is None:
+        _current_raw_stream = _raw_stream_getter()
+    return _stream(_current_raw_stream(device_id))
 
 
 @lru_cache(maxsize=4096)

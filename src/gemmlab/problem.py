@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import numbers
+from typing import NamedTuple
 
 import torch
 
 INT32_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True)
-class Operand:
+class Operand(NamedTuple):
     """One row-major matrix: its shape, leading dimension (elements) and address."""
 
     rows: int
@@ -32,7 +32,7 @@ class Operand:
         return self.ld * (self.rows - 1) + self.cols
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GemmProblem:
     """D = alpha * A @ B + beta * C, with A [M, K], B [K, N], C and D [M, N], all row-major."""
 
@@ -96,6 +96,8 @@ def _operand(name: str, t: torch.Tensor) -> Operand:
 
 
 def _scalar(name: str, value) -> float:
+    if type(value) is float or type(value) is int:  # the common case, without the ABC check
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     return float(value)
@@ -117,26 +119,21 @@ def problem_from_tensors(
     device_type is the kind of device the tensors must live on ("cuda" for the GPU kernels,
     "cpu" for the CPU ladder).
     """
-    named = [("a", a), ("b", b), ("c", c), ("out", out)]
-    present = [(n, t) for n, t in named if t is not None]
+    present = [("a", a), ("b", b)]
+    if c is not None:
+        present.append(("c", c))
+    if out is not None:
+        present.append(("out", out))
     for n, t in present:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{n} must be a torch.Tensor, got {type(t).__name__}")
+    device = a.device
+    dtype = a.dtype
+    if device.type != device_type:
+        _explain_mismatch(present, device_type)
     for n, t in present:
-        if t.device.type != device_type:
-            hint = ".cuda()" if device_type == "cuda" else ".cpu()"
-            raise ValueError(
-                f"{n} is on {t.device}, but this path runs on {device_type} tensors; "
-                f"move it with {n}{hint}"
-            )
-    devices = {t.device for _, t in present}
-    if len(devices) > 1:
-        where = ", ".join(f"{n} on {t.device}" for n, t in present)
-        raise ValueError(f"all tensors must be on one device, got {where}")
-    dtypes = {t.dtype for _, t in present}
-    if len(dtypes) > 1:
-        what = ", ".join(f"{n}: {t.dtype}" for n, t in present)
-        raise TypeError(f"all tensors must have one dtype, got {what}; cast them with .to(dtype)")
+        if t.device != device or t.dtype != dtype:
+            _explain_mismatch(present, device_type)
     alpha_f, beta_f = _scalar("alpha", alpha), _scalar("beta", beta)
 
     oa, ob = _operand("a", a), _operand("b", b)
@@ -161,8 +158,25 @@ def problem_from_tensors(
         itemsize = out.element_size()
         for n, o in (("a", oa), ("b", ob)):
             if _overlaps(od, o, itemsize):
-                raise ValueError(f"out overlaps {n} in memory; the result would corrupt an input")
+                raise ValueError(
+                    f"out overlaps {n} in memory (their address ranges intersect); writing the "
+                    f"result could corrupt an input: give out its own memory"
+                )
         if oc is not None and _overlaps(od, oc, itemsize) and (od.ptr, od.ld) != (oc.ptr, oc.ld):
             raise ValueError("out partially overlaps c; pass out=c exactly for an in-place update, or separate memory")
-    dtype = a.dtype
-    return GemmProblem(M, N, K, dtype, a.device, oa, ob, oc, od, alpha_f, beta_f)
+    return GemmProblem(M, N, K, dtype, device, oa, ob, oc, od, alpha_f, beta_f)
+
+
+def _explain_mismatch(present, device_type: str) -> None:
+    """Raise the error that says which tensor is on the wrong device or has the wrong dtype."""
+    for n, t in present:
+        if t.device.type != device_type:
+            hint = ".cuda()" if device_type == "cuda" else ".cpu()"
+            raise ValueError(
+                f"{n} is on {t.device}, but this path runs on {device_type} tensors; move it with {n}{hint}"
+            )
+    if len({t.device for _, t in present}) > 1:
+        where = ", ".join(f"{n} on {t.device}" for n, t in present)
+        raise ValueError(f"all tensors must be on one device, got {where}")
+    what = ", ".join(f"{n}: {t.dtype}" for n, t in present)
+    raise TypeError(f"all tensors must have one dtype, got {what}; cast them with .to(dtype)")

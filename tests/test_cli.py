@@ -1,0 +1,62 @@
+"""The CLI is thin: each command works without a GPU where it can, and says so in one line where it cannot."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gemmlab.cli import app, parse_shape
+from gemmlab.registry import KERNELS
+
+from conftest import HAS_GPU
+
+runner = CliRunner()
+
+
+def test_list_shows_every_kernel():
+    res = runner.invoke(app, ["list"], terminal_width=200)
+    assert res.exit_code == 0
+    for k in KERNELS:
+        assert k.id in res.stdout
+
+
+def test_compile_reports_every_kernel_for_sm90a(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path))
+    res = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout[res.stdout.index("[") :])
+    assert [r["kernel"] for r in report] == [k.id for k in KERNELS]
+    assert all(r["registers"] > 0 and r["arch"] == "sm_90a" and not r["cached"] for r in report)
+    again = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", "-k", "sgemm_01_naive"])
+    assert json.loads(again.stdout[again.stdout.index("[") :])[0]["cached"] is True
+
+
+def test_compile_unknown_kernel_is_a_usage_error():
+    res = runner.invoke(app, ["compile", "--arch", "sm_90a", "-k", "nope"])
+    assert res.exit_code == 2 and "no kernel named 'nope'" in res.output
+
+
+def test_cache_show_and_clear(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path))
+    runner.invoke(app, ["compile", "--arch", "sm_90a", "-k", "sgemm_02_coalesced"])
+    shown = runner.invoke(app, ["cache", "show"], terminal_width=300)
+    assert shown.exit_code == 0 and "1 entries" in shown.stdout and "sgemm_02_coalesced" in shown.stdout
+    cleared = runner.invoke(app, ["cache", "clear"])
+    assert cleared.exit_code == 0 and "removed 1 entries" in cleared.stdout
+    assert list(tmp_path.glob("*.bin")) == []
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the message a machine without a GPU gives")
+@pytest.mark.parametrize("cmd", [["check"], ["bench"], ["overhead"], ["compile"]])
+def test_gpu_commands_fail_in_one_line_without_gpu(cmd):
+    res = runner.invoke(app, cmd)
+    assert res.exit_code == 2
+    assert res.output.strip() == "gemmlab: no CUDA GPU is visible on this machine; this command needs one."
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_parse_shape():
+    assert parse_shape("1024") == (1024, 1024, 1024)
+    assert parse_shape("2048x2048x1024") == (2048, 2048, 1024)
+    with pytest.raises(Exception, match="not MxNxK"):
+        parse_shape("12x3")

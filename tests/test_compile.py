@@ -1,0 +1,133 @@
+"""Every kernel compiles for sm_90a through NVRTC (no GPU needed); the resource report is read
+from ptxas; the disk cache is keyed, atomic and self-healing."""
+
+import os
+from pathlib import Path
+import subprocess
+import sys
+
+import pytest
+
+from gemmlab import jit, registry
+from gemmlab.registry import KERNELS
+
+ARCH = "sm_90a"
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("spec", KERNELS, ids=lambda k: k.id)
+def test_compiles_for_hopper_with_resource_report(spec):
+    ck = jit.compile_kernel(spec, spec.default_config(), ARCH)
+    assert ck.cubin[:4] == b"\x7fELF"
+    assert ck.arch == ARCH and ck.lowered_name.startswith("_Z")
+    u = ck.usage
+    assert 1 <= u.registers <= 255
+    if spec.spill_free:
+        assert u.spills == 0 and u.stack_frame == 0, f"{spec.id} spills: {u}"
+
+
+def test_static_shared_memory_is_reported():
+    spec = registry.get("sgemm_03_smem_tile")
+    ck = jit.compile_kernel(spec, spec.config(TILE=16), ARCH)
+    assert ck.usage.static_smem == 2 * 16 * 16 * 4
+
+
+def test_compile_error_names_kernel_and_carries_log():
+    bad = {"bad.cu": "template <int T> __global__ void k(float* x) { x[0] = undefined_name; }"}
+    with pytest.raises(jit.CompileError) as info:
+        jit.compile_source(bad, "bad.cu", "k<1>", ARCH, "bad_kernel")
+    assert info.value.kernel.startswith("bad_kernel")
+    assert "undefined_name" in info.value.log
+    assert "bad_kernel" in str(info.value)
+
+
+def test_parse_ptxas_reads_spills():
+    log = (
+        "ptxas info    : Compiling entry function '_Z1kv' for 'sm_90a'\n"
+        "ptxas info    : Function properties for _Z1kv\n"
+        "ptxas         .     24 bytes stack frame, 16 bytes spill stores, 8 bytes spill loads\n"
+        "ptxas info    : Used 255 registers, used 1 barriers, 4096 bytes smem, 380 bytes cmem[0]\n"
+    )
+    u = jit.parse_ptxas(log, "_Z1kv", dynamic_smem=100)
+    assert (u.registers, u.static_smem, u.stack_frame, u.spill_stores, u.spill_loads, u.dynamic_smem) == (
+        255, 4096, 24, 16, 8, 100)
+    with pytest.raises(ValueError):
+        jit.parse_ptxas(log, "_Z5otherv")
+
+
+def test_cache_dir_override_hit_and_key(fresh_cache):
+    spec = registry.get("sgemm_02_coalesced")
+    cfg = spec.default_config()
+    first = jit.compile_kernel(spec, cfg, ARCH)
+    assert not first.from_cache and jit.cache_dir() == fresh_cache
+    entries = list(fresh_cache.glob("*.bin"))
+    assert len(entries) == 1
+    second = jit.compile_kernel(spec, cfg, ARCH)
+    assert second.from_cache and second.cubin == first.cubin and second.usage == first.usage
+    # another config, another entry
+    jit.compile_kernel(spec, spec.config(BX=16), ARCH)
+    assert len(list(fresh_cache.glob("*.bin"))) == 2
+
+
+def test_key_covers_included_headers(tmp_path):
+    root = tmp_path / "k"
+    (root / "common").mkdir(parents=True)
+    (root / "common" / "h.cuh").write_text("#define V 1\n")
+    (root / "main.cu").write_text('#include "common/h.cuh"\n__global__ void k() {}\n')
+    one = jit.source_closure(root / "main.cu", root)
+    assert set(one) == {"main.cu", "common/h.cuh"}
+    k1 = jit._cache_key(one, "k", ARCH)
+    (root / "common" / "h.cuh").write_text("#define V 2\n")
+    k2 = jit._cache_key(jit.source_closure(root / "main.cu", root), "k", ARCH)
+    assert k1 != k2
+    assert jit._cache_key(one, "k", "sm_80") != k1
+
+
+def test_damaged_entry_is_recompiled(fresh_cache):
+    spec = registry.get("sgemm_01_naive")
+    cfg = spec.default_config()
+    good = jit.compile_kernel(spec, cfg, ARCH)
+    (entry,) = fresh_cache.glob("*.bin")
+    data = entry.read_bytes()
+    entry.write_bytes(data[: len(data) // 2])  # torn
+    again = jit.compile_kernel(spec, cfg, ARCH)
+    assert not again.from_cache and again.cubin == good.cubin
+    entry.write_bytes(b"garbage")
+    assert not jit.compile_kernel(spec, cfg, ARCH).from_cache
+    assert jit.compile_kernel(spec, cfg, ARCH).from_cache
+
+
+def test_two_processes_compiling_at_once(fresh_cache):
+    code = (
+        "from gemmlab import jit, registry\n"
+        "s = registry.get('sgemm_03_smem_tile')\n"
+        "c = jit.compile_kernel(s, s.default_config(), 'sm_90a')\n"
+        "print(len(c.cubin), c.lowered_name)\n"
+    )
+    env = dict(os.environ, GEMMLAB_CACHE_DIR=str(fresh_cache))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert outs[0][0] == outs[1][0]
+    assert list(fresh_cache.glob("*.tmp*")) == []
+    (entry,) = fresh_cache.glob("*.bin")
+    assert jit._read_entry(entry) is not None
+    spec = registry.get("sgemm_03_smem_tile")
+    assert jit.compile_kernel(spec, spec.default_config(), ARCH).from_cache
+
+
+def test_clear_cache(fresh_cache):
+    spec = registry.get("sgemm_01_naive")
+    jit.compile_kernel(spec, spec.default_config(), ARCH)
+    assert jit.clear_cache() == 1
+    assert list(fresh_cache.glob("*.bin")) == []
+
+
+def test_arch_for_capabilities():
+    assert jit.arch_for(9, 0) == "sm_90a"
+    assert jit.arch_for(8, 6) == "sm_86"

@@ -1,0 +1,67 @@
+"""The checks can fail: wrong, missing or NaN results are caught; right ones pass."""
+
+import torch
+
+from gemmlab.reference import check_result, compare, reference, tolerance
+
+
+def rand(*s):
+    return torch.rand(s, dtype=torch.float32) * 2 - 1
+
+
+def test_fp32_result_passes_and_metrics_are_small():
+    a, b = rand(200, 300), rand(300, 150)
+    rep = check_result(a @ b, a, b)
+    assert rep.passed and rep.rel_fro < 1e-6 and rep.nonfinite == 0
+
+
+def test_alpha_beta_reference():
+    a, b, c = rand(20, 30), rand(30, 10), rand(20, 10)
+    d = 1.5 * (a @ b) - 0.25 * c
+    assert check_result(d, a, b, c, 1.5, -0.25).passed
+    assert not check_result(d, a, b, c, 1.5, 0.25).passed
+
+
+def test_one_missing_k_term_fails_at_large_k():
+    a, b = rand(64, 8192), rand(8192, 64)
+    wrong = a[:, 1:] @ b[1:, :]
+    assert not check_result(wrong, a, b).passed
+
+
+def test_one_wrong_element_fails():
+    a, b = rand(100, 100), rand(100, 100)
+    d = a @ b
+    d[37, 71] += 0.01
+    rep = check_result(d, a, b)
+    assert not rep.passed and rep.max_scaled > tolerance(torch.float32).max_scaled
+
+
+def test_nan_or_unwritten_output_fails():
+    a, b = rand(50, 40), rand(40, 30)
+    d = a @ b
+    d[0, 0] = float("nan")
+    rep = check_result(d, a, b)
+    assert not rep.passed and rep.nonfinite == 1
+    d[0, 0] = float("inf")
+    assert not check_result(d, a, b).passed
+
+
+def test_beta_zero_reference_ignores_nan_c():
+    a, b = rand(10, 5), rand(5, 10)
+    c = torch.full((10, 10), float("nan"))
+    ref, scale = reference(a, b, c, 2.0, 0.0)
+    assert torch.isfinite(ref).all() and torch.isfinite(scale).all()
+
+
+def test_k_zero_and_empty():
+    a, b, c = rand(4, 0), rand(0, 3), rand(4, 3)
+    assert check_result(0.5 * c, a, b, c, 1.0, 0.5).passed
+    assert not check_result(0.5 * c + 1e-3, a, b, c, 1.0, 0.5).passed
+    assert check_result(torch.empty(0, 3), rand(0, 2), rand(2, 3)).passed
+
+
+def test_compare_uses_float64():
+    a, b = rand(30, 30), rand(30, 30)
+    ref, scale = reference(a, b)
+    assert ref.dtype == torch.float64
+    assert compare(ref.float(), ref, scale, tolerance(torch.float32)).passed

@@ -1,0 +1,60 @@
+"""The registry is the one list of kernels: consistent, complete, and what everything else reads."""
+
+import re
+
+import pytest
+import torch
+
+from gemmlab import registry
+from gemmlab.registry import KERNELS
+
+
+def test_ids_unique_and_steps_ordered():
+    ids = [k.id for k in KERNELS]
+    assert len(ids) == len(set(ids))
+    ladder = [k for k in KERNELS if k.id.startswith("sgemm_")]
+    assert [k.step for k in ladder] == sorted(k.step for k in ladder)
+    assert len({k.step for k in ladder}) == len(ladder)
+
+
+@pytest.mark.parametrize("spec", KERNELS, ids=lambda k: k.id)
+def test_spec_is_complete(spec):
+    assert spec.source_path().is_file(), spec.source
+    # one step, one file: the file's number is the step and the id names both
+    number = int(re.match(r"(\d+)_", spec.source_path().name).group(1))
+    assert number == spec.step and spec.id.startswith(f"sgemm_{spec.step:02d}_")
+    text = spec.source_path().read_text()
+    assert text.startswith(f"// Step {spec.step:02d}"), "the file header tells the step's story"
+    assert re.search(rf"\b{spec.entry}\s*\(", text), f"entry {spec.entry} not in {spec.source}"
+    assert all(p.doc for p in spec.params)
+    for p in spec.params:  # template parameters are declared in the source in registry order
+        assert re.search(rf"\bint {p.name}\b", text), p.name
+    assert spec.idea and spec.title and spec.seeds
+    assert torch.float32 in spec.dtypes
+
+
+@pytest.mark.parametrize("spec", KERNELS, ids=lambda k: k.id)
+def test_default_config_and_geometry(spec):
+    cfg = spec.default_config()
+    assert spec.name_expression(cfg).startswith(spec.entry + "<")
+    bx, by, bz = spec.block(cfg)
+    assert 1 <= bx * by * bz <= 1024
+    # the grid covers C for awkward sizes
+    for M, N in [(1, 1), (7, 1000), (1022, 3135)]:
+        gx, gy, gz = spec.grid(M, N, cfg)
+        assert gx >= 1 and gy >= 1 and gz == 1
+
+
+def test_unknown_kernel_and_parameter_errors():
+    with pytest.raises(ValueError, match="no kernel named 'nope'.*sgemm_01_naive"):
+        registry.get("nope")
+    spec = registry.get("sgemm_03_smem_tile")
+    with pytest.raises(ValueError, match="no parameter"):
+        spec.config(BM=64)
+    with pytest.raises(ValueError, match="threads a block"):
+        spec.config(TILE=64)  # 4096 threads
+
+
+def test_kernels_filter_by_dtype():
+    assert registry.kernels(torch.float32) == list(KERNELS)
+    assert registry.kernels(torch.float64) == []

@@ -1,0 +1,127 @@
+"""Bad input gets a clear TypeError/ValueError before any launch. The structural checks run here
+on CPU tensors (device_type='cpu'); gemm() itself rejects CPU tensors."""
+
+import pytest
+import torch
+
+import gemmlab
+from gemmlab.configs import select
+from gemmlab.problem import problem_from_tensors
+
+
+def P(*args, **kw):
+    return problem_from_tensors(*args, device_type="cpu", **kw)
+
+
+def r(*shape, dtype=torch.float32):
+    return torch.rand(shape, dtype=dtype)
+
+
+def test_gemm_rejects_cpu_tensors_with_a_hint():
+    with pytest.raises(ValueError, match=r"a is on cpu.*a\.cuda\(\)"):
+        gemmlab.gemm(r(4, 3), r(3, 2))
+
+
+def test_not_tensors():
+    with pytest.raises(TypeError, match="b must be a torch.Tensor, got list"):
+        P(r(2, 2), [[1.0, 2.0], [3.0, 4.0]])
+
+
+def test_valid_problem_is_described():
+    a, b, c = r(5, 3), r(3, 7), r(5, 7)
+    p = P(a, b, c, alpha=2, beta=0.5)
+    assert (p.M, p.N, p.K, p.alpha, p.beta) == (5, 7, 3, 2.0, 0.5)
+    assert p.a.ld == 3 and p.b.ld == 7 and p.c.ld == 7 and p.d is None
+    assert p.flops == 2 * 5 * 7 * 3
+
+
+def test_inner_dimension_mismatch():
+    with pytest.raises(ValueError, match=r"inner dimensions differ: a is \(4, 3\), b is \(5, 2\)"):
+        P(r(4, 3), r(5, 2))
+
+
+def test_mixed_and_unsupported_dtypes():
+    with pytest.raises(TypeError, match="one dtype.*a: torch.float32, b: torch.float64"):
+        P(r(4, 3), r(3, 2, dtype=torch.float64))
+    p = P(r(4, 3, dtype=torch.float64), r(3, 2, dtype=torch.float64))
+    with pytest.raises(TypeError, match="no registered kernel takes float64; supported dtypes: float32"):
+        select(p)
+
+
+def test_wrong_rank():
+    with pytest.raises(ValueError, match="a must be a 2-D matrix, got 3-D"):
+        P(r(2, 4, 3), r(3, 2))
+    with pytest.raises(ValueError, match="b must be a 2-D matrix, got 1-D"):
+        P(r(4, 3), r(3))
+
+
+def test_strides_that_no_kernel_serves():
+    with pytest.raises(ValueError, match=r"a must be row-major.*a\.contiguous\(\)"):
+        P(r(3, 4).t(), r(3, 2))  # column-major view
+    with pytest.raises(ValueError, match="b must be row-major"):
+        P(r(4, 3), r(3, 4)[:, ::2])
+    expanded = r(1, 3).expand(4, 3)  # row stride 0: rows alias
+    with pytest.raises(ValueError, match="rows overlap"):
+        P(expanded, r(3, 2))
+
+
+def test_row_stride_larger_than_width_is_fine():
+    big = r(6, 10)
+    p = P(big[1:5, 2:5], r(3, 2))
+    assert p.a.ld == 10 and (p.M, p.K) == (4, 3)
+
+
+def test_c_shape_and_missing_c():
+    with pytest.raises(ValueError, match=r"c must have shape \(4, 2\)"):
+        P(r(4, 3), r(3, 2), r(2, 4), beta=1.0)
+    with pytest.raises(ValueError, match="beta=0.5 needs c"):
+        P(r(4, 3), r(3, 2), beta=0.5)
+
+
+def test_out_shape_and_aliasing():
+    a, b, c = r(4, 3), r(3, 2), r(4, 2)
+    with pytest.raises(ValueError, match=r"out must have shape \(4, 2\)"):
+        P(a, b, out=r(2, 4))
+    big = r(4, 8)
+    with pytest.raises(ValueError, match="out overlaps a"):
+        P(big[:, :3], b, out=big[:, 3:5])
+    bb = r(5, 2)
+    with pytest.raises(ValueError, match="out overlaps b"):
+        P(a, bb[:3], out=bb[1:])
+    cc = r(5, 2)
+    with pytest.raises(ValueError, match="partially overlaps c"):
+        P(a, b, cc[:4], out=cc[1:], beta=1.0)
+    p = P(a, b, c, out=c, beta=1.0)  # exactly c: an in-place update
+    assert p.d.ptr == p.c.ptr
+
+
+def test_scalars():
+    with pytest.raises(TypeError, match="alpha must be a real number, got complex"):
+        P(r(2, 2), r(2, 2), alpha=1j)
+    with pytest.raises(TypeError, match="beta must be a real number, got str"):
+        P(r(2, 2), r(2, 2), r(2, 2), beta="1")
+    with pytest.raises(TypeError, match="alpha must be a real number, got bool"):
+        P(r(2, 2), r(2, 2), alpha=True)
+    import numpy as np
+
+    assert P(r(2, 2), r(2, 2), alpha=np.float32(2.0)).alpha == 2.0
+
+
+def test_lazy_negative_view():
+    with pytest.raises(ValueError, match="lazy conjugate/negative"):
+        P(torch._neg_view(r(2, 2)), r(2, 2))
+
+
+def test_unknown_kernel_and_unservable_kernel():
+    p = P(r(4, 3), r(3, 2))
+    with pytest.raises(ValueError, match="no kernel named 'sgemm_99'"):
+        select(p, "sgemm_99")
+    huge_m = P(torch.empty((3_000_000, 0)), torch.empty((0, 1)))
+    with pytest.raises(ValueError, match="cannot serve M=3000000 N=1 K=0.*over the hardware limit"):
+        select(huge_m, "sgemm_02_coalesced")
+    assert select(huge_m, "sgemm_01_naive")[0].id == "sgemm_01_naive"  # its grid puts M on x
+
+
+def test_auto_takes_the_latest_step_that_serves():
+    spec, cfg = select(P(r(4, 3), r(3, 2)))
+    assert spec.id == "sgemm_03_smem_tile" and cfg["TILE"] == 32
