@@ -11,12 +11,10 @@ export GEMMLAB_CACHE_DIR=${GEMMLAB_CACHE_DIR:-/tmp/gemmlab-cache}
 status=0
 step() { echo "=== $*"; }
 
-step "environment"
-nvidia-smi | tee "$OUT/nvidia-smi.txt"
-python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
-
-step "compile (resource report from the driver's arch)"
-python3 -m gemmlab compile 2>&1 | tee "$OUT/compile.log" || status=1
+step "environment and compile (resource report for the driver's arch)"
+{ nvidia-smi
+  python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
+  python3 -m gemmlab compile; } 2>&1 | tee "$OUT/env.log" || status=1
 
 step "GPU tests"
 python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" || status=1

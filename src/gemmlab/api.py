@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
 from . import jit, launch, registry
-from .configs import select
+from .configs import _choice_key, select
 from .problem import GemmProblem, problem_from_tensors
 from .registry import GemmConfig, KernelSpec
 
@@ -31,12 +31,13 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None) -> torch
     Raises TypeError/ValueError before any launch if the arguments cannot be served.
     """
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta)
-    spec, cfg = select(problem, kernel)
+    plan = _plan(problem, kernel)
     if out is None:
         out = torch.empty((problem.M, problem.N), dtype=problem.dtype, device=problem.device)
     if problem.is_empty:
         return out
-    _planned_launch(spec, cfg, problem, out)()
+    c_ptr = problem.c.ptr if problem.c is not None else 0
+    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)
     return out
 
 
@@ -55,27 +56,52 @@ def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out) -> Callabl
     return _planned_launch(spec, cfg, problem, out)
 
 
-def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, out: torch.Tensor):
+class _Plan(NamedTuple):
+    """Everything about a launch except the four addresses: kernel, geometry, scalar arguments."""
+
+    spec: KernelSpec
+    config: GemmConfig
+    loaded: object
+    device_id: int
+    grid: tuple
+    block: tuple
+    tail: tuple  # M, N, K, lda, ldb, ldc, ldd as int32; alpha, beta as float32
+
+
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _plan(problem: GemmProblem, kernel: str) -> _Plan:
+    """The launch plan for a problem, memoised on what the choice and the scalars depend on."""
+    key = (_choice_key(problem, kernel), problem.device, problem.alpha, problem.beta)
+    plan = _PLANS.get(key)
+    if plan is None:
+        spec, cfg = select(problem, kernel)
+        if len(_PLANS) >= 4096:
+            _PLANS.clear()
+        plan = _PLANS[key] = _make_plan(spec, cfg, problem)
+    return plan
+
+
+def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan:
     device_id = problem.device.index if problem.device.index is not None else torch.cuda.current_device()
-    loaded = jit.load_kernel(spec, cfg, device_id)
     M, N, K = problem.M, problem.N, problem.K
+    if problem.is_empty:
+        return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), ())
+    loaded = jit.load_kernel(spec, cfg, device_id)
     ldd = problem.d.ld if problem.d is not None else N
-    c_ptr, ldc = (problem.c.ptr, problem.c.ld) if problem.c is not None else (0, N)
+    ldc = problem.c.ld if problem.c is not None else N
     i32, f32 = launch.i32, launch.f32
-    args = (
-        problem.a.ptr,
-        problem.b.ptr,
-        c_ptr,
-        out.data_ptr(),
-        i32(M),
-        i32(N),
-        i32(K),
-        i32(problem.a.ld),
-        i32(problem.b.ld),
-        i32(ldc),
-        i32(ldd),
-        f32(problem.alpha),
-        f32(problem.beta),
-    )
-    grid, block = spec.grid(M, N, cfg), spec.block(cfg)
-    return partial(launch.launch, loaded, device_id, grid, block, *args)
+    tail = (
+        i32(M), i32(N), i32(K),
+        i32(problem.a.ld), i32(problem.b.ld), i32(ldc), i32(ldd),
+        f32(problem.alpha), f32(problem.beta),
+    )  # fmt: skip
+    return _Plan(spec, cfg, loaded, device_id, spec.grid(M, N, cfg), spec.block(cfg), tail)
+
+
+def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, out: torch.Tensor):
+    plan = _make_plan(spec, cfg, problem)
+    c_ptr = problem.c.ptr if problem.c is not None else 0
+    args = (problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)
+    return partial(launch.launch, plan.loaded, plan.device_id, plan.grid, plan.block, *args)
