@@ -8,6 +8,8 @@ import torch
 # (or pollute) the user's cache.
 os.environ.setdefault("GEMMLAB_CACHE_DIR", tempfile.mkdtemp(prefix="gemmlab-test-cache-"))
 
+os.environ.setdefault("COLUMNS", "220")  # rich tables in CLI tests: wide enough not to wrap ids
+
 HAS_GPU = torch.cuda.is_available()
 
 

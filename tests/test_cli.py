@@ -47,7 +47,7 @@ def test_cache_show_and_clear(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the message a machine without a GPU gives")
-@pytest.mark.parametrize("cmd", [["check"], ["bench"], ["overhead"], ["compile"]])
+@pytest.mark.parametrize("cmd", [["check", "--device", "cuda"], ["bench", "-d", "cuda"], ["overhead"], ["compile"]])
 def test_gpu_commands_fail_in_one_line_without_gpu(cmd):
     res = runner.invoke(app, cmd)
     assert res.exit_code == 2
@@ -60,3 +60,29 @@ def test_parse_shape():
     assert parse_shape("2048x2048x1024") == (2048, 2048, 1024)
     with pytest.raises(Exception, match="not MxNxK"):
         parse_shape("12x3")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the fallback to the CPU ladder happens only without a GPU")
+def test_check_falls_back_to_the_cpu_ladder_and_says_so():
+    res = runner.invoke(app, ["check", "-s", "7x13x17", "-s", "33x1x65"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "no CUDA GPU visible; running the CPU ladder" in res.output
+    assert "32 passed, 0 failed" in res.output  # 4 kernels x 2 shapes x 4 variants
+
+
+def test_bench_on_the_cpu_writes_records(tmp_path):
+    res = runner.invoke(
+        app, ["bench", "-d", "cpu", "-s", "33x65x17", "-k", "cpu02_reordered", "-k", "cpu04_parallel", "--reps", "3", "--out", str(tmp_path)],
+        terminal_width=200,
+    )
+    assert res.exit_code == 0, res.output
+    (path,) = tmp_path.glob("cpu-*/bench-cpu-*.json")
+    run = json.loads(path.read_text())
+    assert run["meta"]["kind"] == "bench-cpu" and run["meta"]["blas"]
+    assert [r["kernel"] for r in run["records"]] == ["cpu02_reordered", "cpu04_parallel"]
+    assert all(r["error"]["passed"] and r["reps"] == 3 and r["median_ms"] > 0 for r in run["records"])
+
+
+def test_kernel_of_the_wrong_device_is_a_usage_error():
+    res = runner.invoke(app, ["bench", "-d", "cpu", "-k", "sgemm_01_naive"])
+    assert res.exit_code == 2 and "runs on cuda, not cpu" in res.output

@@ -45,7 +45,7 @@ def test_mixed_and_unsupported_dtypes():
         P(r(4, 3), r(3, 2, dtype=torch.float64))
     p = P(r(4, 3, dtype=torch.float64), r(3, 2, dtype=torch.float64))
     with pytest.raises(TypeError, match="no registered kernel takes float64; supported dtypes: float32"):
-        select(p)
+        select(p, device="cuda")
 
 
 def test_wrong_rank():
@@ -115,13 +115,16 @@ def test_lazy_negative_view():
 def test_unknown_kernel_and_unservable_kernel():
     p = P(r(4, 3), r(3, 2))
     with pytest.raises(ValueError, match="no kernel named 'sgemm_99'"):
-        select(p, "sgemm_99")
+        select(p, "sgemm_99", device="cuda")
     huge_m = P(torch.empty((3_000_000, 0)), torch.empty((0, 1)))
     with pytest.raises(ValueError, match="cannot serve M=3000000 N=1 K=0.*over the hardware limit"):
-        select(huge_m, "sgemm_02_coalesced")
-    assert select(huge_m, "sgemm_01_naive")[0].id == "sgemm_01_naive"  # its grid puts M on x
+        select(huge_m, "sgemm_02_coalesced", device="cuda")
+    assert select(huge_m, "sgemm_01_naive", device="cuda")[0].id == "sgemm_01_naive"  # its grid puts M on x
+    with pytest.raises(ValueError, match="runs on cuda, not cpu"):
+        select(p, "sgemm_01_naive")
 
 
 def test_auto_takes_the_latest_step_that_serves():
-    spec, cfg = select(P(r(4, 3), r(3, 2)))
+    spec, cfg = select(P(r(4, 3), r(3, 2)), device="cuda")
     assert spec.id == "sgemm_03_smem_tile" and cfg["TILE"] == 32
+    assert select(P(r(4, 3), r(3, 2)))[0].id == "cpu04_parallel"  # CPU tensors: the CPU ladder

@@ -15,12 +15,13 @@ from .registry import GemmConfig, KernelSpec
 __all__ = ["gemm", "kernels", "select", "run", "prepare"]
 
 
-def kernels(dtype: torch.dtype | None = None) -> list[KernelSpec]:
-    """The registered kernels in ladder order (optionally only those taking dtype)."""
-    return registry.kernels(dtype)
+def kernels(dtype: torch.dtype | None = None, device: str = "cuda") -> list[KernelSpec]:
+    """The registered kernels of a device ('cuda' or 'cpu') in ladder order (optionally only
+    those taking dtype)."""
+    return registry.kernels(dtype, device)
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None) -> torch.Tensor:
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None):
     """D = alpha * a @ b + beta * c on CUDA tensors, launched on torch's current stream.
 
     a: [M, K], b: [K, N], c: [M, N] or None (then beta must be 0), row-major (unit column
@@ -28,8 +29,17 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None) -> torch
     an in-place update); allocated when None. kernel: a registered kernel id, or "auto" for the
     fastest registered kernel that can serve the problem. Returns D.
 
+    device="cpu" runs the CPU ladder instead (numba; numpy arrays or CPU tensors, result of the
+    same kind as a); the default is the GPU, which rejects CPU tensors.
+
     Raises TypeError/ValueError before any launch if the arguments cannot be served.
     """
+    if device is not None and device != "cuda":
+        if device != "cpu":
+            raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+        from .cpu.api import gemm_cpu
+
+        return gemm_cpu(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta)
     plan = _plan(problem, kernel)
     if out is None:

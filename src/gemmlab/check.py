@@ -28,6 +28,17 @@ FIXED_SHAPES: tuple[tuple[int, int, int], ...] = (
 )
 
 
+# The CPU ladder's naive loops run at ~1 GFLOP/s: smaller shapes, still none a multiple of a block.
+CPU_SHAPES: tuple[tuple[int, int, int], ...] = (
+    (1, 1, 1),
+    (7, 13, 17),
+    (127, 129, 65),
+    (257, 255, 129),
+    (0, 5, 3),
+    (5, 7, 0),
+)
+
+
 def random_odd_shapes(n: int, rng: random.Random, low: int = 2, high: int = 700) -> list[tuple[int, int, int]]:
     """n shapes whose sides are odd (so never a multiple of any power-of-two tile)."""
     return [tuple(rng.randrange(low, high) | 1 for _ in range(3)) for _ in range(n)]
@@ -67,7 +78,7 @@ class CaseResult:
         return f"M={self.M} N={self.N} K={self.K} kernel={self.kernel} [{self.variant}]"
 
 
-def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device="cuda", dtype=torch.float32) -> CaseResult:
+def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cuda", dtype=torch.float32) -> CaseResult:
     gen = torch.Generator(device=device)
     gen.seed()
     a = torch.rand((M, K), generator=gen, device=device, dtype=dtype) * 2 - 1
@@ -83,8 +94,9 @@ def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device="cuda", dty
     else:
         out = torch.full((M, N), float("nan"), device=device, dtype=dtype)  # poison
     try:
-        gemm(a, b, c, alpha=v.alpha, beta=v.beta, kernel=kernel, out=out)
-        torch.cuda.synchronize()
+        gemm(a, b, c, alpha=v.alpha, beta=v.beta, kernel=kernel, out=out, device=device)
+        if device == "cuda":
+            torch.cuda.synchronize()
     except Exception as exc:  # reported per case, never swallowed silently
         return CaseResult(kernel, M, N, K, v.name, None, f"{type(exc).__name__}: {exc}")
     err = check_result(out, a, b, c_before, v.alpha, v.beta)
@@ -102,20 +114,27 @@ def cases(kernels: Iterable[str], shapes: Iterable[tuple[int, int, int]], varian
     return [(k, s, v) for k in kernels for s in shapes for v in variants]
 
 
+def default_shapes(device: str, n_random: int, seed: int | None) -> list[tuple[int, int, int]]:
+    rng = random.Random(seed)
+    if device == "cpu":
+        return list(CPU_SHAPES) + random_odd_shapes(n_random, rng, high=300)
+    return list(FIXED_SHAPES) + random_odd_shapes(n_random, rng)
+
+
 def run_check(
     kernels: list[str] | None = None,
     shapes: list[tuple[int, int, int]] | None = None,
     n_random: int = 3,
     seed: int | None = None,
     progress: Callable[[CaseResult], None] | None = None,
+    device: str = "cuda",
 ) -> list[CaseResult]:
-    kernels = kernels or [k.id for k in registry.kernels()]
+    kernels = kernels or [k.id for k in registry.kernels(device=device)]
     if shapes is None:
-        rng = random.Random(seed)
-        shapes = list(FIXED_SHAPES) + random_odd_shapes(n_random, rng)
+        shapes = default_shapes(device, n_random, seed)
     results = []
     for k, (M, N, K), v in cases(kernels, shapes):
-        r = run_case(k, M, N, K, v)
+        r = run_case(k, M, N, K, v, device=device)
         results.append(r)
         if progress:
             progress(r)

@@ -18,7 +18,7 @@ app = typer.Typer(help="Hand-written CUDA GEMM kernels: list, compile, check, be
 cache_app = typer.Typer(help="The on-disk cubin cache.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -34,13 +34,36 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return tuple(dims)
 
 
-def _kernel_ids(names: Optional[list[str]]) -> list[str]:
+def _kernel_ids(names: Optional[list[str]], device: str = "cuda") -> list[str]:
     if not names:
-        return [k.id for k in registry.kernels()]
+        return [k.id for k in registry.kernels(device=device)]
     try:
-        return [registry.get(n).id for n in names]
+        specs = [registry.get(n) for n in names]
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    for s in specs:
+        if s.device != device:
+            raise typer.BadParameter(f"{s.id} runs on {s.device}, not {device}; pass --device {s.device}")
+    return [s.id for s in specs]
+
+
+def _pick_device(device: str) -> str:
+    """'auto' -> the GPU if there is one, else the CPU ladder (said in one line)."""
+    import torch
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise typer.BadParameter(f"--device must be auto, cuda or cpu, got {device!r}")
+    if device == "cuda":
+        _require_gpu()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        err_console.print("gemmlab: no CUDA GPU visible; running the CPU ladder (--device cuda insists on a GPU).")
+        return "cpu"
+    return device
+
+
+DEVICE_OPTION = typer.Option("auto", "--device", "-d", help="auto (GPU if present, else CPU), cuda or cpu")
 
 
 def _require_gpu() -> None:
@@ -67,11 +90,11 @@ def _progress() -> Progress:
 def list_kernels() -> None:
     """Every registered kernel, in ladder order."""
     t = Table(title="gemmlab kernels")
-    for col in ("id", "step", "dtypes", "config", "idea"):
+    for col in ("id", "device", "step", "dtypes", "config", "idea"):
         t.add_column(col)
-    for k in registry.kernels():
+    for k in registry.kernels(device="cuda") + registry.kernels(device="cpu"):
         dtypes = ",".join(str(d).removeprefix("torch.") for d in k.dtypes)
-        t.add_row(k.id, str(k.step), dtypes, str(k.default_config().as_dict()), k.idea)
+        t.add_row(k.id, k.device, str(k.step), dtypes, str(k.default_config().as_dict()), k.idea)
     console.print(t)
 
 
@@ -125,20 +148,21 @@ def check_cmd(
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the check set"),
     random_shapes: int = typer.Option(3, "--random", help="random odd shapes added to the default set"),
     seed: Optional[int] = typer.Option(None, help="seed for the random shapes (default: fresh)"),
+    device: str = DEVICE_OPTION,
 ) -> None:
     """Verify kernels against float64: pass/fail and error per case; exit 1 on any failure."""
-    _require_gpu()
+    device = _pick_device(device)
     from . import check
 
-    ids = _kernel_ids(kernel)
+    ids = _kernel_ids(kernel, device)
     shapes = [parse_shape(s) for s in shape] if shape else None
     import random as _random
 
     seed = seed if seed is not None else _random.randrange(2**31)
     if shapes is None:
-        shapes = list(check.FIXED_SHAPES) + check.random_odd_shapes(random_shapes, _random.Random(seed))
+        shapes = check.default_shapes(device, random_shapes, seed)
     total = len(check.cases(ids, shapes))
-    t = Table(title=f"gemmlab check (random shapes seed {seed})")
+    t = Table(title=f"gemmlab check on {device} (random shapes seed {seed})")
     for col in ("kernel", "M x N x K", "variant", "rel_fro", "max_scaled", "result"):
         t.add_column(col)
     results = []
@@ -149,7 +173,7 @@ def check_cmd(
             results.append(r)
             prog.advance(task)
 
-        check.run_check(ids, shapes, progress=on_case)
+        check.run_check(ids, shapes, progress=on_case, device=device)
     for r in results:
         e = r.error
         status = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.message or (e.summary() if e else '')}"
@@ -169,16 +193,28 @@ def bench_cmd(
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the seeds' sizes"),
     reps: int = typer.Option(20, min=1, help="timed runs per kernel and shape (median reported)"),
     warmup: int = typer.Option(2, min=0, help="untimed runs first"),
-    out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu>/bench-<time>.json"),
+    out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu or cpu>/bench-<time>.json"),
+    device: str = DEVICE_OPTION,
+    budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
 ) -> None:
-    """Time kernels against cuBLAS (same inputs, same process, interleaved, L2 flushed)."""
-    _require_gpu()
-    from .bench import run as bench_run
+    """Time kernels against the baseline (GPU: cuBLAS, same inputs, interleaved, L2 flushed;
+    CPU: numpy's BLAS)."""
+    device = _pick_device(device)
+    ids = _kernel_ids(kernel, device)
+    if device == "cpu":
+        from .bench import cpu as bench_cpu
 
-    ids = _kernel_ids(kernel)
-    shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
-    t = Table(title="gemmlab bench (FP32, TF32 off)")
-    for col in ("kernel", "M x N x K", "ms", "TFLOP/s", "cuBLAS TFLOP/s", "ratio"):
+        shapes = [parse_shape(s) for s in shape] if shape else list(bench_cpu.CPU_SHAPES)
+        runner = lambda **kw: bench_cpu.run_cpu_bench(ids, shapes, out, reps=reps, warmup=min(warmup, 1), budget_s=budget, **kw)
+        title, unit, scale, base = "gemmlab bench on the CPU (FP32)", "GFLOP/s", 1e3, "numpy"
+    else:
+        from .bench import run as bench_run
+
+        shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
+        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, **kw)
+        title, unit, scale, base = "gemmlab bench (FP32, TF32 off)", "TFLOP/s", 1.0, "cuBLAS"
+    t = Table(title=title)
+    for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
         t.add_column(col, justify="right")
     with _progress() as prog:
         task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
@@ -187,10 +223,10 @@ def bench_cmd(
             prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
 
         def on_record(r):
-            t.add_row(r["kernel"], f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops']:.2f}", f"{r['cublas_tflops']:.2f}", f"{r['ratio']:.3f}")
+            t.add_row(r["kernel"], f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
             prog.advance(task)
 
-        path, _ = bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, on_record=on_record, on_start=on_start)
+        path, _ = runner(on_record=on_record, on_start=on_start)
     console.print(t)
     console.print(f"records: {path}")
 

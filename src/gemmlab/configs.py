@@ -24,36 +24,44 @@ def _choice_key(problem: GemmProblem, kernel: str) -> tuple:
     return (kernel, problem.dtype, problem.M, problem.N, problem.K, problem.c is None, problem.d is None, ops)
 
 
-def select(problem: GemmProblem, kernel: str = "auto") -> tuple[KernelSpec, GemmConfig]:
+def select(problem: GemmProblem, kernel: str = "auto", device: str | None = None) -> tuple[KernelSpec, GemmConfig]:
     """The kernel and config that will serve the problem, or a ValueError saying why none can.
+    device: the ladder to choose from ('cuda' or 'cpu'); default the tensors' device type.
     Choices are memoised on _choice_key, so repeated calls of one shape skip the search."""
-    key = _choice_key(problem, kernel)
+    device = device or problem.device.type
+    key = (_choice_key(problem, kernel), device)
     hit = _CHOICES.get(key)
     if hit is None:
-        hit = _select(problem, kernel)
+        hit = _select(problem, kernel, device)
         if len(_CHOICES) >= _CHOICES_MAX:
             _CHOICES.clear()
         _CHOICES[key] = hit
     return hit
 
 
-def _select(problem: GemmProblem, kernel: str) -> tuple[KernelSpec, GemmConfig]:
+def _select(problem: GemmProblem, kernel: str, device: str) -> tuple[KernelSpec, GemmConfig]:
     if kernel != "auto":
         spec = registry.get(kernel)
+        if spec.device != device:
+            raise ValueError(
+                f"kernel {kernel!r} runs on {spec.device}, not {device}; "
+                + ("pass device='cpu' for the CPU ladder" if spec.device == "cpu" else "use a GPU kernel or kernel='auto'")
+            )
         cfg = config_for(spec, problem)
         reason = spec.why_not(problem, cfg)
         if reason:
             raise ValueError(f"kernel {kernel!r} cannot serve {problem.shape}: {reason}; use kernel='auto'")
         return spec, cfg
     reasons = []
-    for spec in sorted(registry.kernels(), key=lambda k: -k.step):
+    ladder = registry.kernels(device=device)
+    for spec in sorted(ladder, key=lambda k: -k.step):
         cfg = config_for(spec, problem)
         reason = spec.why_not(problem, cfg)
         if reason is None:
             return spec, cfg
         reasons.append(reason)
-    dtypes = sorted({str(d).removeprefix("torch.") for k in registry.kernels() for d in k.dtypes})
-    if problem.dtype not in {d for k in registry.kernels() for d in k.dtypes}:
+    dtypes = sorted({str(d).removeprefix("torch.") for k in ladder for d in k.dtypes})
+    if problem.dtype not in {d for k in ladder for d in k.dtypes}:
         raise TypeError(
             f"no registered kernel takes {str(problem.dtype).removeprefix('torch.')}; supported dtypes: {', '.join(dtypes)}"
         )

@@ -171,10 +171,8 @@ def _explain_mismatch(present, device_type: str) -> None:
     """Raise the error that says which tensor is on the wrong device or has the wrong dtype."""
     for n, t in present:
         if t.device.type != device_type:
-            hint = ".cuda()" if device_type == "cuda" else ".cpu()"
-            raise ValueError(
-                f"{n} is on {t.device}, but this path runs on {device_type} tensors; move it with {n}{hint}"
-            )
+            hint = f"{n}.cuda(), or pass device='cpu' to run the CPU ladder" if device_type == "cuda" else f"{n}.cpu()"
+            raise ValueError(f"{n} is on {t.device}, but this path runs on {device_type} tensors; move it with {hint}")
     if len({t.device for _, t in present}) > 1:
         where = ", ".join(f"{n} on {t.device}" for n, t in present)
         raise ValueError(f"all tensors must be on one device, got {where}")

@@ -69,6 +69,7 @@ class KernelSpec:
         default=lambda p, cfg: None, repr=False
     )
     tags: tuple[str, ...] = field(default_factory=tuple)
+    device: str = "cuda"
 
     def default_config(self) -> GemmConfig:
         cfg = _DEFAULTS.get(self.id)
@@ -171,10 +172,96 @@ SGEMM_03 = KernelSpec(
 SGEMM_LADDER: tuple[KernelSpec, ...] = (SGEMM_01, SGEMM_02, SGEMM_03)
 
 KERNELS: tuple[KernelSpec, ...] = SGEMM_LADDER
-_BY_ID = {k.id: k for k in KERNELS}
 
 
-def get(kernel_id: str) -> KernelSpec:
+# ----------------------------------------------------------------------------------------------
+# The CPU ladder (seeds 004 and 001): numba functions in gemmlab/cpu/kernels.py.
+
+
+@dataclass(frozen=True)
+class CpuKernelSpec:
+    id: str
+    step: int
+    title: str
+    idea: str
+    entry: str  # function name in gemmlab.cpu.kernels
+    params: tuple[Param, ...] = ()
+    dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+    seeds: str = ""
+    device: str = "cpu"
+    source: str = "cpu/kernels.py"
+
+    def default_config(self) -> GemmConfig:
+        cfg = _DEFAULTS.get(self.id)
+        if cfg is None:
+            cfg = _DEFAULTS[self.id] = self.config()
+        return cfg
+
+    def config(self, **overrides: int) -> GemmConfig:
+        names = {p.name for p in self.params}
+        unknown = set(overrides) - names
+        if unknown:
+            raise ValueError(f"{self.id} has no parameter(s) {sorted(unknown)}; it takes {sorted(names)}")
+        values = tuple((p.name, int(overrides.get(p.name, p.default))) for p in self.params)
+        if any(v < 1 for _, v in values):
+            raise ValueError(f"{self.id}: block sizes must be >= 1, got {dict(values)}")
+        return GemmConfig(self.id, values)
+
+    def why_not(self, problem: GemmProblem, cfg: GemmConfig | None = None) -> str | None:
+        if problem.dtype not in self.dtypes:
+            names = ", ".join(str(d).removeprefix("torch.") for d in self.dtypes)
+            return f"{self.id} takes {names}, not {str(problem.dtype).removeprefix('torch.')}"
+        return None
+
+
+CPU_LADDER: tuple[CpuKernelSpec, ...] = (
+    CpuKernelSpec(
+        id="cpu01_naive",
+        step=1,
+        title="naive i-j-k",
+        idea="the textbook triple loop: the inner loop walks a column of B, one cache line per FMA",
+        entry="cpu01_naive",
+        seeds="004 naive; 001 CPU reference loop",
+    ),
+    CpuKernelSpec(
+        id="cpu02_reordered",
+        step=2,
+        title="reordered i-k-j",
+        idea="swap the k and j loops: the inner loop walks rows of B and D contiguously",
+        entry="cpu02_reordered",
+        seeds="004 loop reordering",
+    ),
+    CpuKernelSpec(
+        id="cpu03_blocked",
+        step=3,
+        title="cache-blocked",
+        idea="i-k-j over BM x BK x BN blocks so each block of B is reused from cache",
+        entry="cpu03_blocked",
+        params=(
+            Param("BM", 64, "rows of D a block"),
+            Param("BN", 256, "columns of D a block"),
+            Param("BK", 128, "depth of a block"),
+        ),
+        seeds="004 blocking",
+    ),
+    CpuKernelSpec(
+        id="cpu04_parallel",
+        step=4,
+        title="blocked, parallel, vectorised",
+        idea="column panels across threads (prange), packed B panel, 2x4 dot-product kernel the compiler vectorises",
+        entry="cpu04_parallel",
+        params=(
+            Param("BN", 64, "columns of D a thread's panel"),
+            Param("BK", 1024, "depth of a k block"),
+        ),
+        seeds="001 Eigen+OpenMP reference",
+    ),
+)
+
+_BY_ID: dict[str, KernelSpec | CpuKernelSpec] = {k.id: k for k in KERNELS + CPU_LADDER}
+
+
+def get(kernel_id: str) -> KernelSpec | CpuKernelSpec:
     try:
         return _BY_ID[kernel_id]
     except KeyError:
@@ -182,6 +269,10 @@ def get(kernel_id: str) -> KernelSpec:
         raise ValueError(f"no kernel named {kernel_id!r}; registered kernels: {known}") from None
 
 
-def kernels(dtype: torch.dtype | None = None) -> list[KernelSpec]:
-    """Every registered kernel in ladder order, optionally only those taking dtype."""
-    return [k for k in KERNELS if dtype is None or dtype in k.dtypes]
+def kernels(dtype: torch.dtype | None = None, device: str = "cuda") -> list:
+    """Every registered kernel of a device ('cuda' or 'cpu') in ladder order, optionally only
+    those taking dtype."""
+    ladder = KERNELS if device == "cuda" else CPU_LADDER if device == "cpu" else None
+    if ladder is None:
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    return [k for k in ladder if dtype is None or dtype in k.dtypes]

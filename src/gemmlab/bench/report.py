@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+import statistics
 
 from .. import registry
 
@@ -17,7 +18,8 @@ def load_run(path: Path) -> dict:
 
 
 def find_runs(root: Path, kind: str = "bench") -> list[Path]:
-    return sorted(Path(root).glob(f"*/{kind}-*.json"))
+    """Result files of one kind ('bench', 'bench-cpu', 'overhead'), oldest first."""
+    return sorted(Path(root).glob(f"*/{kind}-[0-9]*.json"))
 
 
 def _title(kernel_id: str) -> str:
@@ -28,40 +30,60 @@ def _title(kernel_id: str) -> str:
         return kernel_id
 
 
+def _baseline_tflops(r: dict) -> float:
+    return r["baseline_tflops"] if "baseline_tflops" in r else r["cublas_tflops"]
+
+
 def bench_table(run: dict) -> str:
-    """Rows: shapes; columns: each kernel's TFLOP/s with its ratio to cuBLAS, then cuBLAS."""
+    """Rows: shapes; columns: each kernel's rate with its ratio to the baseline, then the baseline."""
     recs = run["records"]
     meta = run["meta"]
+    cpu = meta.get("kind") == "bench-cpu"
+    unit, scale = ("GFLOP/s", 1e3) if cpu else ("TFLOP/s", 1.0)
+    base_name = "numpy (BLAS)" if cpu else "cuBLAS"
     kernels = list(dict.fromkeys(r["kernel"] for r in recs))
     shapes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in recs))
     cell = {(r["kernel"], (r["M"], r["N"], r["K"])): r for r in recs}
-    head = ["M x N x K"] + [_title(k) for k in kernels] + ["cuBLAS"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["M x N x K"] + [_title(k) for k in kernels] + [base_name]
+    lines = [f"{unit} (ratio to {base_name}, same run)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in shapes:
         row = [" x ".join(map(str, s))]
-        cub = []
+        base = []
         for k in kernels:
             r = cell.get((k, s))
             if r is None:
                 row.append("")
                 continue
-            row.append(f"{r['tflops']:.2f} ({r['ratio']:.2f}x)")
-            cub.append(r["cublas_tflops"])
-        row.append(f"{max(cub):.1f}" if cub else "")
+            row.append(f"{r['tflops'] * scale:.2f} ({r['ratio']:.2f}x)")
+            base.append(_baseline_tflops(r) * scale)
+        row.append(f"{statistics.median(base):.1f}" if base else "")
         lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n\n" + (_cpu_note(meta, recs) if cpu else _gpu_note(meta, recs))
+
+
+def _gpu_note(meta: dict, recs: list[dict]) -> str:
     clocks = sorted(
         {int(r["clocks_mid"]["clocks.sm"]) for r in recs if isinstance(r.get("clocks_mid", {}).get("clocks.sm"), float)}
     )
     clock_txt = f"SM clock under load {clocks[0]}-{clocks[-1]} MHz" if clocks else "SM clock not read"
     v = meta["versions"]
-    note = (
-        f"\n{meta['gpu']}, driver {meta.get('driver')}, torch {v['torch']} (CUDA {v['torch_cuda']}), "
-        f"NVRTC {v['nvrtc']}, commit `{meta['commit'][:12]}`, {meta['time']}; {clock_txt}. "
-        f"TFLOP/s from the median of {recs[0]['reps']} event-timed runs with L2 flushed, FP32 (TF32 off); "
-        f"ratio = cuBLAS median time / kernel median time, cuBLAS = torch.mm, the better of the "
-        f"cublas and cublasLt backends, timed in the same rounds."
+    return (
+        f"{meta['gpu']}, driver {meta.get('driver')}, torch {v['torch']} (CUDA {v['torch_cuda']}), "
+        f"cuda-core {v['cuda_core']}, NVRTC {v['nvrtc']}, commit `{meta['commit'][:12]}`, {meta['time']}; {clock_txt}. "
+        f"Median of {recs[0]['reps']} event-timed runs with L2 flushed, FP32 (TF32 off); "
+        f"ratio = cuBLAS median time / kernel median time; cuBLAS = torch.mm, the better of the "
+        f"cublas and cublasLt backends, timed in the same rounds (its median across kernels shown)."
     )
-    return "\n".join(lines) + "\n" + note
+
+
+def _cpu_note(meta: dict, recs: list[dict]) -> str:
+    blas = ", ".join(f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')}, {b.get('num_threads')} threads)" for b in meta.get("blas", []))
+    reps = sorted({r["reps"] for r in recs})
+    return (
+        f"{meta['cpu']}, {meta['cores']} cores; numba {meta['versions']['numba']} with {meta['numba_threads']} threads; "
+        f"numpy {meta['versions']['numpy']} on {blas or 'unknown BLAS'}; commit `{meta['commit'][:12]}`, {meta['time']}. "
+        f"Median of {reps[0]}-{reps[-1]} wall-clock runs (fewer for the slow loops), caches flushed before each."
+    )
 
 
 def overhead_table(run: dict) -> str:

@@ -49,6 +49,8 @@ class BenchRecord:
     cublas_median_ms: dict[str, float]
     cublas_backend: str  # the faster of the two, which the ratio uses
     cublas_tflops: float
+    baseline: str  # what ratio compares against, in words
+    baseline_tflops: float
     ratio: float  # cuBLAS median time / kernel median time (> 1: faster than cuBLAS)
     error: dict
     cublas_error: dict
@@ -127,6 +129,8 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
         cublas_median_ms=cub_med,
         cublas_backend=best,
         cublas_tflops=tflops(M, N, K, cub_med[best]),
+        baseline=f"cuBLAS (torch.mm, {best} backend)",
+        baseline_tflops=tflops(M, N, K, cub_med[best]),
         ratio=cub_med[best] / med,
         error=asdict(err),
         cublas_error=asdict(cublas_err),
@@ -141,6 +145,8 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
 
 def results_path(root: Path, meta: dict, tag: str = "bench") -> Path:
     stamp = meta["time"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    if meta.get("kind") == "bench-cpu":
+        tag = "bench-cpu"
     return root / meta["gpu_slug"] / f"{tag}-{stamp}.json"
 
 

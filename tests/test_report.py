@@ -1,0 +1,64 @@
+"""Reports are generated from the committed records, never typed: the README's tables must be
+exactly what `gemmlab report` makes of results/."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gemmlab.bench import report
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+BENCH_RUNS = report.find_runs(RESULTS, "bench")
+
+
+def test_there_are_committed_records():
+    assert BENCH_RUNS, "no results/<gpu>/bench-*.json committed"
+
+
+@pytest.mark.parametrize("path", BENCH_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_records_are_complete(path):
+    run = report.load_run(path)
+    meta = run["meta"]
+    for key in ("gpu", "driver", "commit", "time", "versions", "sm_count"):
+        assert meta.get(key), key
+    assert len(meta["commit"]) >= 7 and "\n" not in meta["commit"]
+    for r in run["records"]:
+        assert r["error"]["passed"] and len(r["times_ms"]) == r["reps"] >= 20
+        assert r["ratio"] == pytest.approx(r["cublas_median_ms"][r["cublas_backend"]] / r["median_ms"])
+        assert r["clocks_mid"].get("clocks.sm"), "SM clock under load recorded"
+
+
+@pytest.mark.parametrize("path", BENCH_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_table_has_every_kernel_and_shape(path):
+    run = report.load_run(path)
+    table = report.bench_table(run)
+    for r in run["records"]:
+        assert f"{r['M']} x {r['N']} x {r['K']}" in table
+        assert f"{r['tflops']:.2f} ({r['ratio']:.2f}x)" in table
+
+
+def test_readme_tables_are_generated_from_records():
+    readme = (ROOT / "README.md").read_text()
+    for name, body in report.readme_sections(RESULTS).items():
+        assert report.replace_between_markers(readme, name, body) == readme, (
+            f"README section {name!r} is stale: run `gemmlab report --write README.md`"
+        )
+
+
+def test_markers_roundtrip(tmp_path):
+    f = tmp_path / "doc.md"
+    f.write_text("intro\n<!-- gemmlab:x:start -->\nold\n<!-- gemmlab:x:end -->\ntail\n")
+    assert report.update_file(f, {"x": "new table"})
+    assert f.read_text() == "intro\n<!-- gemmlab:x:start -->\nnew table\n<!-- gemmlab:x:end -->\ntail\n"
+    assert not report.update_file(f, {"x": "new table"})
+    with pytest.raises(ValueError, match="markers"):
+        report.update_file(f, {"y": "z"})
+
+
+def test_not_a_results_file(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"foo": 1}))
+    with pytest.raises(ValueError, match="not a gemmlab results file"):
+        report.load_run(bad)
