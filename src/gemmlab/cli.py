@@ -256,18 +256,23 @@ def overhead_cmd(
 @app.command("report")
 def report_cmd(
     results: Path = typer.Option(Path("results"), help="the records' root folder"),
-    write: Optional[Path] = typer.Option(None, help="rewrite the marked sections of this file (e.g. README.md)"),
+    write: Optional[list[Path]] = typer.Option(None, help="rewrite the marked sections of this file (repeatable: README.md, docs/ladder.md)"),
 ) -> None:
     """Markdown tables from the newest records of each GPU: printed, or written between markers."""
     from .bench import report
 
-    sections = report.readme_sections(results)
+    sections = report.all_sections(results)
     if write is None:
         for name, body in sections.items():
             console.print(f"## {name}\n\n{body}\n", markup=False, highlight=False)
         return
-    changed = report.update_file(write, sections)
-    console.print(f"{write}: {'updated' if changed else 'already up to date'}")
+    for path in write:
+        try:
+            names = report.update_present_sections(path, sections)
+        except ValueError as exc:
+            err_console.print(f"gemmlab: {exc}")
+            raise typer.Exit(1)
+        console.print(f"{path}: sections {', '.join(names)} regenerated")
 
 
 @cache_app.command("show")

@@ -238,9 +238,9 @@ CPU_LADDER: tuple[CpuKernelSpec, ...] = (
         idea="i-k-j over BM x BK x BN blocks so each block of B is reused from cache",
         entry="cpu03_blocked",
         params=(
-            Param("BM", 64, "rows of D a block"),
-            Param("BN", 256, "columns of D a block"),
-            Param("BK", 128, "depth of a block"),
+            Param("BM", 32, "rows of D a block"),
+            Param("BN", 512, "columns of D a block"),
+            Param("BK", 256, "depth of a block"),
         ),
         seeds="004 blocking",
     ),

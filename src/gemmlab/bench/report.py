@@ -136,3 +136,75 @@ def _newest_per_gpu(paths: list[Path]) -> list[Path]:
     for p in sorted(paths):
         newest[p.parent.name] = p
     return [newest[k] for k in sorted(newest)]
+
+
+# ----------------------------------------------------------------------------------------------
+# docs/ladder.md
+
+
+def reorder_table(cpu_run: dict) -> str:
+    """Seed 004's claim, measured: the i-k-j order against the naive i-j-k, per shape."""
+    recs = {(r["kernel"], r["M"], r["N"], r["K"]): r for r in cpu_run["records"]}
+    lines = ["| M x N x K | cpu01 naive i-j-k (ms) | cpu02 reordered i-k-j (ms) | speed-up |", "|---|---|---|---|"]
+    for (k, M, N, K), r in recs.items():
+        if k != "cpu01_naive" or ("cpu02_reordered", M, N, K) not in recs:
+            continue
+        r2 = recs[("cpu02_reordered", M, N, K)]
+        lines.append(f"| {M} x {N} x {K} | {r['median_ms']:.2f} | {r2['median_ms']:.2f} | {r['median_ms'] / r2['median_ms']:.1f}x |")
+    meta = cpu_run["meta"]
+    return "\n".join(lines) + f"\n\n{meta['cpu']}, {meta['cores']} cores, commit `{meta['commit'][:12]}`, {meta['time']}."
+
+
+def cpu_vs_gpu_table(cpu_run: dict, gpu_run: dict, shape=(2048, 2048, 1024)) -> str:
+    """Seed 001's comparison: the best GPU kernel against the multithreaded CPU at one shape."""
+    M, N, K = shape
+    cpu = [r for r in cpu_run["records"] if (r["M"], r["N"], r["K"]) == shape]
+    gpu = [r for r in gpu_run["records"] if (r["M"], r["N"], r["K"]) == shape]
+    if not cpu or not gpu:
+        return f"_no records at {M} x {N} x {K} in both runs_"
+    best_gpu = max(gpu, key=lambda r: r["tflops"])
+    best_cpu = max(cpu, key=lambda r: r["tflops"])
+    rows = [
+        (f"GPU: {best_gpu['kernel']} ({gpu_run['meta']['gpu']})", best_gpu["median_ms"], best_gpu["tflops"]),
+        (f"GPU: cuBLAS ({gpu_run['meta']['gpu']})", best_gpu["median_ms"] * best_gpu["ratio"], _baseline_tflops(best_gpu)),
+        (f"CPU: {best_cpu['kernel']} ({cpu_run['meta']['cores']} cores)", best_cpu["median_ms"], best_cpu["tflops"]),
+        (f"CPU: numpy BLAS ({cpu_run['meta']['cores']} cores)", best_cpu["median_ms"] * best_cpu["ratio"], best_cpu["baseline_tflops"]),
+    ]
+    lines = [f"| {M} x {N} x {K} | ms | GFLOP/s | vs {best_cpu['kernel']} |", "|---|---|---|---|"]
+    for name, ms, tf in rows:
+        lines.append(f"| {name} | {ms:.2f} | {tf * 1e3:.0f} | {best_cpu['median_ms'] / ms:.1f}x |")
+    return "\n".join(lines) + (
+        f"\n\nCPU run: {cpu_run['meta']['cpu']}, commit `{cpu_run['meta']['commit'][:12]}`, {cpu_run['meta']['time']}; "
+        f"GPU run: commit `{gpu_run['meta']['commit'][:12]}`, {gpu_run['meta']['time']}."
+    )
+
+
+def ladder_sections(results_root: Path) -> dict[str, str]:
+    """Sections of docs/ladder.md: the GPU ladder, the CPU ladder on each machine, seed 004's
+    reordering claim, and the GPU against the CPU of the GPU machine."""
+    sections: dict[str, str] = {}
+    gpu_runs = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "bench"))]
+    cpu_runs = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "bench-cpu"))]
+    if gpu_runs:
+        sections["fp32-ladder"] = "\n\n".join(bench_table(r) for r in gpu_runs)
+    if cpu_runs:
+        sections["cpu-ladder"] = "\n\n".join(bench_table(r) for r in cpu_runs)
+        sections["reorder"] = "\n\n".join(reorder_table(r) for r in cpu_runs)
+    pairs = [(c, g) for c in cpu_runs for g in gpu_runs if c["meta"].get("host") == g["meta"].get("host")]
+    if pairs:
+        sections["cpu-vs-gpu"] = "\n\n".join(cpu_vs_gpu_table(c, g) for c, g in pairs)
+    return sections
+
+
+def all_sections(results_root: Path) -> dict[str, str]:
+    return readme_sections(results_root) | ladder_sections(results_root)
+
+
+def update_present_sections(path: Path, sections: dict[str, str]) -> list[str]:
+    """Rewrite every section whose markers the file has; return their names (error if none)."""
+    text = Path(path).read_text()
+    present = {n: b for n, b in sections.items() if f"<!-- gemmlab:{n}:start -->" in text}
+    if not present:
+        raise ValueError(f"{path} has no gemmlab section markers for {sorted(sections)}")
+    update_file(path, present)
+    return sorted(present)

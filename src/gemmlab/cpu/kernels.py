@@ -76,11 +76,12 @@ def cpu03_blocked(A, B, C, D, alpha, beta, BM, BN, BK):
             for k0 in range(0, K, BK):
                 k1 = min(k0 + BK, K)
                 for i in range(i0, i1):
-                    row = acc[i - i0]
+                    row = acc[i - i0, :w]
                     for k in range(k0, k1):
                         a = A[i, k]
+                        brow = B[k, j0 : j0 + w]  # contiguous slices: the j loop vectorises
                         for j in range(w):
-                            row[j] += a * B[k, j0 + j]
+                            row[j] += a * brow[j]
             for i in range(i0, i1):
                 _epilogue_row(D, C, i, j0, acc[i - i0, :w], alpha, beta)
 
