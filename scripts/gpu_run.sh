@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call: GPU tests, `gemmlab check`, the default benchmark and the overhead measurement.
+# One device call: GPU tests, `gemmlab check`, the overhead measurement, the default benchmark,
+# and the CPU ladder on the same machine at 2048x2048x1024.
 # Logs and records go under $OUT (the device tool brings that folder back); records are also the
 # files to commit under results/. Usage on the GPU machine, from the repo root:
 #   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
@@ -27,6 +28,10 @@ python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee "$OUT/overhead.log" 
 
 step "bench"
 python3 -m gemmlab bench --out "$OUT/results" "$@" 2>&1 | tee "$OUT/bench.log" || status=1
+
+step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
+python3 -m gemmlab bench --device cpu -s 2048x2048x1024 -k cpu02_reordered -k cpu03_blocked -k cpu04_parallel \
+  --out "$OUT/results" 2>&1 | tee "$OUT/bench-cpu.log" || status=1
 
 echo "gpu_run status: $status"
 exit $status

@@ -77,7 +77,7 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
 
 
 def _cpu_note(meta: dict, recs: list[dict]) -> str:
-    blas = ", ".join(f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')}, {b.get('num_threads')} threads)" for b in meta.get("blas", []))
+    blas = ", ".join(f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')}, {b.get('num_threads')} threads)" for b in meta.get("blas", []) if b.get("user_api") == "blas")
     reps = sorted({r["reps"] for r in recs})
     return (
         f"{meta['cpu']}, {meta['cores']} cores; numba {meta['versions']['numba']} with {meta['numba_threads']} threads; "
