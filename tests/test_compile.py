@@ -20,7 +20,7 @@ def fresh_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-@pytest.mark.parametrize("spec", KERNELS, ids=lambda k: k.id)
+@pytest.mark.parametrize("spec", KERNELS + registry.SGEMM_PENDING, ids=lambda k: k.id)
 def test_compiles_for_hopper_with_resource_report(spec):
     ck = jit.compile_kernel(spec, spec.default_config(), ARCH)
     assert ck.cubin[:4] == b"\x7fELF"

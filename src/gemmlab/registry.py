@@ -167,8 +167,122 @@ SGEMM_03 = KernelSpec(
     seeds="000 v2; 002 kernel 2; 003 kernels 2-3; 004",
 )
 
+
+# Steps 04-11: register tiling, vector loads, conflict-free shared memory, pipelining, warp tiles.
+# Every constraint below is also a static_assert in the kernel; these say it before compiling.
+
+
+def _first_failure(*checks: tuple[bool, str]) -> str | None:
+    """The message of the first failed (ok, message) check, or None when all pass."""
+    return next((msg for ok, msg in checks if not ok), None)
+
+
+def _div(a: int, b: int) -> int:
+    return a // b if b > 0 else 0  # a zero thread count, reported by KernelSpec.config
+
+
+def _threads_2d(c: GemmConfig) -> int:
+    return _div(c["BM"], c["TM"]) * _div(c["BN"], c["TN"])
+
+
+def _tiles_split(c: GemmConfig, threads: int, vector: int) -> tuple[bool, str]:
+    """The A and B tiles, in units of `vector` floats, must split evenly over the threads."""
+    a, b = c["BM"] * c["BK"] // vector, c["BK"] * c["BN"] // vector
+    unit = "float4s" if vector == 4 else "floats"
+    return (a % threads == 0 and b % threads == 0 and min(a, b) >= threads,
+            f"the {c['BM']}x{c['BK']} A tile ({a} {unit}) and the {c['BK']}x{c['BN']} B tile ({b} {unit}) "
+            f"must split evenly over the {threads} threads")
+
+
+def _smem_ok(floats: int) -> tuple[bool, str]:
+    return floats * 4 <= STATIC_SMEM_MAX, f"shared tiles of {floats * 4} bytes exceed the 48 KB of static shared memory"
+
+
+def _thread_tile_ok(c: GemmConfig) -> tuple[bool, str]:
+    ok = min(c["TM"], c["TN"]) >= 1 and c["BM"] % c["TM"] == 0 and c["BN"] % c["TN"] == 0
+    return ok, "TM must divide BM and TN must divide BN"
+
+
+_BM = Param("BM", 128, "rows of the C tile a block computes")
+_BN = Param("BN", 128, "columns of the C tile a block computes")
+_BK = Param("BK", 8, "depth of the K slice staged in shared memory per step")
+_TM = Param("TM", 8, "rows of C per thread")
+_TN = Param("TN", 8, "columns of C per thread")
+_GRID_BLOCK_TILES = lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1)  # noqa: E731
+
+
+def _check_04(c: GemmConfig) -> str | None:
+    t = _div(c["BM"] * c["BN"], c["TM"])
+    return _first_failure(
+        (c["TM"] >= 1 and c["BM"] % c["TM"] == 0, "TM must divide BM"),
+        _tiles_split(c, t, 1),
+        _smem_ok(c["BM"] * c["BK"] + c["BK"] * c["BN"]),
+    )
+
+
+SGEMM_04 = KernelSpec(
+    id="sgemm_04_thread_tile_1d",
+    step=4,
+    title="1-D thread tile",
+    idea="each thread computes TM results of a column: one sB load reused TM times",
+    source="sgemm/04_thread_tile_1d.cu",
+    entry="sgemm_thread_tile_1d",
+    params=(Param("BM", 64, "rows of the C tile a block computes"),
+            Param("BN", 64, "columns of the C tile a block computes"),
+            _BK,
+            Param("TM", 8, "rows of C per thread (one column); BM * BN / TM threads")),
+    block=lambda c: (_div(c["BM"] * c["BN"], c["TM"]), 1, 1),
+    grid=_GRID_BLOCK_TILES,
+    check_config=_check_04,
+    seeds="002 kernel 3",
+)
+
+
+def _check_05(c: GemmConfig) -> str | None:
+    return _first_failure(
+        _thread_tile_ok(c),
+        _tiles_split(c, _threads_2d(c), 1),
+        _smem_ok(c["BM"] * c["BK"] + c["BK"] * c["BN"]),
+    )
+
+
+SGEMM_05 = KernelSpec(
+    id="sgemm_05_thread_tile_2d",
+    step=5,
+    title="2-D thread tile",
+    idea="each thread computes a TM x TN block: TM * TN FMAs per TM + TN values read",
+    source="sgemm/05_thread_tile_2d.cu",
+    entry="sgemm_thread_tile_2d",
+    params=(_BM, _BN, _BK, _TM, _TN),
+    block=lambda c: (_threads_2d(c), 1, 1),
+    grid=_GRID_BLOCK_TILES,
+    check_config=_check_05,
+    seeds="002 kernel 4; 003 kernels 6-7; 000 v5-v6",
+)
+
+SGEMM_06 = KernelSpec(
+    id="sgemm_06_register_fragments",
+    step=6,
+    title="register fragments",
+    idea="copy each k step's A column and B row into registers, then an outer product from registers",
+    source="sgemm/06_register_fragments.cu",
+    entry="sgemm_register_fragments",
+    params=(_BM, _BN, _BK, _TM, _TN),
+    block=lambda c: (_threads_2d(c), 1, 1),
+    grid=_GRID_BLOCK_TILES,
+    check_config=_check_05,
+    seeds="002 kernel 5; 003 kernel 6 (rank-1 updates in registers)",
+)
+
+
 # The FP32 ladder in order. A step joins it only once it passes `gemmlab check` on a GPU.
 SGEMM_LADDER: tuple[KernelSpec, ...] = (SGEMM_01, SGEMM_02, SGEMM_03)
+
+# Written but not yet checked on a GPU: compiled and spec-checked by the tests, never chosen by
+# kernel='auto' or listed by the CLI until they join SGEMM_LADDER.
+SGEMM_PENDING: tuple[KernelSpec, ...] = (
+    SGEMM_04, SGEMM_05, SGEMM_06,
+)
 
 KERNELS: tuple[KernelSpec, ...] = SGEMM_LADDER
 _BY_ID = {k.id: k for k in KERNELS}
