@@ -37,6 +37,14 @@ def test_static_shared_memory_is_reported():
     assert ck.usage.static_smem == 2 * 16 * 16 * 4
 
 
+@pytest.mark.parametrize("spec,buffers", [(registry.SGEMM_08, 1)],
+                         ids=lambda x: getattr(x, "id", None) or str(x))
+def test_padded_and_double_buffered_tiles_are_what_ptxas_reports(spec, buffers):
+    c = spec.default_config()
+    floats = c["BK"] * (c["BM"] + c["PAD"]) + c["BK"] * c["BN"]  # [BK][BM + PAD] and [BK][BN]
+    assert jit.compile_kernel(spec, c, ARCH).usage.static_smem == buffers * floats * 4
+
+
 def test_compile_error_names_kernel_and_carries_log():
     bad = {"bad.cu": "template <int T> __global__ void k(float* x) { x[0] = undefined_name; }"}
     with pytest.raises(jit.CompileError) as info:

@@ -62,6 +62,9 @@ def test_pending_kernels_are_not_selectable_yet():
         (registry.SGEMM_04, dict(BM=36), "TM must divide BM"),
         (registry.SGEMM_04, dict(BM=32, BN=128, BK=4, TM=4), "split evenly over the 1024 threads"),
         (registry.SGEMM_05, dict(TN=5), "TN must divide BN"),
+        (registry.SGEMM_07, dict(BM=96, TM=6), "multiples of 4"),
+        (registry.SGEMM_07, dict(BK=6), "BK and BN must be multiples of 4"),
+        (registry.SGEMM_08, dict(PAD=2), "PAD must be a multiple of 4"),
     ],
     ids=lambda x: getattr(x, "id", None) or str(x),
 )

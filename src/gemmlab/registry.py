@@ -194,6 +194,17 @@ def _tiles_split(c: GemmConfig, threads: int, vector: int) -> tuple[bool, str]:
             f"must split evenly over the {threads} threads")
 
 
+def _float4_tiles(c: GemmConfig) -> list[tuple[bool, str]]:
+    return [
+        (c["TM"] % 4 == 0 and c["TN"] % 4 == 0, "TM and TN must be multiples of 4 (fragments are read as float4)"),
+        (c["BK"] % 4 == 0 and c["BN"] % 4 == 0, "BK and BN must be multiples of 4 (tile rows are read as float4)"),
+    ]
+
+
+def _pad_ok(c: GemmConfig) -> tuple[bool, str]:
+    return c["PAD"] >= 0 and c["PAD"] % 4 == 0, "PAD must be a multiple of 4 (rows of sA stay 16-byte aligned)"
+
+
 def _smem_ok(floats: int) -> tuple[bool, str]:
     return floats * 4 <= STATIC_SMEM_MAX, f"shared tiles of {floats * 4} bytes exceed the 48 KB of static shared memory"
 
@@ -208,6 +219,7 @@ _BN = Param("BN", 128, "columns of the C tile a block computes")
 _BK = Param("BK", 8, "depth of the K slice staged in shared memory per step")
 _TM = Param("TM", 8, "rows of C per thread")
 _TN = Param("TN", 8, "columns of C per thread")
+_PAD = Param("PAD", 4, "floats of padding per row of the transposed A tile (bank shift)")
 _GRID_BLOCK_TILES = lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1)  # noqa: E731
 
 
@@ -275,13 +287,55 @@ SGEMM_06 = KernelSpec(
 )
 
 
+def _check_07(c: GemmConfig, pad: int = 0, buffers: int = 1) -> str | None:
+    return _first_failure(
+        _thread_tile_ok(c),
+        *_float4_tiles(c),
+        _tiles_split(c, _threads_2d(c), 4),
+        _smem_ok(buffers * (c["BK"] * (c["BM"] + pad) + c["BK"] * c["BN"])),
+    )
+
+
+SGEMM_07 = KernelSpec(
+    id="sgemm_07_vectorized",
+    step=7,
+    title="float4 loads",
+    idea="128-bit global and shared loads, A stored transposed; scalar loads at edges and misaligned rows",
+    source="sgemm/07_vectorized.cu",
+    entry="sgemm_vectorized",
+    params=(_BM, _BN, _BK, _TM, _TN),
+    block=lambda c: (_threads_2d(c), 1, 1),
+    grid=_GRID_BLOCK_TILES,
+    check_config=_check_07,
+    seeds="002 kernel 6; 001 gemm_use_128, gemm_transpose_smem; 000 v7; 003 kernel 8",
+)
+
+
+def _check_08(c: GemmConfig, buffers: int = 1) -> str | None:
+    return _first_failure(_pad_ok(c)) or _check_07(c, c["PAD"], buffers)
+
+
+SGEMM_08 = KernelSpec(
+    id="sgemm_08_bank_conflict_free",
+    step=8,
+    title="bank-conflict-free shared memory",
+    idea="pad the rows of the transposed A tile; spread a thread's float4s of B BN/(TN/4) apart",
+    source="sgemm/08_bank_conflict_free.cu",
+    entry="sgemm_bank_conflict_free",
+    params=(_BM, _BN, _BK, _TM, _TN, _PAD),
+    block=lambda c: (_threads_2d(c), 1, 1),
+    grid=_GRID_BLOCK_TILES,
+    check_config=_check_08,
+    seeds="003 (bank conflicts, kernels 2-3 and 8); 001 gemm_final (strided thread columns)",
+)
+
 # The FP32 ladder in order. A step joins it only once it passes `gemmlab check` on a GPU.
 SGEMM_LADDER: tuple[KernelSpec, ...] = (SGEMM_01, SGEMM_02, SGEMM_03)
 
 # Written but not yet checked on a GPU: compiled and spec-checked by the tests, never chosen by
 # kernel='auto' or listed by the CLI until they join SGEMM_LADDER.
 SGEMM_PENDING: tuple[KernelSpec, ...] = (
-    SGEMM_04, SGEMM_05, SGEMM_06,
+    SGEMM_04, SGEMM_05, SGEMM_06, SGEMM_07, SGEMM_08,
 )
 
 KERNELS: tuple[KernelSpec, ...] = SGEMM_LADDER
