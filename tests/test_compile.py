@@ -37,7 +37,7 @@ def test_static_shared_memory_is_reported():
     assert ck.usage.static_smem == 2 * 16 * 16 * 4
 
 
-@pytest.mark.parametrize("spec,buffers", [(registry.SGEMM_08, 1)],
+@pytest.mark.parametrize("spec,buffers", [(registry.SGEMM_08, 1), (registry.SGEMM_10, 2), (registry.SGEMM_11, 2)],
                          ids=lambda x: getattr(x, "id", None) or str(x))
 def test_padded_and_double_buffered_tiles_are_what_ptxas_reports(spec, buffers):
     c = spec.default_config()

@@ -65,6 +65,10 @@ def test_pending_kernels_are_not_selectable_yet():
         (registry.SGEMM_07, dict(BM=96, TM=6), "multiples of 4"),
         (registry.SGEMM_07, dict(BK=6), "BK and BN must be multiples of 4"),
         (registry.SGEMM_08, dict(PAD=2), "PAD must be a multiple of 4"),
+        (registry.SGEMM_09, dict(BM=64, BN=64, BK=4, TM=4, TN=4), "split evenly"),
+        (registry.SGEMM_10, dict(BK=32), "exceed the 48 KB"),
+        (registry.SGEMM_11, dict(WN=64), r"\(WM/TM\) \* \(WN/TN\) == 32"),
+        (registry.SGEMM_11, dict(WM=48), "WM must divide BM"),
     ],
     ids=lambda x: getattr(x, "id", None) or str(x),
 )

@@ -185,6 +185,10 @@ def _threads_2d(c: GemmConfig) -> int:
     return _div(c["BM"], c["TM"]) * _div(c["BN"], c["TN"])
 
 
+def _threads_warp(c: GemmConfig) -> int:
+    return _div(c["BM"], c["WM"]) * _div(c["BN"], c["WN"]) * 32
+
+
 def _tiles_split(c: GemmConfig, threads: int, vector: int) -> tuple[bool, str]:
     """The A and B tiles, in units of `vector` floats, must split evenly over the threads."""
     a, b = c["BM"] * c["BK"] // vector, c["BK"] * c["BN"] // vector
@@ -329,13 +333,72 @@ SGEMM_08 = KernelSpec(
     seeds="003 (bank conflicts, kernels 2-3 and 8); 001 gemm_final (strided thread columns)",
 )
 
+SGEMM_09 = KernelSpec(
+    id="sgemm_09_register_double_buffer",
+    step=9,
+    title="register double buffer",
+    idea="load k step kk + 1's fragments from shared memory while step kk's FMAs run",
+    source="sgemm/09_register_double_buffer.cu",
+    entry="sgemm_register_double_buffer",
+    params=(_BM, _BN, _BK, _TM, _TN, _PAD),
+    block=lambda c: (_threads_2d(c), 1, 1),
+    grid=_GRID_BLOCK_TILES,
+    check_config=_check_08,
+    seeds="001 gemm_hide_smem_latency",
+)
+
+SGEMM_10 = KernelSpec(
+    id="sgemm_10_smem_double_buffer",
+    step=10,
+    title="shared-memory double buffer",
+    idea="two shared buffers: fetch the next K slice from global memory while computing this one",
+    source="sgemm/10_smem_double_buffer.cu",
+    entry="sgemm_smem_double_buffer",
+    params=(_BM, _BN, _BK, _TM, _TN, _PAD),
+    block=lambda c: (_threads_2d(c), 1, 1),
+    grid=_GRID_BLOCK_TILES,
+    check_config=lambda c: _check_08(c, buffers=2),
+    seeds="002 kernel 7; 001 gemm_final",
+)
+
+
+def _check_11(c: GemmConfig) -> str | None:
+    wm, wn, tm, tn = c["WM"], c["WN"], c["TM"], c["TN"]
+    return _first_failure(
+        (wm >= 1 and wn >= 1 and c["BM"] % wm == 0 and c["BN"] % wn == 0, "WM must divide BM and WN must divide BN"),
+        *_float4_tiles(c),
+        (min(tm, tn) >= 4 and wm % tm == 0 and wn % tn == 0 and (wm // tm) * (wn // tn) == 32,
+         f"a warp's 32 threads must cover its {wm}x{wn} tile with {tm}x{tn} results each: (WM/TM) * (WN/TN) == 32"),
+        _pad_ok(c),
+        _tiles_split(c, _threads_warp(c), 4),
+        _smem_ok(2 * (c["BK"] * (c["BM"] + c["PAD"]) + c["BK"] * c["BN"])),
+    )
+
+
+SGEMM_11 = KernelSpec(
+    id="sgemm_11_warp_tile",
+    step=11,
+    title="warp tiles",
+    idea="each warp owns a WM x WN tile, each thread 4 x 4 blocks spread over it: less shared traffic per FMA",
+    source="sgemm/11_warp_tile.cu",
+    entry="sgemm_warp_tile",
+    params=(_BM, _BN, _BK,
+            Param("WM", 64, "rows of the C tile a warp computes"),
+            Param("WN", 32, "columns of the C tile a warp computes; (BM/WM) * (BN/WN) warps"),
+            _TM, _TN, _PAD),
+    block=lambda c: (_threads_warp(c), 1, 1),
+    grid=_GRID_BLOCK_TILES,
+    check_config=_check_11,
+    seeds="siboehm/SGEMM_CUDA kernel 10 (warptiling); 001 gemm_final; 002 kernel 7",
+)
+
 # The FP32 ladder in order. A step joins it only once it passes `gemmlab check` on a GPU.
 SGEMM_LADDER: tuple[KernelSpec, ...] = (SGEMM_01, SGEMM_02, SGEMM_03)
 
 # Written but not yet checked on a GPU: compiled and spec-checked by the tests, never chosen by
 # kernel='auto' or listed by the CLI until they join SGEMM_LADDER.
 SGEMM_PENDING: tuple[KernelSpec, ...] = (
-    SGEMM_04, SGEMM_05, SGEMM_06, SGEMM_07, SGEMM_08,
+    SGEMM_04, SGEMM_05, SGEMM_06, SGEMM_07, SGEMM_08, SGEMM_09, SGEMM_10, SGEMM_11,
 )
 
 KERNELS: tuple[KernelSpec, ...] = SGEMM_LADDER
