@@ -20,7 +20,7 @@ def fresh_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-@pytest.mark.parametrize("spec", KERNELS, ids=lambda k: k.id)
+@pytest.mark.parametrize("spec", KERNELS + registry.SGEMM_PENDING, ids=lambda k: k.id)
 def test_compiles_for_hopper_with_resource_report(spec):
     ck = jit.compile_kernel(spec, spec.default_config(), ARCH)
     assert ck.cubin[:4] == b"\x7fELF"
@@ -35,6 +35,14 @@ def test_static_shared_memory_is_reported():
     spec = registry.get("sgemm_03_smem_tile")
     ck = jit.compile_kernel(spec, spec.config(TILE=16), ARCH)
     assert ck.usage.static_smem == 2 * 16 * 16 * 4
+
+
+@pytest.mark.parametrize("spec,buffers", [(registry.SGEMM_08, 1), (registry.SGEMM_10, 2), (registry.SGEMM_11, 2)],
+                         ids=lambda x: getattr(x, "id", None) or str(x))
+def test_padded_and_double_buffered_tiles_are_what_ptxas_reports(spec, buffers):
+    c = spec.default_config()
+    floats = c["BK"] * (c["BM"] + c["PAD"]) + c["BK"] * c["BN"]  # [BK][BM + PAD] and [BK][BN]
+    assert jit.compile_kernel(spec, c, ARCH).usage.static_smem == buffers * floats * 4
 
 
 def test_compile_error_names_kernel_and_carries_log():

@@ -21,4 +21,13 @@ __device__ __forceinline__ float epilogue(float acc, float alpha, float beta,
     return beta == 0.0f ? alpha * acc : alpha * acc + beta * C[c_idx];
 }
 
+// The predicated store of the tiled steps: write D[m][n] (through the epilogue) only if (m, n) lies
+// inside the M x N output; threads whose tile hangs over the edge skip the outside elements.
+__device__ __forceinline__ void store_if_inside(float* D, const float* C, int m, int n, int M, int N,
+                                                int ldc, int ldd, float acc, float alpha, float beta) {
+    if (m < M && n < N) {
+        D[offset(m, n, ldd)] = epilogue(acc, alpha, beta, C, offset(m, n, ldc));
+    }
+}
+
 }  // namespace gemmlab
