@@ -34,9 +34,9 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return tuple(dims)
 
 
-def _kernel_ids(names: Optional[list[str]], device: str = "cuda") -> list[str]:
+def _kernel_ids(names: Optional[list[str]], device: str = "cuda", pending: bool = False) -> list[str]:
     if not names:
-        return [k.id for k in registry.kernels(device=device)]
+        return [k.id for k in registry.kernels(device=device, pending=pending)]
     try:
         specs = [registry.get(n) for n in names]
     except ValueError as exc:
@@ -63,6 +63,7 @@ def _pick_device(device: str) -> str:
     return device
 
 
+PENDING_OPTION = typer.Option(False, "--pending", help="also the GPU kernels not yet checked on a GPU")
 DEVICE_OPTION = typer.Option("auto", "--device", "-d", help="auto (GPU if present, else CPU), cuda or cpu")
 
 
@@ -149,12 +150,13 @@ def check_cmd(
     random_shapes: int = typer.Option(3, "--random", help="random odd shapes added to the default set"),
     seed: Optional[int] = typer.Option(None, help="seed for the random shapes (default: fresh)"),
     device: str = DEVICE_OPTION,
+    pending: bool = PENDING_OPTION,
 ) -> None:
     """Verify kernels against float64: pass/fail and error per case; exit 1 on any failure."""
     device = _pick_device(device)
     from . import check
 
-    ids = _kernel_ids(kernel, device)
+    ids = _kernel_ids(kernel, device, pending)
     shapes = [parse_shape(s) for s in shape] if shape else None
     import random as _random
 
@@ -196,11 +198,12 @@ def bench_cmd(
     out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu or cpu>/bench-<time>.json"),
     device: str = DEVICE_OPTION,
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
+    pending: bool = PENDING_OPTION,
 ) -> None:
     """Time kernels against the baseline (GPU: cuBLAS, same inputs, interleaved, L2 flushed;
     CPU: numpy's BLAS)."""
     device = _pick_device(device)
-    ids = _kernel_ids(kernel, device)
+    ids = _kernel_ids(kernel, device, pending)
     if device == "cpu":
         from .bench import cpu as bench_cpu
 

@@ -489,7 +489,9 @@ CPU_LADDER: tuple[CpuKernelSpec, ...] = (
     ),
 )
 
-_BY_ID: dict[str, KernelSpec | CpuKernelSpec] = {k.id: k for k in KERNELS + CPU_LADDER}
+# Pending kernels are reachable by name (so `gemmlab check -k` and the GPU tests can try them),
+# never by kernel='auto' or in the default lists.
+_BY_ID: dict[str, KernelSpec | CpuKernelSpec] = {k.id: k for k in KERNELS + SGEMM_PENDING + CPU_LADDER}
 
 
 def get(kernel_id: str) -> KernelSpec | CpuKernelSpec:
@@ -500,10 +502,10 @@ def get(kernel_id: str) -> KernelSpec | CpuKernelSpec:
         raise ValueError(f"no kernel named {kernel_id!r}; registered kernels: {known}") from None
 
 
-def kernels(dtype: torch.dtype | None = None, device: str = "cuda") -> list:
+def kernels(dtype: torch.dtype | None = None, device: str = "cuda", pending: bool = False) -> list:
     """Every registered kernel of a device ('cuda' or 'cpu') in ladder order, optionally only
-    those taking dtype."""
-    ladder = KERNELS if device == "cuda" else CPU_LADDER if device == "cpu" else None
+    those taking dtype; pending=True adds the GPU kernels not yet checked on a GPU."""
+    ladder = (KERNELS + (SGEMM_PENDING if pending else ())) if device == "cuda" else CPU_LADDER if device == "cpu" else None
     if ladder is None:
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
     return [k for k in ladder if dtype is None or dtype in k.dtypes]
