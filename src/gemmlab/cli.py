@@ -232,6 +232,11 @@ def bench_cmd(
         path, _ = runner(on_record=on_record, on_start=on_start)
     console.print(t)
     console.print(f"records: {path}")
+    failures = json.loads(Path(path).read_text())["meta"].get("failures", [])
+    for f in failures:
+        err_console.print(f"FAILED M={f['M']} N={f['N']} K={f['K']} kernel={f['kernel']}: {f['error']}")
+    if failures:
+        raise typer.Exit(1)
 
 
 @app.command("overhead")

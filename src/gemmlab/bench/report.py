@@ -69,11 +69,16 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
     v = meta["versions"]
     return (
         f"{meta['gpu']}, driver {meta.get('driver')}, torch {v['torch']} (CUDA {v['torch_cuda']}), "
-        f"cuda-core {v['cuda_core']}, NVRTC {v['nvrtc']}, commit `{meta['commit'][:12]}`, {meta['time']}; {clock_txt}. "
+        f"cuda-core {v['cuda_core']}, NVRTC {v['nvrtc']}, {_commits(meta)}; {clock_txt}. "
         f"Median of {recs[0]['reps']} event-timed runs with L2 flushed, FP32 (TF32 off); "
         f"ratio = cuBLAS median time / kernel median time; cuBLAS = torch.mm, the better of the "
         f"cublas and cublasLt backends, timed in the same rounds (its median across kernels shown)."
     )
+
+
+def _commits(meta: dict) -> str:
+    runs = meta.get("commits") or {meta["commit"]: meta["time"]}
+    return "runs " + ", ".join(f"`{c[:12]}` ({t})" for c, t in sorted(runs.items(), key=lambda x: x[1]))
 
 
 def _cpu_note(meta: dict, recs: list[dict]) -> str:
@@ -81,7 +86,7 @@ def _cpu_note(meta: dict, recs: list[dict]) -> str:
     reps = sorted({r["reps"] for r in recs})
     return (
         f"{meta['cpu']}, {meta['cores']} cores; numba {meta['versions']['numba']} with {meta['numba_threads']} threads; "
-        f"numpy {meta['versions']['numpy']} on {blas or 'unknown BLAS'}; commit `{meta['commit'][:12]}`, {meta['time']}. "
+        f"numpy {meta['versions']['numpy']} on {blas or 'unknown BLAS'}; {_commits(meta)}. "
         f"Median of {reps[0]}-{reps[-1]} wall-clock runs (fewer for the slow loops), caches flushed before each."
     )
 
@@ -126,9 +131,38 @@ def readme_sections(results_root: Path) -> dict[str, str]:
     """The README's generated sections from the newest bench and overhead runs of each GPU."""
     benches = find_runs(results_root, "bench")
     overheads = find_runs(results_root, "overhead")
-    bench_md = "\n\n".join(bench_table(load_run(p)) for p in _newest_per_gpu(benches)) or "_no records yet_"
+    bench_md = "\n\n".join(bench_table(r) for r in merged_runs(benches)) or "_no records yet_"
     over_md = "\n\n".join(overhead_table(load_run(p)) for p in _newest_per_gpu(overheads)) or "_no records yet_"
     return {"results": bench_md, "overhead": over_md}
+
+
+def merged_runs(paths: list[Path]) -> list[dict]:
+    """One run per machine folder: the newest record of every (kernel, shape) across that
+    folder's runs, under the newest run's header; 'commits' lists every run that contributed."""
+    by_folder: dict[str, list[Path]] = {}
+    for p in sorted(paths):
+        by_folder.setdefault(p.parent.name, []).append(p)
+    merged = []
+    for folder in sorted(by_folder):
+        runs = [load_run(p) for p in by_folder[folder]]  # oldest first: newer records win
+        cells: dict[tuple, dict] = {}
+        used: dict[str, str] = {}
+        for run in runs:
+            for r in run["records"]:
+                cells[(r["kernel"], r["M"], r["N"], r["K"])] = r | {"_commit": run["meta"]["commit"], "_time": run["meta"]["time"]}
+        for r in cells.values():
+            used[r["_commit"]] = r["_time"]
+        meta = dict(runs[-1]["meta"], commits=used)
+        recs = sorted(cells.values(), key=lambda r: (r["M"] * r["N"] * r["K"], (r["M"], r["N"], r["K"]), _step(r["kernel"])))
+        merged.append({"meta": meta, "records": recs})
+    return merged
+
+
+def _step(kernel_id: str) -> int:
+    try:
+        return registry.get(kernel_id).step
+    except ValueError:
+        return 999
 
 
 def _newest_per_gpu(paths: list[Path]) -> list[Path]:
@@ -183,8 +217,8 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     """Sections of docs/ladder.md: the GPU ladder, the CPU ladder on each machine, seed 004's
     reordering claim, and the GPU against the CPU of the GPU machine."""
     sections: dict[str, str] = {}
-    gpu_runs = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "bench"))]
-    cpu_runs = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "bench-cpu"))]
+    gpu_runs = merged_runs(find_runs(results_root, "bench"))
+    cpu_runs = merged_runs(find_runs(results_root, "bench-cpu"))
     if gpu_runs:
         sections["fp32-ladder"] = "\n\n".join(bench_table(r) for r in gpu_runs)
     if cpu_runs:

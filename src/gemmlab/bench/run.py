@@ -179,11 +179,18 @@ def run_bench(
     records: list[dict] = []
     for kernel_id in kernels:
         registry.get(kernel_id)
+    meta["failures"] = []
     for M, N, K in shapes:
         for kernel_id in kernels:
             if on_start:
                 on_start(kernel_id, (M, N, K))
-            rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id))
+            try:
+                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id))
+            except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
+                meta["failures"].append(dict(kernel=kernel_id, M=M, N=N, K=K, error=str(exc)))
+                write_run(path, meta, records)
+                torch.cuda.synchronize()
+                continue
             records.append(rec)
             write_run(path, meta, records)
             if on_record:
