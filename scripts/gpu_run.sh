@@ -31,7 +31,7 @@ python3 -m gemmlab bench --pending --out "$OUT/results" "$@" 2>&1 | tee "$OUT/be
 
 step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
 python3 -m gemmlab bench --device cpu -s 2048x2048x1024 -k cpu02_reordered -k cpu03_blocked -k cpu04_parallel \
-  --out "$OUT/results" 2>&1 | tee "$OUT/bench-cpu.log" || status=1
+  --out "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" || status=1
 
 echo "gpu_run status: $status"
 exit $status

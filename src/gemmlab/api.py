@@ -56,11 +56,19 @@ def run(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, out: torch.Tens
     _planned_launch(spec, cfg, problem, out)()
 
 
-def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out) -> Callable[[], None]:
+def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: GemmConfig | None = None) -> Callable[[], None]:
     """Validate once and return a function that relaunches the same GEMM (for benchmarks:
-    it skips validation and selection on every call). The tensors must stay alive."""
+    it skips validation and selection on every call). config: another config of the chosen
+    kernel (for tuning). The tensors must stay alive."""
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta)
     spec, cfg = select(problem, kernel)
+    if config is not None:
+        if config.kernel != spec.id:
+            raise ValueError(f"config is for {config.kernel}, not {spec.id}")
+        reason = spec.why_not(problem, config)
+        if reason:
+            raise ValueError(f"{spec.id} {config.as_dict()} cannot serve {problem.shape}: {reason}")
+        cfg = config
     if problem.is_empty:
         return lambda: None
     return _planned_launch(spec, cfg, problem, out)

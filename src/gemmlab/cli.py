@@ -199,11 +199,22 @@ def bench_cmd(
     device: str = DEVICE_OPTION,
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
     pending: bool = PENDING_OPTION,
+    tag: str = typer.Option("bench", help="file name prefix; reports read 'bench' runs only (use 'tune' for config sweeps)"),
 ) -> None:
     """Time kernels against the baseline (GPU: cuBLAS, same inputs, interleaved, L2 flushed;
-    CPU: numpy's BLAS)."""
+    CPU: numpy's BLAS). A kernel may carry a config: -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
     device = _pick_device(device)
-    ids = _kernel_ids(kernel, device, pending)
+    if kernel and any("[" in k for k in kernel):
+        from .bench.run import parse_kernel_config
+
+        try:
+            for k in kernel:
+                parse_kernel_config(k)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        ids = list(kernel)
+    else:
+        ids = _kernel_ids(kernel, device, pending)
     if device == "cpu":
         from .bench import cpu as bench_cpu
 
@@ -214,11 +225,11 @@ def bench_cmd(
         from .bench import run as bench_run
 
         shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
-        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, **kw)
+        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, **kw)
         title, unit, scale, base = "gemmlab bench (FP32, TF32 off)", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
     for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=col == "kernel")
     with _progress() as prog:
         task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
 
@@ -226,7 +237,8 @@ def bench_cmd(
             prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
 
         def on_record(r):
-            t.add_row(r["kernel"], f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
+            name = r["kernel"] if tag == "bench" else f"{r['kernel']} {r['config']}"
+            t.add_row(name, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
             prog.advance(task)
 
         path, _ = runner(on_record=on_record, on_start=on_start)

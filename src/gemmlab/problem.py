@@ -17,19 +17,14 @@ INT32_MAX = 2**31 - 1
 
 
 class Operand(NamedTuple):
-    """One row-major matrix: its shape, leading dimension (elements) and address."""
+    """One row-major matrix: its shape, leading dimension (elements), address, and the address
+    one past its last element (== ptr when empty), for overlap checks."""
 
     rows: int
     cols: int
     ld: int
     ptr: int
-
-    @property
-    def span(self) -> int:
-        """Elements from the first one to one past the last (for overlap checks)."""
-        if self.rows == 0 or self.cols == 0:
-            return 0
-        return self.ld * (self.rows - 1) + self.cols
+    end: int
 
 
 @dataclass(slots=True)
@@ -78,7 +73,8 @@ def _operand(name: str, t: torch.Tensor) -> Operand:
     if t.is_conj() or t.is_neg():
         raise ValueError(f"{name} is a lazy conjugate/negative view; call .resolve_conj()/.resolve_neg()")
     if rows == 0 or cols == 0:
-        return Operand(rows, cols, max(cols, 1), t.data_ptr())
+        ptr = t.data_ptr()
+        return Operand(rows, cols, max(cols, 1), ptr, ptr)
     row_stride, col_stride = t.stride()
     if cols > 1 and col_stride != 1:
         raise ValueError(
@@ -92,7 +88,8 @@ def _operand(name: str, t: torch.Tensor) -> Operand:
         )
     if ld > INT32_MAX or rows > INT32_MAX or cols > INT32_MAX:
         raise ValueError(f"{name} is too large for 32-bit indices: shape {tuple(t.shape)}, row stride {ld}")
-    return Operand(rows, cols, ld, t.data_ptr())
+    ptr = t.data_ptr()
+    return Operand(rows, cols, ld, ptr, ptr + (ld * (rows - 1) + cols) * t.element_size())
 
 
 def _scalar(name: str, value) -> float:
@@ -103,12 +100,8 @@ def _scalar(name: str, value) -> float:
     return float(value)
 
 
-def _overlaps(x: Operand, y: Operand, itemsize: int) -> bool:
-    if x.span == 0 or y.span == 0:
-        return False
-    x_end = x.ptr + x.span * itemsize
-    y_end = y.ptr + y.span * itemsize
-    return x.ptr < y_end and y.ptr < x_end
+def _overlaps(x: Operand, y: Operand) -> bool:
+    return x.ptr < y.end and y.ptr < x.end  # empty ranges (end == ptr) never overlap
 
 
 def problem_from_tensors(
@@ -155,14 +148,13 @@ def problem_from_tensors(
         if tuple(out.shape) != (M, N):
             raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
         od = _operand("out", out)
-        itemsize = out.element_size()
         for n, o in (("a", oa), ("b", ob)):
-            if _overlaps(od, o, itemsize):
+            if _overlaps(od, o):
                 raise ValueError(
                     f"out overlaps {n} in memory (their address ranges intersect); writing the "
                     f"result could corrupt an input: give out its own memory"
                 )
-        if oc is not None and _overlaps(od, oc, itemsize) and (od.ptr, od.ld) != (oc.ptr, oc.ld):
+        if oc is not None and _overlaps(od, oc) and (od.ptr, od.ld) != (oc.ptr, oc.ld):
             raise ValueError("out partially overlaps c; pass out=c exactly for an in-place update, or separate memory")
     return GemmProblem(M, N, K, dtype, device, oa, ob, oc, od, alpha_f, beta_f)
 

@@ -76,7 +76,24 @@ def _cublas(a, b, out, backend: str):
     return pick, run
 
 
-def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int) -> BenchRecord:
+def parse_kernel_config(text: str):
+    """'sgemm_11_warp_tile' or 'sgemm_11_warp_tile[BK=16,WM=32]' -> (id, GemmConfig or None)."""
+    if "[" not in text:
+        registry.get(text)
+        return text, None
+    kid, _, rest = text.partition("[")
+    if not rest.endswith("]"):
+        raise ValueError(f"{text!r}: expected KERNEL[NAME=VALUE,...]")
+    overrides = {}
+    for item in filter(None, rest[:-1].split(",")):
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"{text!r}: {item!r} is not NAME=VALUE")
+        overrides[name.strip()] = int(value)
+    return kid, registry.get(kid).config(**overrides)
+
+
+def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int, config=None) -> BenchRecord:
     dtype = torch.float32
     dev = f"cuda:{device_id}"
     a = torch.rand((M, K), device=dev, dtype=dtype) * 2 - 1
@@ -85,7 +102,8 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
     ref_out = {be: torch.full((M, N), float("nan"), device=dev, dtype=dtype) for be in CUBLAS_BACKENDS}
     problem = problem_from_tensors(a, b, None, out)
     spec, cfg = select(problem, kernel_id)
-    launch_kernel = prepare(a, b, kernel=kernel_id, out=out)
+    cfg = config or cfg
+    launch_kernel = prepare(a, b, kernel=kernel_id, out=out, config=cfg)
 
     # Correct first: the kernel's result and cuBLAS's against float64, before any timing.
     launch_kernel()
@@ -167,25 +185,27 @@ def run_bench(
     device_id: int = 0,
     on_record: Callable[[dict], None] | None = None,
     on_start: Callable[[str, tuple], None] | None = None,
+    tag: str = "bench",
 ) -> tuple[Path, list[dict]]:
+    """kernels: ids, or 'id[NAME=VALUE,...]' for another config of a kernel (tuning; use another
+    tag then, so such runs stay out of the reports)."""
     if reps < 1:
         raise ValueError("reps must be >= 1")
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32: cuBLAS SGEMM, not TF32
     torch.backends.cudnn.allow_tf32 = False
     meta = environment.describe(device_id)
     meta["kind"] = "bench"
-    path = results_path(out_root, meta)
+    path = results_path(out_root, meta, tag)
     flusher = L2Flusher(device_id)
     records: list[dict] = []
-    for kernel_id in kernels:
-        registry.get(kernel_id)
+    parsed = [parse_kernel_config(k) for k in kernels]
     meta["failures"] = []
     for M, N, K in shapes:
-        for kernel_id in kernels:
+        for kernel_id, config in parsed:
             if on_start:
                 on_start(kernel_id, (M, N, K))
             try:
-                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id))
+                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config))
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
                 meta["failures"].append(dict(kernel=kernel_id, M=M, N=N, K=K, error=str(exc)))
                 write_run(path, meta, records)
