@@ -139,3 +139,12 @@ def test_clear_cache(fresh_cache):
 def test_arch_for_capabilities():
     assert jit.arch_for(9, 0) == "sm_90a"
     assert jit.arch_for(8, 6) == "sm_86"
+
+
+def test_every_config_auto_can_choose_compiles_without_spills():
+    from gemmlab.configs import configs_in_use
+
+    for spec in KERNELS:
+        for cfg in configs_in_use(spec):
+            u = jit.compile_kernel(spec, cfg, ARCH).usage
+            assert u.spills == 0 and u.stack_frame == 0, f"{spec.name_expression(cfg)}: {u}"

@@ -126,5 +126,9 @@ def test_unknown_kernel_and_unservable_kernel():
 
 def test_auto_takes_the_latest_step_that_serves():
     spec, cfg = select(P(r(4, 3), r(3, 2)), device="cuda")
-    assert spec.id == "sgemm_03_smem_tile" and cfg["TILE"] == 32
+    assert spec.id == "sgemm_11_warp_tile" and cfg == spec.default_config()
+    # a size rule from the committed tuning run: large problems get 256 x 128 tiles
+    big = P(torch.empty((4096, 0)), torch.empty((0, 4096)))
+    spec, cfg = select(big, device="cuda")
+    assert spec.id == "sgemm_11_warp_tile" and (cfg["BM"], cfg["BN"], cfg["WM"], cfg["WN"]) == (256, 128, 64, 64)
     assert select(P(r(4, 3), r(3, 2)))[0].id == "cpu04_parallel"  # CPU tensors: the CPU ladder

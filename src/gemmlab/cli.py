@@ -111,14 +111,16 @@ def compile_cmd(
         from .launch import device_arch
 
         arch = device_arch(0)
+    from .configs import configs_in_use
+
     ids = _kernel_ids(kernel)
+    jobs = [(registry.get(kid), cfg) for kid in ids for cfg in configs_in_use(registry.get(kid))]
     rows, failed = [], False
     with _progress() as prog:
-        task = prog.add_task(f"compiling for {arch}", total=len(ids))
-        for kid in ids:
-            spec = registry.get(kid)
+        task = prog.add_task(f"compiling for {arch}", total=len(jobs))
+        for spec, cfg in jobs:
             try:
-                ck = jit.compile_kernel(spec, spec.default_config(), arch)
+                ck = jit.compile_kernel(spec, cfg, arch)
             except jit.CompileError as exc:
                 err_console.print(str(exc))
                 failed = True
@@ -129,15 +131,15 @@ def compile_cmd(
             rows.append((spec, ck, bad))
             prog.advance(task)
     if as_json:
-        print(json.dumps([dict(kernel=s.id, arch=arch, cached=c.from_cache, **c.usage.__dict__) for s, c, _ in rows], indent=1))
+        print(json.dumps([dict(kernel=s.id, config=c.name_expression, arch=arch, cached=c.from_cache, **c.usage.__dict__) for s, c, _ in rows], indent=1))
     else:
         t = Table(title=f"resource report, {arch} (ptxas)")
         for col in ("kernel", "regs", "static smem", "dynamic smem", "stack", "spill st/ld", "cached"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=col == "kernel")
         for spec, ck, bad in rows:
             u = ck.usage
             spill = f"{u.spill_stores}/{u.spill_loads}" + (" [red]SPILLS[/red]" if bad else "")
-            t.add_row(spec.id, str(u.registers), f"{u.static_smem} B", f"{u.dynamic_smem} B", f"{u.stack_frame} B", spill, "yes" if ck.from_cache else "no")
+            t.add_row(ck.name_expression, str(u.registers), f"{u.static_smem} B", f"{u.dynamic_smem} B", f"{u.stack_frame} B", spill, "yes" if ck.from_cache else "no")
         console.print(t)
     if failed:
         raise typer.Exit(1)

@@ -1,6 +1,9 @@
-"""Problem -> config. For now every kernel runs its registry defaults; the choice between
-kernels ('auto') takes the latest ladder step that can serve the problem, which the benchmark
-records show to be the fastest of the registered steps (results/)."""
+"""Problem -> config, and the choice between kernels.
+
+Configs are data: a kernel runs its registry defaults unless a rule below, taken from a tuning
+run committed under results/<gpu>/tune-*.json, says otherwise for the problem's size. 'auto'
+takes the latest ladder step that can serve the problem, which the benchmark records show to be
+the fastest registered step at every default shape."""
 
 from __future__ import annotations
 
@@ -9,8 +12,39 @@ from .problem import GemmProblem
 from .registry import GemmConfig, KernelSpec
 
 
+# kernel id -> [(smallest M * N the rule applies to, overrides)], first match wins.
+# sgemm_11_warp_tile, H200 (results/nvidia-h200/tune-20261122T015612Z.json): 256 x 128 block
+# tiles with 64 x 64 warp tiles beat the 128 x 128 default at 2048 x 2048 x 1024 and at every
+# square from 4096 to 8192; below that the larger tile leaves SMs idle, so the default stays.
+SIZE_RULES: dict[str, list[tuple[int, dict[str, int]]]] = {
+    "sgemm_11_warp_tile": [(2048 * 2048, dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8))],
+}
+
+
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
+    for min_mn, overrides in SIZE_RULES.get(spec.id, ()):
+        if problem.M * problem.N >= min_mn:
+            return _rule_config(spec, tuple(sorted(overrides.items())))
     return spec.default_config()
+
+
+def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
+    """Every config 'auto' can launch a kernel with: its default and those of its size rules."""
+    out = [spec.default_config()]
+    for _, overrides in SIZE_RULES.get(spec.id, ()):
+        out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
+    return out
+
+
+_RULE_CONFIGS: dict[tuple, GemmConfig] = {}
+
+
+def _rule_config(spec: KernelSpec, overrides: tuple) -> GemmConfig:
+    key = (spec.id, overrides)
+    cfg = _RULE_CONFIGS.get(key)
+    if cfg is None:
+        cfg = _RULE_CONFIGS[key] = spec.config(**dict(overrides))
+    return cfg
 
 
 _CHOICES: dict[tuple, tuple[KernelSpec, GemmConfig]] = {}
