@@ -26,6 +26,7 @@ def test_records_are_complete(path):
     assert len(meta["commit"]) >= 7 and "\n" not in meta["commit"]
     for r in run["records"]:
         assert r["error"]["passed"] and len(r["times_ms"]) == r["reps"] >= 20
+        assert r["config"] and r["resources"]["spill_stores"] == 0
         assert r["ratio"] == pytest.approx(r["cublas_median_ms"][r["cublas_backend"]] / r["median_ms"])
         assert r["clocks_mid"].get("clocks.sm"), "SM clock under load recorded"
 
@@ -47,6 +48,16 @@ def test_readme_tables_are_generated_from_records():
         )
 
 
+def test_docs_tables_are_generated_from_records():
+    doc = (ROOT / "docs" / "ladder.md").read_text()
+    sections = report.ladder_sections(RESULTS)
+    assert {"fp32-ladder", "cpu-ladder", "reorder", "cpu-vs-gpu"} <= set(sections)
+    for name, body in sections.items():
+        assert report.replace_between_markers(doc, name, body) == doc, (
+            f"docs/ladder.md section {name!r} is stale: run `gemmlab report --write docs/ladder.md`"
+        )
+
+
 def test_markers_roundtrip(tmp_path):
     f = tmp_path / "doc.md"
     f.write_text("intro\n<!-- gemmlab:x:start -->\nold\n<!-- gemmlab:x:end -->\ntail\n")
@@ -62,3 +73,15 @@ def test_not_a_results_file(tmp_path):
     bad.write_text(json.dumps({"foo": 1}))
     with pytest.raises(ValueError, match="not a gemmlab results file"):
         report.load_run(bad)
+
+
+CPU_RUNS = report.find_runs(RESULTS, "bench-cpu")
+
+
+@pytest.mark.parametrize("path", CPU_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_cpu_records_are_complete(path):
+    run = report.load_run(path)
+    assert run["meta"]["blas"] and run["meta"]["cores"] >= 1
+    for r in run["records"]:
+        assert r["error"]["passed"] and len(r["times_ms"]) == r["reps"] >= 3
+        assert r["ratio"] == pytest.approx(r["baseline_median_ms"] / r["median_ms"])

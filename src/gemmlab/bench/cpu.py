@@ -1,5 +1,5 @@
 """gemmlab bench --device cpu: the numba CPU ladder against numpy's BLAS, in one process, on the
-same inputs, interleaved, with the caches flushed before every timed run. Same record format as
+same inputs, interleaved, with the caches flushed and the thread pools idle before every timed run. Same record format as
 the GPU benchmark; the baseline is numpy.matmul and the run header says which BLAS it used and
 with how many threads (threadpoolctl)."""
 
@@ -25,7 +25,7 @@ from ..reference import check_result
 from . import environment
 from .run import results_path, tflops, write_run
 
-CPU_SHAPES = ((128, 128, 128), (256, 256, 256), (512, 512, 512), (1022, 1022, 1022), (1024, 1024, 1024))
+CPU_SHAPES = ((256, 256, 256), (512, 512, 512), (1022, 1022, 1022), (1024, 1024, 1024))
 
 
 def _cpu_model() -> str:
@@ -74,7 +74,14 @@ class CacheFlusher:
         self.buf.fill(1.0)
 
 
-def bench_cpu_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, budget_s: float, flush) -> dict:
+# numpy's OpenBLAS threads keep spinning for a while after a call, and numba's OpenMP threads
+# after a parallel region; a run that starts while the other library's pool still spins shares
+# the cores with it (measured on 2 cores: cpu04 at 1024 ran at half speed right after a numpy
+# call, full speed after a 0.2 s pause). Every timed run therefore starts after this pause.
+SETTLE_S = 0.2
+
+
+def bench_cpu_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, budget_s: float, flush, settle_s: float = SETTLE_S) -> dict:
     rng = np.random.default_rng()
     a = rng.uniform(-1, 1, (M, K)).astype(np.float32)
     b = rng.uniform(-1, 1, (K, N)).astype(np.float32)
@@ -111,6 +118,7 @@ def bench_cpu_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: in
     for r in range(reps_used):
         for n in names[r % 2 :] + names[: r % 2]:
             flush()
+            time.sleep(settle_s)  # let the other library's thread pool go idle (see SETTLE_S)
             t0 = time.perf_counter()
             fns[n]()
             times[n].append((time.perf_counter() - t0) * 1e3)
@@ -135,6 +143,7 @@ def bench_cpu_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: in
         error=asdict(err),
         baseline_error=asdict(base_err),
         first_call_s=first_s,
+        settle_s=settle_s,
         reps=reps_used,
         warmup=warmup,
     )

@@ -87,7 +87,8 @@ def _cpu_note(meta: dict, recs: list[dict]) -> str:
     return (
         f"{meta['cpu']}, {meta['cores']} cores; numba {meta['versions']['numba']} with {meta['numba_threads']} threads; "
         f"numpy {meta['versions']['numpy']} on {blas or 'unknown BLAS'}; {_commits(meta)}. "
-        f"Median of {reps[0]}-{reps[-1]} wall-clock runs (fewer for the slow loops), caches flushed before each."
+        f"Median of {reps[0]}-{reps[-1]} wall-clock runs (fewer for the slow loops), caches flushed and "
+        f"a {recs[0].get('settle_s', 0)} s pause before each (thread pools of numpy and numba idle)."
     )
 
 
@@ -133,7 +134,8 @@ def readme_sections(results_root: Path) -> dict[str, str]:
     overheads = find_runs(results_root, "overhead")
     bench_md = "\n\n".join(bench_table(r) for r in merged_runs(benches)) or "_no records yet_"
     over_md = "\n\n".join(overhead_table(load_run(p)) for p in _newest_per_gpu(overheads)) or "_no records yet_"
-    return {"results": bench_md, "overhead": over_md}
+    cpu_md = "\n\n".join(bench_table(r) for r in merged_runs(find_runs(results_root, "bench-cpu"))) or "_no records yet_"
+    return {"results": bench_md, "overhead": over_md, "results-cpu": cpu_md}
 
 
 def merged_runs(paths: list[Path]) -> list[dict]:
