@@ -297,6 +297,31 @@ def report_cmd(
         console.print(f"{path}: sections {', '.join(names)} regenerated")
 
 
+@app.command("plot")
+def plot_cmd(
+    results: Path = typer.Option(Path("results"), help="the records' root folder"),
+    out: Path = typer.Option(Path("docs/img"), help="folder for the PNGs"),
+    shape: str = typer.Option("4096", help="the shape of the ladder bar chart"),
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernels of the size plot (default: 01, 03, 07, 10, 11)"),
+) -> None:
+    """PNGs from the newest records of each GPU: the ladder at one size, TFLOP/s against size."""
+    from .bench import plots, report
+
+    runs = report.merged_runs(report.find_runs(results, "bench"))
+    if not runs:
+        err_console.print(f"gemmlab: no bench records under {results}")
+        raise typer.Exit(1)
+    out.mkdir(parents=True, exist_ok=True)
+    ids = kernel or ["sgemm_01_naive", "sgemm_03_smem_tile", "sgemm_07_vectorized", "sgemm_10_smem_double_buffer", "sgemm_11_warp_tile"]
+    for run in runs:
+        slug = run["meta"]["gpu_slug"]
+        written = [out / f"{slug}-ladder-{shape}.png", out / f"{slug}-vs-size.png"]
+        plots.ladder_bars(run, parse_shape(shape), written[0])
+        plots.versus_size(run, ids, written[1])
+        for p in written:
+            console.print(f"wrote {p}")
+
+
 @cache_app.command("show")
 def cache_show() -> None:
     """Where the cache is and what it holds."""

@@ -229,6 +229,7 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     pairs = [(c, g) for c in cpu_runs for g in gpu_runs if c["meta"].get("host") == g["meta"].get("host")]
     if pairs:
         sections["cpu-vs-gpu"] = "\n\n".join(cpu_vs_gpu_table(c, g) for c, g in pairs)
+    sections |= ncu_sections(results_root)
     return sections
 
 
@@ -244,3 +245,68 @@ def update_present_sections(path: Path, sections: dict[str, str]) -> list[str]:
         raise ValueError(f"{path} has no gemmlab section markers for {sorted(sections)}")
     update_file(path, present)
     return sorted(present)
+
+
+# ----------------------------------------------------------------------------------------------
+# Nsight Compute evidence (CSV from `ncu --csv`, one row per kernel and metric)
+
+NCU_COLUMNS = (
+    ("gpu__time_duration.sum", "time (us)", 1e-3),
+    ("smsp__inst_executed_op_global_ld.sum", "global ld inst", 1),
+    ("smsp__inst_executed_op_shared_ld.sum", "shared ld inst", 1),
+    ("smsp__inst_executed_op_shared_st.sum", "shared st inst", 1),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "ld bank conflicts", 1),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "st bank conflicts", 1),
+    ("launch__registers_per_thread", "regs", 1),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "warps active %", 1),
+    ("smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", "stall long sb", 1),
+    ("smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio", "stall short sb", 1),
+    ("smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio", "stall MIO", 1),
+    ("smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", "stall barrier", 1),
+)
+
+
+def read_ncu_csv(path: Path) -> list[tuple[str, dict[str, float]]]:
+    """[(kernel name, {metric: value})] in launch order, from ncu's --csv output (its banner
+    lines before the header are skipped)."""
+    import csv
+    import io
+
+    lines = Path(path).read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError(f"{path}: no ncu CSV header")
+    kernels: dict[str, tuple[str, dict[str, float]]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        name = row["Kernel Name"].split("(")[0].removeprefix("void ").strip()
+        entry = kernels.setdefault(row["ID"], (name, {}))
+        entry[1][row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
+    return [kernels[k] for k in sorted(kernels, key=int)]
+
+
+def ncu_table(csv_path: Path) -> str:
+    meta_path = Path(csv_path).with_suffix(".json")
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    lines = ["| kernel | " + " | ".join(h for _, h, _ in NCU_COLUMNS) + " |", "|---" * (len(NCU_COLUMNS) + 1) + "|"]
+    for name, metrics in read_ncu_csv(csv_path):
+        cells = []
+        for metric, _, scale in NCU_COLUMNS:
+            v = metrics.get(metric)
+            if v is None:
+                cells.append("")
+            elif float(v * scale).is_integer() or v * scale >= 100:
+                cells.append(f"{v * scale:,.0f}")
+            else:
+                cells.append(f"{v * scale:,.2f}")
+        lines.append(f"| `{name.split('<')[0]}` | " + " | ".join(cells) + " |")
+    note = (
+        f"\n\nNsight Compute, {meta.get('gpu', '?')}, shape {meta.get('shape')}, commit `{str(meta.get('commit', '?'))[:12]}`, "
+        f"{meta.get('time', '?')}, clocks not locked (`--clock-control none`); one launch per step. Stalls are "
+        f"warps stalled per issued instruction."
+    )
+    return "\n".join(lines) + note
+
+
+def ncu_sections(results_root: Path) -> dict[str, str]:
+    csvs = sorted(Path(results_root).glob("*/ncu-steps-*.csv"))
+    return {"ncu-steps": ncu_table(csvs[-1])} if csvs else {}

@@ -1,0 +1,38 @@
+"""Plots render from the committed records, with the series a reader expects."""
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+
+from gemmlab.bench import plots, report
+from gemmlab.registry import KERNELS
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+RUNS = report.merged_runs(report.find_runs(RESULTS, "bench"))
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r["meta"]["gpu_slug"])
+def test_ladder_bars_have_every_step_and_cublas(run, tmp_path):
+    png = tmp_path / "ladder.png"
+    fig = plots.ladder_bars(run, (4096, 4096, 4096), png)
+    ax = fig.axes[0]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(ax.patches) == len(KERNELS)  # one bar a step
+    assert [t.get_text() for t in ax.get_xticklabels()][0].startswith("01 ")
+    assert any(line.get_label().startswith("cuBLAS") for line in ax.get_lines())
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r["meta"]["gpu_slug"])
+def test_size_plot_has_chosen_kernels_and_cublas(run, tmp_path):
+    ids = ["sgemm_03_smem_tile", "sgemm_11_warp_tile"]
+    fig = plots.versus_size(run, ids, tmp_path / "size.png")
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert "03 shared-memory tiles" in labels and "11 warp tiles" in labels and "cuBLAS" in labels
+    plt.close(fig)
+
+
+def test_missing_shape_is_a_clear_error():
+    with pytest.raises(ValueError, match="no records at"):
+        plots.ladder_bars(RUNS[0], (3, 3, 3))
