@@ -225,8 +225,14 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
         sections["fp32-ladder"] = "\n\n".join(bench_table(r) for r in gpu_runs)
     if cpu_runs:
         sections["cpu-ladder"] = "\n\n".join(bench_table(r) for r in cpu_runs)
-        sections["reorder"] = "\n\n".join(reorder_table(r) for r in cpu_runs)
-    pairs = [(c, g) for c in cpu_runs for g in gpu_runs if c["meta"].get("host") == g["meta"].get("host")]
+        with_naive = [r for r in cpu_runs if any(x["kernel"] == "cpu01_naive" for x in r["records"])]
+        if with_naive:
+            sections["reorder"] = "\n\n".join(reorder_table(r) for r in with_naive)
+    def at(run: dict, shape=(2048, 2048, 1024)) -> bool:
+        return any((r["M"], r["N"], r["K"]) == shape for r in run["records"])
+
+    # the GPU machine's own CPU: same host name, and both measured seed 001's shape
+    pairs = [(c, g) for c in cpu_runs for g in gpu_runs if c["meta"].get("host") == g["meta"].get("host") and at(c) and at(g)]
     if pairs:
         sections["cpu-vs-gpu"] = "\n\n".join(cpu_vs_gpu_table(c, g) for c, g in pairs)
     sections |= ncu_sections(results_root)
