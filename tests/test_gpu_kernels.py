@@ -184,3 +184,27 @@ def test_driver_reports_no_local_memory(kernel):
     assert usage.registers == loaded.compiled.usage.registers
     if spec.spill_free:
         assert usage.stack_frame == 0
+
+
+def test_peak_ffma_is_plausible():
+    from gemmlab.bench import environment, peak
+
+    measured = peak.measure_ffma(0, iters=1 << 14)
+    props = torch.cuda.get_device_properties(0)
+    lanes = peak.FP32_LANES_PER_SM.get(props.major)
+    max_mhz = environment.clocks(0).get("clocks.max.sm")
+    assert measured > 1.0
+    if lanes and isinstance(max_mhz, float):
+        theory = props.multi_processor_count * lanes * 2 * max_mhz * 1e6 / 1e12
+        assert 0.3 * theory < measured <= 1.05 * theory
+
+
+def test_bench_resume_skips_measured_cases(tmp_path):
+    from gemmlab.bench.run import run_bench
+
+    path, first = run_bench(["sgemm_03_smem_tile"], [(256, 256, 256)], tmp_path, reps=3, warmup=0)
+    again, recs = run_bench(
+        ["sgemm_03_smem_tile", "sgemm_04_thread_tile_1d"], [(256, 256, 256)], tmp_path, reps=3, warmup=0, resume=path
+    )
+    assert again == path and [r["kernel"] for r in recs] == ["sgemm_03_smem_tile", "sgemm_04_thread_tile_1d"]
+    assert recs[0]["times_ms"] == first[0]["times_ms"]  # kept, not re-measured

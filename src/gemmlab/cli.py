@@ -202,10 +202,25 @@ def bench_cmd(
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
     pending: bool = PENDING_OPTION,
     tag: str = typer.Option("bench", help="file name prefix; reports read 'bench' runs only (use 'tune' for config sweeps)"),
+    sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes, dtypes (reps, warmup)"),
+    resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
 ) -> None:
     """Time kernels against the baseline (GPU: cuBLAS, same inputs, interleaved, L2 flushed;
     CPU: numpy's BLAS). A kernel may carry a config: -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
+    if sweep is not None:
+        from .bench.run import read_sweep
+
+        try:
+            spec = read_sweep(sweep)
+        except (ValueError, OSError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+        kernel = (kernel or []) + spec["kernels"] or None
+        shape = (shape or []) + ["x".join(map(str, s)) for s in spec["shapes"]] or None
+        reps = spec["reps"] or reps
+        warmup = spec["warmup"] if spec["warmup"] is not None else warmup
     device = _pick_device(device)
+    if resume is not None and device != "cuda":
+        raise typer.BadParameter("--resume works for GPU runs")
     if kernel and any("[" in k for k in kernel):
         from .bench.run import parse_kernel_config
 
@@ -227,7 +242,7 @@ def bench_cmd(
         from .bench import run as bench_run
 
         shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
-        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, **kw)
+        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume, **kw)
         title, unit, scale, base = "gemmlab bench (FP32, TF32 off)", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
     for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
@@ -275,6 +290,23 @@ def overhead_cmd(
     console.print(f"record: {path}")
 
 
+@app.command("peak")
+def peak_cmd(out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/peak-<time>.json")) -> None:
+    """The GPU's theoretical and measured FP32/tensor/bandwidth ceilings, stored as a record."""
+    _require_gpu()
+    from .bench import environment, peak
+    from .bench.report import peak_table
+    from .bench.run import results_path, write_run
+
+    meta = environment.describe(0)
+    meta["kind"] = "peak"
+    rec = peak.measure(0)
+    path = results_path(out, meta, "peak")
+    write_run(path, meta, [rec])
+    console.print(peak_table({"meta": meta, "records": [rec]}), markup=False, highlight=False)
+    console.print(f"record: {path}", highlight=False)
+
+
 @app.command("report")
 def report_cmd(
     results: Path = typer.Option(Path("results"), help="the records' root folder"),
@@ -295,6 +327,82 @@ def report_cmd(
             err_console.print(f"gemmlab: {exc}")
             raise typer.Exit(1)
         console.print(f"{path}: sections {', '.join(names)} regenerated")
+
+
+@app.command("profile")
+def profile_cmd(
+    kernels: list[str] = typer.Argument(..., help="one or two kernel ids"),
+    shape: str = typer.Option("2048", "--shape", "-s", help="MxNxK or N"),
+    csv: Optional[Path] = typer.Option(None, help="keep ncu's CSV here"),
+) -> None:
+    """Nsight Compute metrics of one launch per kernel (ncu --clock-control none), and their delta."""
+    from . import profile
+
+    if not 1 <= len(kernels) <= 2:
+        raise typer.BadParameter("give one kernel, or two to compare")
+    ids = _kernel_ids(kernels, "cuda", pending=True)
+    _require_gpu()
+    path = csv or profile.default_csv_path()
+    try:
+        rows = profile.run_ncu(ids, parse_shape(shape), path)
+    except profile.ProfileError as exc:
+        err_console.print(f"gemmlab: {exc}")
+        raise typer.Exit(2)
+    t = Table(title=f"Nsight Compute, {shape} (clocks not locked)")
+    t.add_column("metric")
+    for kid in ids:
+        t.add_column(kid, justify="right")
+    if len(ids) == 2:
+        t.add_column("delta", justify="right")
+    for metric, header in profile.METRICS:
+        vals = [m.get(metric) for _, m in rows]
+        cells = ["" if v is None else f"{v:,.2f}" for v in vals]
+        if len(ids) == 2:
+            a, b = vals
+            cells.append("" if a is None or b is None else f"{b - a:+,.2f}" + (f" ({(b - a) / a:+.0%})" if a else ""))
+        t.add_row(header, *cells)
+    console.print(t)
+    console.print(f"ncu CSV: {path}", highlight=False)
+
+
+@app.command("sass")
+def sass_cmd(
+    kernel: str = typer.Argument(..., help="kernel id, optionally with a config: 'sgemm_11_warp_tile[BM=256]'"),
+    arch: str = typer.Option("sm_90a", help="target to compile for (no GPU needed)"),
+) -> None:
+    """The instruction mix of a kernel's cubin (cuobjdump), and where the full listing is."""
+    from . import sass
+    from .bench.run import parse_kernel_config
+
+    try:
+        kid, cfg = parse_kernel_config(kernel)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    spec = registry.get(kid)
+    if spec.device != "cuda":
+        raise typer.BadParameter(f"{kid} is a CPU kernel: it has no SASS")
+    ck = jit.compile_kernel(spec, cfg or spec.default_config(), arch)
+    try:
+        text = sass.disassemble(ck.cubin)
+    except sass.ToolMissing as exc:
+        err_console.print(f"gemmlab: {exc}")
+        raise typer.Exit(2)
+    listing = jit.cache_dir() / f"{kid}-{arch}-{ck.lowered_name[:60]}.sass"
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text(text)
+    mix = sass.instruction_mix(text)
+    t = Table(title=f"{ck.name_expression} on {arch}: {mix.total} instructions (static count)")
+    t.add_column("instruction")
+    t.add_column("count", justify="right")
+    for op in sass.SHOWN:
+        if op in sass.MEMORY_OPS:
+            for (base, bits), n in sorted(mix.memory.items()):
+                if base == op:
+                    t.add_row(f"{op}.{bits}", str(n))
+        elif mix.count(op):
+            t.add_row(op, str(mix.count(op)))
+    console.print(t)
+    console.print(f"full listing: {listing}", highlight=False)
 
 
 @app.command("plot")
@@ -318,6 +426,10 @@ def plot_cmd(
         written = [out / f"{slug}-ladder-{shape}.png", out / f"{slug}-vs-size.png"]
         plots.ladder_bars(run, parse_shape(shape), written[0])
         plots.versus_size(run, ids, written[1])
+        peak = report.newest_peak(results, slug)
+        if peak is not None:
+            written.append(out / f"{slug}-roofline.png")
+            plots.roofline(run, peak, [(1024, 1024, 1024), (8192, 8192, 8192)], written[-1])
         for p in written:
             console.print(f"wrote {p}")
 

@@ -74,3 +74,37 @@ def versus_size(run: dict, kernels: list[str], path: Path | None = None):
     if path:
         fig.savefig(path, dpi=110)
     return fig
+
+
+def roofline(run: dict, peak: dict, shapes: list[tuple[int, int, int]], path: Path | None = None):
+    """Each kernel at the given shapes against the measured ceilings: FP32 FFMA rate and DRAM
+    bandwidth. Arithmetic intensity counts the fewest bytes a GEMM must move (A and B read once,
+    D written once, fp32), so the distance below the roof includes any re-reads a step does."""
+    p = peak["records"][0]
+    fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
+    bw = p["measured_copy_gbs"] * 1e9
+    top = p["measured_ffma_tflops"] * 1e12
+    ai = [2 ** (x / 4) for x in range(-4, 60)]
+    ax.plot(ai, [min(top, bw * x) / 1e12 for x in ai], color="black", label=f"roof: {p['measured_copy_gbs']:.0f} GB/s, FFMA {p['measured_ffma_tflops']:.1f} TFLOP/s")
+    if p.get("theoretical_fp32_tflops"):
+        ax.axhline(p["theoretical_fp32_tflops"], color="gray", linestyle=":", label=f"FP32 theoretical {p['theoretical_fp32_tflops']:.1f}")
+    markers = "os^D"
+    for si, shape in enumerate(shapes):
+        M, N, K = shape
+        x = 2.0 * M * N * K / (4.0 * (M * K + K * N + M * N))
+        recs = sorted((r for r in run["records"] if (r["M"], r["N"], r["K"]) == tuple(shape)), key=lambda r: registry.get(r["kernel"]).step)
+        for r in recs:
+            ax.scatter([x], [r["tflops"]], marker=markers[si % len(markers)], s=30, zorder=3)
+            ax.annotate(f"{registry.get(r['kernel']).step:02d}", (x, r["tflops"]), textcoords="offset points", xytext=(5, -3), fontsize=7)
+        if recs:
+            ax.scatter([x], [_baseline_tflops(recs[0])], marker="*", s=120, color="red", zorder=4, label=f"cuBLAS at {M}x{N}x{K}" if si == 0 else None)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (flops per byte, fewest bytes)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"Roofline, {run['meta']['gpu']}: steps (numbers) at " + ", ".join(f"{s[0]}^3" if s[0] == s[1] == s[2] else "x".join(map(str, s)) for s in shapes))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize=8)
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig

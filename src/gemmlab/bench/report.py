@@ -236,6 +236,9 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     if pairs:
         sections["cpu-vs-gpu"] = "\n\n".join(cpu_vs_gpu_table(c, g) for c, g in pairs)
     sections |= ncu_sections(results_root)
+    peaks = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "peak"))]
+    if peaks:
+        sections["peaks"] = "\n\n".join(peak_table(p) for p in peaks)
     return sections
 
 
@@ -316,3 +319,34 @@ def ncu_table(csv_path: Path) -> str:
 def ncu_sections(results_root: Path) -> dict[str, str]:
     csvs = sorted(Path(results_root).glob("*/ncu-steps-*.csv"))
     return {"ncu-steps": ncu_table(csvs[-1])} if csvs else {}
+
+
+# ----------------------------------------------------------------------------------------------
+# Peaks
+
+
+def peak_table(run: dict) -> str:
+    r = run["records"][0]
+    meta = run["meta"]
+
+    def f(v, unit):
+        return "n/a" if v is None else f"{v:,.1f} {unit}"
+
+    rows = [
+        ("FP32, theoretical (SMs x lanes x 2 x max clock)", f(r["theoretical_fp32_tflops"], "TFLOP/s")),
+        ("FP32, measured FFMA loop", f(r["measured_ffma_tflops"], "TFLOP/s")),
+        ("FP32, cuBLAS 8192^3 (TF32 off)", f(r["cublas_fp32_8192_tflops"], "TFLOP/s")),
+        ("BF16 dense tensor cores, theoretical", f(r["theoretical_bf16_dense_tflops"], "TFLOP/s")),
+        ("BF16, cuBLAS 8192^3", f(r["cublas_bf16_8192_tflops"], "TFLOP/s")),
+        ("DRAM, measured device-to-device copy (read + write)", f(r["measured_copy_gbs"], "GB/s")),
+    ]
+    lines = ["| ceiling | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
+    return "\n".join(lines) + (
+        f"\n\n{meta['gpu']}, {r['sm_count']} SMs, max SM clock {r['max_sm_clock_mhz']} MHz, "
+        f"commit `{meta['commit'][:12]}`, {meta['time']}."
+    )
+
+
+def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
+    paths = sorted(Path(results_root).glob(f"{gpu_slug}/peak-[0-9]*.json"))
+    return load_run(paths[-1]) if paths else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 import json
+import tomllib
 import os
 from pathlib import Path
 from typing import Callable
@@ -186,26 +187,40 @@ def run_bench(
     on_record: Callable[[dict], None] | None = None,
     on_start: Callable[[str, tuple], None] | None = None,
     tag: str = "bench",
+    resume: Path | None = None,
 ) -> tuple[Path, list[dict]]:
     """kernels: ids, or 'id[NAME=VALUE,...]' for another config of a kernel (tuning; use another
-    tag then, so such runs stay out of the reports)."""
+    tag then, so such runs stay out of the reports). resume: a results file of an interrupted
+    run: its records are kept, the cases it has are skipped, new ones are appended to it."""
     if reps < 1:
         raise ValueError("reps must be >= 1")
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32: cuBLAS SGEMM, not TF32
     torch.backends.cudnn.allow_tf32 = False
-    meta = environment.describe(device_id)
-    meta["kind"] = "bench"
-    path = results_path(out_root, meta, tag)
+    parsed = [(k, *parse_kernel_config(k)) for k in kernels]
+    if resume is not None:
+        old = json.loads(Path(resume).read_text())
+        meta, records, path = old["meta"], old["records"], Path(resume)
+        meta.setdefault("resumed", []).append(environment.describe(device_id)["time"])
+        meta.setdefault("failures", [])
+    else:
+        meta = environment.describe(device_id)
+        meta["kind"] = "bench"
+        meta["failures"] = []
+        records = []
+        path = results_path(out_root, meta, tag)
+    done = {(r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) for r in records}
     flusher = L2Flusher(device_id)
-    records: list[dict] = []
-    parsed = [parse_kernel_config(k) for k in kernels]
-    meta["failures"] = []
     for M, N, K in shapes:
-        for kernel_id, config in parsed:
+        for request, kernel_id, config in parsed:
+            if (request, M, N, K) in done:
+                if on_record:
+                    on_record(next(r for r in records if (r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) == (request, M, N, K)))
+                continue
             if on_start:
                 on_start(kernel_id, (M, N, K))
             try:
                 rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config))
+                rec["extra"]["request"] = request
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
                 meta["failures"].append(dict(kernel=kernel_id, M=M, N=N, K=K, error=str(exc)))
                 write_run(path, meta, records)
@@ -219,3 +234,25 @@ def run_bench(
     meta["clocks_end"] = environment.clocks(device_id)
     write_run(path, meta, records)
     return path, records
+
+
+SWEEP_KEYS = {"kernels", "shapes", "dtypes", "reps", "warmup"}
+
+
+def read_sweep(path: Path) -> dict:
+    """A TOML sweep file: kernels = [...], shapes = ["4096", "2048x2048x1024"], dtypes = ["float32"],
+    optional reps and warmup. Returns the parsed values; unknown keys or dtypes are errors."""
+    data = tomllib.loads(Path(path).read_text())
+    unknown = set(data) - SWEEP_KEYS
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; a sweep takes {sorted(SWEEP_KEYS)}")
+    for d in data.get("dtypes", ["float32"]):
+        if d != "float32":
+            raise ValueError(f"{path}: dtype {d!r}: the registered GPU kernels take float32 only (so far)")
+    shapes = []
+    for s in data.get("shapes", []):
+        dims = [int(x) for x in str(s).lower().split("x")]
+        shapes.append(tuple(dims * 3 if len(dims) == 1 else dims))
+    if any(len(s) != 3 for s in shapes):
+        raise ValueError(f"{path}: shapes are 'N' or 'MxNxK'")
+    return dict(kernels=list(data.get("kernels", [])), shapes=shapes, reps=data.get("reps"), warmup=data.get("warmup"))

@@ -1,0 +1,57 @@
+"""gemmlab profile: Nsight Compute on one launch of each named kernel, the metrics seed 001 reads
+for every step, parsed from ncu's CSV (never its screen text), with the delta between two kernels."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from .bench.report import NCU_COLUMNS, read_ncu_csv
+
+# What seed 001 reads per step, beyond NCU_COLUMNS: pipe utilisation and memory throughput.
+EXTRA_METRICS = (
+    ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "FMA pipe %"),
+    ("sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active", "LSU pipe %"),
+    ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput %"),
+    ("lts__t_sectors.avg.pct_of_peak_sustained_elapsed", "L2 throughput %"),
+    ("smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio", "stall LG throttle"),
+    ("smsp__average_warps_issue_stalled_wait_per_issue_active.ratio", "stall wait"),
+    ("smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio", "stall dispatch"),
+    ("smsp__inst_executed_op_global_st.sum", "global st inst"),
+)
+METRICS = tuple((m, h) for m, h, _ in NCU_COLUMNS) + EXTRA_METRICS
+
+
+class ProfileError(RuntimeError):
+    pass
+
+
+def run_ncu(kernels: list[str], shape: tuple[int, int, int], csv_out: Path) -> list[tuple[str, dict[str, float]]]:
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        raise ProfileError("Nsight Compute (ncu) is not on PATH; install Nsight Compute or run on a machine that has it")
+    cmd = [
+        ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv",
+        "--metrics", ",".join(m for m, _ in METRICS),
+        sys.executable, "-m", "gemmlab.profile_target", "x".join(map(str, shape)), *kernels,
+    ]  # fmt: skip
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    csv_out.write_text(out.stdout)
+    if out.returncode != 0 or '"ID"' not in out.stdout:
+        errors = [line for line in (out.stdout + out.stderr).splitlines() if "ERR" in line or "Error" in line]
+        raise ProfileError("ncu could not profile the kernels: " + ("; ".join(errors[:3]) or f"exit {out.returncode}"))
+    rows = read_ncu_csv(csv_out)
+    if len(rows) != len(kernels):
+        raise ProfileError(f"ncu profiled {len(rows)} launches, expected {len(kernels)}")
+    return rows
+
+
+def default_csv_path() -> Path:
+    return Path(tempfile.mkdtemp(prefix="gemmlab-ncu-")) / "ncu.csv"

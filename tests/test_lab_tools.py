@@ -1,0 +1,83 @@
+"""The lab's tools without a GPU: SASS instruction mix, sweep files, ncu CSV parsing, profile errors."""
+
+from pathlib import Path
+
+import pytest
+
+from gemmlab import jit, profile, registry, sass
+from gemmlab.bench import report
+from gemmlab.bench.run import read_sweep
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_instruction_mix_of_stored_step07_listing():
+    mix = sass.instruction_mix((DATA / "sgemm_07_vectorized.sm_90a.sass").read_text())
+    # 128 x 128 x 8 tiles, 8 x 8 per thread: the unrolled k loop is BK * TM * TN = 512 FFMAs,
+    # and the epilogue alpha * acc + beta * C one more per result (64)
+    assert mix.count("FFMA") == 8 * 8 * 8 + 64
+    # fragments read as float4: (TM / 4 + TN / 4) LDS.128 per k step, 8 k steps
+    assert mix.memory[("LDS", 128)] == (8 // 4 + 8 // 4) * 8
+    assert mix.memory[("LDG", 128)] >= 1  # the vector path of the tile loads
+    assert mix.count("LDL") == mix.count("STL") == 0  # no local memory
+    assert mix.count("HMMA") == 0  # SIMT: no tensor cores
+
+
+def test_width_of():
+    assert sass.width_of("LDG.E.128.CONSTANT") == 128
+    assert sass.width_of("LDS.U.64") == 64
+    assert sass.width_of("STG.E") == 32
+
+
+@pytest.mark.skipif(sass.find_tool("cuobjdump") is None, reason="cuobjdump not installed")
+def test_live_disassembly_of_step11():
+    spec = registry.get("sgemm_11_warp_tile")
+    mix = sass.instruction_mix(sass.disassemble(jit.compile_kernel(spec, spec.default_config(), "sm_90a").cubin))
+    assert mix.count("FFMA") >= 8 * 8 * 8 and mix.memory[("LDS", 128)] > 0
+
+
+def test_sass_command(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gemmlab.cli import app
+
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path))
+    res = CliRunner().invoke(app, ["sass", "sgemm_05_thread_tile_2d"])
+    if sass.find_tool("cuobjdump") is None:
+        assert res.exit_code == 2 and "cuobjdump/nvdisasm not found" in res.output
+        return
+    assert res.exit_code == 0, res.output
+    assert "FFMA" in res.output and list(tmp_path.glob("sgemm_05_thread_tile_2d-sm_90a-*.sass"))
+    bad = CliRunner().invoke(app, ["sass", "cpu01_naive"])
+    assert bad.exit_code == 2 and "CPU kernel" in bad.output
+
+
+def test_sweep_file(tmp_path):
+    sweep = read_sweep(ROOT / "sweeps" / "fp32-ladder.toml")
+    assert sweep["kernels"][0] == "sgemm_07_vectorized" and (2048, 2048, 1024) in sweep["shapes"]
+    assert (4096, 4096, 4096) in sweep["shapes"] and sweep["reps"] == 20
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kernels = ["x"]\nsizes = ["4096"]\n')
+    with pytest.raises(ValueError, match="unknown keys"):
+        read_sweep(bad)
+    bad.write_text('dtypes = ["bfloat16"]\n')
+    with pytest.raises(ValueError, match="float32 only"):
+        read_sweep(bad)
+
+
+def test_ncu_csv_of_the_committed_profile():
+    (csv,) = sorted((ROOT / "results").glob("*/ncu-steps-2048-*.csv"))[-1:]
+    rows = report.read_ncu_csv(csv)
+    assert [name.split("<")[0] for name, _ in rows][:2] == ["sgemm_naive", "sgemm_coalesced"]
+    assert len(rows) == len(registry.kernels())
+    by = {name.split("<")[0]: m for name, m in rows}
+    conflicts = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
+    # the point of step 08, as measured
+    assert by["sgemm_bank_conflict_free"][conflicts] < by["sgemm_vectorized"][conflicts] / 100
+
+
+def test_profile_without_ncu_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(profile.ProfileError, match="ncu"):
+        profile.run_ncu(["sgemm_01_naive"], (64, 64, 64), tmp_path / "x.csv")
