@@ -36,3 +36,16 @@ def test_size_plot_has_chosen_kernels_and_cublas(run, tmp_path):
 def test_missing_shape_is_a_clear_error():
     with pytest.raises(ValueError, match="no records at"):
         plots.ladder_bars(RUNS[0], (3, 3, 3))
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r["meta"]["gpu_slug"])
+def test_roofline_from_the_committed_peak(run, tmp_path):
+    peak = report.newest_peak(RESULTS, run["meta"]["gpu_slug"])
+    if peak is None:
+        pytest.skip("no peak record for this GPU")
+    fig = plots.roofline(run, peak, [(1024, 1024, 1024), (8192, 8192, 8192)], tmp_path / "roof.png")
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert any(lbl.startswith("roof:") for lbl in labels)
+    assert len(ax.collections) == 2 * (len(KERNELS) + 1)  # every step and cuBLAS at both shapes
+    plt.close(fig)

@@ -58,6 +58,14 @@ def test_docs_tables_are_generated_from_records():
         )
 
 
+def test_lab_doc_is_generated_from_records():
+    doc = (ROOT / "docs" / "lab.md").read_text()
+    sections = report.lab_sections(RESULTS, ROOT / "tests" / "data" / "sgemm_07_vectorized.sm_90a.sass")
+    assert {"peaks", "profile", "sass"} <= set(sections)
+    for name, body in sections.items():
+        assert report.replace_between_markers(doc, name, body) == doc, f"docs/lab.md section {name!r} is stale"
+
+
 def test_markers_roundtrip(tmp_path):
     f = tmp_path / "doc.md"
     f.write_text("intro\n<!-- gemmlab:x:start -->\nold\n<!-- gemmlab:x:end -->\ntail\n")

@@ -354,13 +354,9 @@ def profile_cmd(
         t.add_column(kid, justify="right")
     if len(ids) == 2:
         t.add_column("delta", justify="right")
-    for metric, header in profile.METRICS:
-        vals = [m.get(metric) for _, m in rows]
+    for header, vals, delta in profile.compare_rows(rows):
         cells = ["" if v is None else f"{v:,.2f}" for v in vals]
-        if len(ids) == 2:
-            a, b = vals
-            cells.append("" if a is None or b is None else f"{b - a:+,.2f}" + (f" ({(b - a) / a:+.0%})" if a else ""))
-        t.add_row(header, *cells)
+        t.add_row(header, *cells, *([delta] if len(ids) == 2 else []))
     console.print(t)
     console.print(f"ncu CSV: {path}", highlight=False)
 

@@ -24,6 +24,29 @@ EXTRA_METRICS = (
     ("smsp__inst_executed_op_global_st.sum", "global st inst"),
 )
 METRICS = tuple((m, h) for m, h, _ in NCU_COLUMNS) + EXTRA_METRICS
+SCALE = {m: scale for m, _, scale in NCU_COLUMNS}  # e.g. ns -> us
+
+
+def compare_rows(rows: list[tuple[str, dict[str, float]]]) -> list[tuple[str, list[float | None], str]]:
+    """(metric header, value per kernel, delta text) for one or two profiled kernels."""
+    out = []
+    for metric, header in METRICS:
+        vals = [None if m.get(metric) is None else m[metric] * SCALE.get(metric, 1) for _, m in rows]
+        delta = ""
+        if len(vals) == 2 and None not in vals:
+            a, b = vals
+            delta = f"{b - a:+,.2f}" + (f" ({(b - a) / a:+.0%})" if a else "")
+        out.append((header, vals, delta))
+    return out
+
+
+def markdown(rows: list[tuple[str, dict[str, float]]], names: list[str]) -> str:
+    head = "| metric | " + " | ".join(names) + (" | delta |" if len(names) == 2 else " |")
+    lines = [head, "|---" * (len(names) + 1 + (len(names) == 2)) + "|"]
+    for header, vals, delta in compare_rows(rows):
+        cells = ["" if v is None else f"{v:,.2f}" for v in vals] + ([delta] if len(names) == 2 else [])
+        lines.append(f"| {header} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 class ProfileError(RuntimeError):

@@ -97,7 +97,7 @@ def roofline(run: dict, peak: dict, shapes: list[tuple[int, int, int]], path: Pa
             ax.scatter([x], [r["tflops"]], marker=markers[si % len(markers)], s=30, zorder=3)
             ax.annotate(f"{registry.get(r['kernel']).step:02d}", (x, r["tflops"]), textcoords="offset points", xytext=(5, -3), fontsize=7)
         if recs:
-            ax.scatter([x], [_baseline_tflops(recs[0])], marker="*", s=120, color="red", zorder=4, label=f"cuBLAS at {M}x{N}x{K}" if si == 0 else None)
+            ax.scatter([x], [_baseline_tflops(recs[0])], marker="*", s=120, color="red", zorder=4, label="cuBLAS, same run (stars)" if si == 0 else None)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (flops per byte, fewest bytes)")

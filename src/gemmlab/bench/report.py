@@ -34,8 +34,9 @@ def _baseline_tflops(r: dict) -> float:
     return r["baseline_tflops"] if "baseline_tflops" in r else r["cublas_tflops"]
 
 
-def bench_table(run: dict) -> str:
-    """Rows: shapes; columns: each kernel's rate with its ratio to the baseline, then the baseline."""
+def bench_table(run: dict, peak: dict | None = None) -> str:
+    """Rows: shapes; columns: each kernel's rate with its ratio to the baseline, then the baseline,
+    then (given a peak record) the best kernel's share of the measured FFMA peak."""
     recs = run["records"]
     meta = run["meta"]
     cpu = meta.get("kind") == "bench-cpu"
@@ -44,7 +45,8 @@ def bench_table(run: dict) -> str:
     kernels = list(dict.fromkeys(r["kernel"] for r in recs))
     shapes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in recs))
     cell = {(r["kernel"], (r["M"], r["N"], r["K"])): r for r in recs}
-    head = ["M x N x K"] + [_title(k) for k in kernels] + [base_name]
+    top = peak["records"][0]["measured_ffma_tflops"] if peak and not cpu else None
+    head = ["M x N x K"] + [_title(k) for k in kernels] + [base_name] + (["best, % of FFMA peak"] if top else [])
     lines = [f"{unit} (ratio to {base_name}, same run)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in shapes:
         row = [" x ".join(map(str, s))]
@@ -57,8 +59,16 @@ def bench_table(run: dict) -> str:
             row.append(f"{r['tflops'] * scale:.2f} ({r['ratio']:.2f}x)")
             base.append(_baseline_tflops(r) * scale)
         row.append(f"{statistics.median(base):.1f}" if base else "")
+        if top:
+            best = max((cell[(k, s)]["tflops"] for k in kernels if (k, s) in cell), default=0.0)
+            row.append(f"{100 * best / top:.0f}%")
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n\n" + (_cpu_note(meta, recs) if cpu else _gpu_note(meta, recs))
+    peak_note = (
+        f" Peak: {top:.1f} TFLOP/s measured by `gemmlab peak` (FFMA loop) on this GPU, commit `{peak['meta']['commit'][:12]}`."
+        if top
+        else ""
+    )
+    return "\n".join(lines) + "\n\n" + (_cpu_note(meta, recs) if cpu else _gpu_note(meta, recs)) + peak_note
 
 
 def _gpu_note(meta: dict, recs: list[dict]) -> str:
@@ -132,7 +142,7 @@ def readme_sections(results_root: Path) -> dict[str, str]:
     """The README's generated sections from the newest bench and overhead runs of each GPU."""
     benches = find_runs(results_root, "bench")
     overheads = find_runs(results_root, "overhead")
-    bench_md = "\n\n".join(bench_table(r) for r in merged_runs(benches)) or "_no records yet_"
+    bench_md = "\n\n".join(bench_table(r, newest_peak(results_root, r["meta"]["gpu_slug"])) for r in merged_runs(benches)) or "_no records yet_"
     over_md = "\n\n".join(overhead_table(load_run(p)) for p in _newest_per_gpu(overheads)) or "_no records yet_"
     cpu_md = "\n\n".join(bench_table(r) for r in merged_runs(find_runs(results_root, "bench-cpu"))) or "_no records yet_"
     return {"results": bench_md, "overhead": over_md, "results-cpu": cpu_md}
@@ -222,7 +232,7 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     gpu_runs = merged_runs(find_runs(results_root, "bench"))
     cpu_runs = merged_runs(find_runs(results_root, "bench-cpu"))
     if gpu_runs:
-        sections["fp32-ladder"] = "\n\n".join(bench_table(r) for r in gpu_runs)
+        sections["fp32-ladder"] = "\n\n".join(bench_table(r, newest_peak(results_root, r["meta"]["gpu_slug"])) for r in gpu_runs)
     if cpu_runs:
         sections["cpu-ladder"] = "\n\n".join(bench_table(r) for r in cpu_runs)
         with_naive = [r for r in cpu_runs if any(x["kernel"] == "cpu01_naive" for x in r["records"])]
@@ -236,14 +246,12 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     if pairs:
         sections["cpu-vs-gpu"] = "\n\n".join(cpu_vs_gpu_table(c, g) for c, g in pairs)
     sections |= ncu_sections(results_root)
-    peaks = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "peak"))]
-    if peaks:
-        sections["peaks"] = "\n\n".join(peak_table(p) for p in peaks)
     return sections
 
 
 def all_sections(results_root: Path) -> dict[str, str]:
-    return readme_sections(results_root) | ladder_sections(results_root)
+    listing = Path(__file__).resolve().parents[3] / "tests" / "data" / "sgemm_07_vectorized.sm_90a.sass"
+    return readme_sections(results_root) | ladder_sections(results_root) | lab_sections(results_root, listing)
 
 
 def update_present_sections(path: Path, sections: dict[str, str]) -> list[str]:
@@ -350,3 +358,33 @@ def peak_table(run: dict) -> str:
 def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
     paths = sorted(Path(results_root).glob(f"{gpu_slug}/peak-[0-9]*.json"))
     return load_run(paths[-1]) if paths else None
+
+
+
+def lab_sections(results_root: Path, sass_listing: Path | None = None) -> dict[str, str]:
+    """docs/lab.md: peaks, the newest two-kernel ncu profile, and a SASS instruction mix."""
+    from .. import profile, sass
+
+    sections: dict[str, str] = {}
+    peaks = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "peak"))]
+    if peaks:
+        sections["peaks"] = "\n\n".join(peak_table(p) for p in peaks)
+    profiles = sorted(Path(results_root).glob("*/ncu-profile-*.csv"))
+    if profiles:
+        csv_path = profiles[-1]
+        meta = json.loads(csv_path.with_suffix(".json").read_text()) if csv_path.with_suffix(".json").exists() else {}
+        rows = read_ncu_csv(csv_path)
+        names = [n.split("<")[0] for n, _ in rows]
+        sections["profile"] = profile.markdown(rows, names) + (
+            f"\n\n`{meta.get('command', '')}` on {meta.get('gpu', '?')}, commit `{str(meta.get('commit', '?'))[:12]}`, {meta.get('time', '?')}."
+        )
+    if sass_listing is not None and sass_listing.exists():
+        mix = sass.instruction_mix(sass_listing.read_text())
+        lines = ["| instruction | count |", "|---|---|"]
+        for op in sass.SHOWN:
+            if op in sass.MEMORY_OPS:
+                lines += [f"| {b}.{bits} | {n} |" for (b, bits), n in sorted(mix.memory.items()) if b == op]
+            elif mix.count(op):
+                lines.append(f"| {op} | {mix.count(op)} |")
+        sections["sass"] = "\n".join(lines) + f"\n\n{mix.total} instructions in `{sass_listing.name}` (static count)."
+    return sections
