@@ -268,6 +268,40 @@ def bench_cmd(
         raise typer.Exit(1)
 
 
+@app.command("pad")
+def pad_cmd(
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default step 11"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default seed 000's odd sizes"),
+    reps: int = typer.Option(20, min=1, help="timed runs per case"),
+    out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu>/pad-<time>.json"),
+) -> None:
+    """Padding against predication: pad A and B to tile multiples, run, unpad — timed against the
+    same kernel on the odd shape (seeds 000 v4/v7, 003 k5)."""
+    _require_gpu()
+    from .bench import pad
+
+    ids = _kernel_ids(kernel or ["sgemm_11_warp_tile"], "cuda")
+    shapes = [parse_shape(s) for s in shape] if shape else list(pad.ODD_SHAPES)
+    t = Table(title="padding against predication (ms)")
+    for col in ("kernel", "M x N x K", "padded to", "predicated", "padded kernel", "copies", "padded total", "padding pays"):
+        t.add_column(col, justify="right")
+    with _progress() as prog:
+        task = prog.add_task("padding", total=len(ids) * len(shapes))
+
+        def on_start(kid, s):
+            prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
+
+        def on_record(r):
+            m = r["median_ms"]
+            t.add_row(r["kernel"], f"{r['M']}x{r['N']}x{r['K']}", "x".join(map(str, r["padded"])), f"{m['predicated']:.3f}",
+                      f"{m['padded_kernel']:.3f}", f"{r['copies_ms']:.3f}", f"{m['padded_total']:.3f}", f"{r['padding_speedup']:.2f}x")
+            prog.advance(task)
+
+        path, _ = pad.run_pad_bench(ids, shapes, out, reps=reps, on_record=on_record, on_start=on_start)
+    console.print(t)
+    console.print(f"records: {path}", highlight=False)
+
+
 @app.command("overhead")
 def overhead_cmd(
     kernel: str = typer.Option("auto", help="kernel id or auto"),

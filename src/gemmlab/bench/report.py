@@ -246,6 +246,9 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     if pairs:
         sections["cpu-vs-gpu"] = "\n\n".join(cpu_vs_gpu_table(c, g) for c, g in pairs)
     sections |= ncu_sections(results_root)
+    pads = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "pad"))]
+    if pads:
+        sections["padding"] = "\n\n".join(pad_table(p) for p in pads)
     return sections
 
 
@@ -388,3 +391,22 @@ def lab_sections(results_root: Path, sass_listing: Path | None = None) -> dict[s
                 lines.append(f"| {op} | {mix.count(op)} |")
         sections["sass"] = "\n".join(lines) + f"\n\n{mix.total} instructions in `{sass_listing.name}` (static count)."
     return sections
+
+
+
+def pad_table(run: dict) -> str:
+    lines = [
+        "| kernel | M x N x K | padded to | predicated (ms) | padded kernel (ms) | copies (ms) | padded total (ms) | padding pays |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in run["records"]:
+        m = r["median_ms"]
+        lines.append(
+            f"| {_title(r['kernel'])} | {r['M']} x {r['N']} x {r['K']} | {' x '.join(map(str, r['padded']))} | "
+            f"{m['predicated']:.3f} | {m['padded_kernel']:.3f} | {r['copies_ms']:.3f} | {m['padded_total']:.3f} | {r['padding_speedup']:.2f}x |"
+        )
+    meta = run["meta"]
+    return "\n".join(lines) + (
+        f"\n\n{meta['gpu']}, commit `{meta['commit'][:12]}`, {meta['time']}; medians of {run['records'][0]['reps']} "
+        f"event-timed runs, L2 flushed, interleaved with cuBLAS. 'padding pays' = predicated / padded total (> 1: the copies pay for themselves)."
+    )
