@@ -51,7 +51,7 @@ def test_readme_tables_are_generated_from_records():
 def test_docs_tables_are_generated_from_records():
     doc = (ROOT / "docs" / "ladder.md").read_text()
     sections = report.ladder_sections(RESULTS)
-    assert {"fp32-ladder", "cpu-ladder", "reorder", "cpu-vs-gpu"} <= set(sections)
+    assert {"fp32-ladder", "cpu-ladder", "reorder", "cpu-vs-gpu", "ncu-steps", "padding"} <= set(sections)
     for name, body in sections.items():
         assert report.replace_between_markers(doc, name, body) == doc, (
             f"docs/ladder.md section {name!r} is stale: run `gemmlab report --write docs/ladder.md`"
