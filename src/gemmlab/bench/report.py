@@ -246,6 +246,7 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     if pairs:
         sections["cpu-vs-gpu"] = "\n\n".join(cpu_vs_gpu_table(c, g) for c, g in pairs)
     sections |= ncu_sections(results_root)
+    sections["step-diffs"] = step_diffs()
     pads = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "pad"))]
     if pads:
         sections["padding"] = "\n\n".join(pad_table(p) for p in pads)
@@ -410,3 +411,33 @@ def pad_table(run: dict) -> str:
         f"\n\n{meta['gpu']}, commit `{meta['commit'][:12]}`, {meta['time']}; medians of {run['records'][0]['reps']} "
         f"event-timed runs, L2 flushed, interleaved with cuBLAS. 'padding pays' = predicated / padded total (> 1: the copies pay for themselves)."
     )
+
+
+
+def step_diffs(device: str = "cuda") -> str:
+    """For every ladder step, the unified diff of its source against the previous step's (the
+    header comments left out), folded in <details>: what a reader diffing the two files sees."""
+    import difflib
+
+    specs = [k for k in registry.kernels(device=device)]
+    parts = []
+    for prev, cur in zip(specs, specs[1:]):
+        a = _code_lines(prev.source_path().read_text())
+        b = _code_lines(cur.source_path().read_text())
+        diff = list(difflib.unified_diff(a, b, prev.source, cur.source, n=1, lineterm=""))
+        added = sum(1 for d in diff if d.startswith("+") and not d.startswith("+++"))
+        removed = sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
+        parts.append(
+            f"<details><summary>{prev.step:02d} &rarr; {cur.step:02d} {cur.title}: +{added} &minus;{removed} lines</summary>\n\n"
+            + "```diff\n" + "\n".join(diff) + "\n```\n</details>"
+        )
+    return "\n\n".join(parts)
+
+
+def _code_lines(text: str) -> list[str]:
+    """The source without its leading comment block (the step's story differs by design)."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines) and (lines[i].startswith("//") or not lines[i].strip()):
+        i += 1
+    return lines[i:]
