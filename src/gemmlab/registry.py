@@ -72,18 +72,10 @@ class KernelSpec:
     device: str = "cuda"
 
     def default_config(self) -> GemmConfig:
-        cfg = _DEFAULTS.get(self.id)
-        if cfg is None:
-            cfg = _DEFAULTS[self.id] = self.config()
-        return cfg
+        return _default_config(self)
 
     def config(self, **overrides: int) -> GemmConfig:
-        names = {p.name for p in self.params}
-        unknown = set(overrides) - names
-        if unknown:
-            raise ValueError(f"{self.id} has no parameter(s) {sorted(unknown)}; it takes {sorted(names)}")
-        values = tuple((p.name, int(overrides.get(p.name, p.default))) for p in self.params)
-        cfg = GemmConfig(self.id, values)
+        cfg = _config_values(self, overrides)
         threads = _prod(self.block(cfg))
         if not 1 <= threads <= MAX_THREADS:
             raise ValueError(f"{self.id} {cfg.as_dict()} launches {threads} threads a block; 1..{MAX_THREADS} allowed")
@@ -109,6 +101,22 @@ class KernelSpec:
         if gx > GRID_X_MAX or gy > GRID_YZ_MAX or gz > GRID_YZ_MAX:
             return f"{self.id} would need a grid of {(gx, gy, gz)} blocks for {problem.shape}, over the hardware limit"
         return self.extra_constraints(problem, cfg)
+
+
+def _default_config(spec) -> GemmConfig:
+    cfg = _DEFAULTS.get(spec.id)
+    if cfg is None:
+        cfg = _DEFAULTS[spec.id] = spec.config()
+    return cfg
+
+
+def _config_values(spec, overrides: dict) -> GemmConfig:
+    """The spec's parameters with overrides applied; unknown names are an error."""
+    names = {p.name for p in spec.params}
+    unknown = set(overrides) - names
+    if unknown:
+        raise ValueError(f"{spec.id} has no parameter(s) {sorted(unknown)}; it takes {sorted(names)}")
+    return GemmConfig(spec.id, tuple((p.name, int(overrides.get(p.name, p.default))) for p in spec.params))
 
 
 def _prod(dims) -> int:
@@ -424,20 +432,13 @@ class CpuKernelSpec:
     source: str = "cpu/kernels.py"
 
     def default_config(self) -> GemmConfig:
-        cfg = _DEFAULTS.get(self.id)
-        if cfg is None:
-            cfg = _DEFAULTS[self.id] = self.config()
-        return cfg
+        return _default_config(self)
 
     def config(self, **overrides: int) -> GemmConfig:
-        names = {p.name for p in self.params}
-        unknown = set(overrides) - names
-        if unknown:
-            raise ValueError(f"{self.id} has no parameter(s) {sorted(unknown)}; it takes {sorted(names)}")
-        values = tuple((p.name, int(overrides.get(p.name, p.default))) for p in self.params)
-        if any(v < 1 for _, v in values):
-            raise ValueError(f"{self.id}: block sizes must be >= 1, got {dict(values)}")
-        return GemmConfig(self.id, values)
+        cfg = _config_values(self, overrides)
+        if any(v < 1 for _, v in cfg.values):
+            raise ValueError(f"{self.id}: block sizes must be >= 1, got {cfg.as_dict()}")
+        return cfg
 
     def why_not(self, problem: GemmProblem, cfg: GemmConfig | None = None) -> str | None:
         if problem.dtype not in self.dtypes:

@@ -23,7 +23,7 @@ from ..cpu.api import run_kernel
 from ..problem import problem_from_tensors
 from ..reference import check_result
 from . import environment
-from .run import results_path, tflops, write_run
+from .run import results_path, sweep, tflops
 
 CPU_SHAPES = ((256, 256, 256), (512, 512, 512), (1022, 1022, 1022), (1024, 1024, 1024))
 
@@ -167,14 +167,5 @@ def run_cpu_bench(
     meta = describe_cpu()
     path = results_path(out_root, meta)
     flush = CacheFlusher()
-    records: list[dict] = []
-    for M, N, K in shapes:
-        for k in kernels:
-            if on_start:
-                on_start(k, (M, N, K))
-            rec = bench_cpu_case(k, M, N, K, reps, warmup, budget_s, flush)
-            records.append(rec)
-            write_run(path, meta, records)
-            if on_record:
-                on_record(rec)
-    return path, records
+    case = lambda k, M, N, K: bench_cpu_case(k, M, N, K, reps, warmup, budget_s, flush)  # noqa: E731
+    return path, sweep(kernels, shapes, case, path, meta, on_start, on_record)

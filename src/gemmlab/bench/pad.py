@@ -21,7 +21,7 @@ from ..configs import select
 from ..problem import problem_from_tensors
 from ..reference import check_result
 from . import environment
-from .run import CUBLAS_BACKENDS, _cublas, results_path, tflops, write_run
+from .run import CUBLAS_BACKENDS, _cublas, results_path, sweep, tflops
 from .timing import L2Flusher, interleaved, median
 
 ODD_SHAPES = tuple((n, n, n) for n in (1022, 2044, 3135, 4088, 6132, 8176))  # seed 000's sizes
@@ -105,15 +105,5 @@ def run_pad_bench(kernels, shapes, out_root, reps=20, warmup=2, device_id=0, on_
     meta["kind"] = "pad"
     path = results_path(out_root, meta, "pad")
     flusher = L2Flusher(device_id)
-    records: list[dict] = []
-    for M, N, K in shapes:
-        for k in kernels:
-            if on_start:
-                on_start(k, (M, N, K))
-            rec = bench_pad_case(k, M, N, K, reps, warmup, flusher, device_id)
-            records.append(rec)
-            write_run(path, meta, records)
-            if on_record:
-                on_record(rec)
-            torch.cuda.empty_cache()
-    return path, records
+    case = lambda k, M, N, K: bench_pad_case(k, M, N, K, reps, warmup, flusher, device_id)  # noqa: E731
+    return path, sweep(kernels, shapes, case, path, meta, on_start, on_record, after=torch.cuda.empty_cache)

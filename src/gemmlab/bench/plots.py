@@ -12,14 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from .. import registry  # noqa: E402
 from .report import _baseline_tflops  # noqa: E402
-
-
-def _label(kernel_id: str) -> str:
-    try:
-        spec = registry.get(kernel_id)
-        return f"{spec.step:02d} {spec.title}"
-    except ValueError:
-        return kernel_id
+from .report import _title as _label  # noqa: E402
 
 
 def ladder_bars(run: dict, shape: tuple[int, int, int], path: Path | None = None):

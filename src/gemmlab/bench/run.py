@@ -256,3 +256,21 @@ def read_sweep(path: Path) -> dict:
     if any(len(s) != 3 for s in shapes):
         raise ValueError(f"{path}: shapes are 'N' or 'MxNxK'")
     return dict(kernels=list(data.get("kernels", [])), shapes=shapes, reps=data.get("reps"), warmup=data.get("warmup"))
+
+
+def sweep(kernels, shapes, case, path: Path, meta: dict, on_start=None, on_record=None, after=None) -> list[dict]:
+    """Run case(kernel, M, N, K) -> record for every shape and kernel, rewriting the results file
+    after each one (an interrupted sweep keeps what it measured)."""
+    records: list[dict] = []
+    for M, N, K in shapes:
+        for k in kernels:
+            if on_start:
+                on_start(k, (M, N, K))
+            rec = case(k, M, N, K)
+            records.append(rec)
+            write_run(path, meta, records)
+            if on_record:
+                on_record(rec)
+            if after:
+                after()
+    return records
