@@ -20,9 +20,16 @@ def fresh_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-@pytest.mark.parametrize("spec", KERNELS + registry.SGEMM_PENDING, ids=lambda k: k.id)
-def test_compiles_for_hopper_with_resource_report(spec):
-    ck = jit.compile_kernel(spec, spec.default_config(), ARCH)
+COMPILE_CASES = [
+    pytest.param(k, d, id=f"{k.id}-{str(d).removeprefix('torch.')}" if d else k.id)
+    for k in KERNELS + registry.PENDING
+    for d in (k.dtypes if k.type_param else (None,))
+]
+
+
+@pytest.mark.parametrize("spec,dtype", COMPILE_CASES)
+def test_compiles_for_hopper_with_resource_report(spec, dtype):
+    ck = jit.compile_kernel(spec, spec.default_config(), ARCH, dtype)
     assert ck.cubin[:4] == b"\x7fELF"
     assert ck.arch == ARCH and ck.lowered_name.startswith("_Z")
     u = ck.usage

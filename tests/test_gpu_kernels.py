@@ -12,12 +12,14 @@ from gemmlab.reference import check_result
 
 pytestmark = pytest.mark.gpu
 
-KERNEL_IDS = [k.id for k in registry.kernels(pending=True)]  # pending ones are what most needs a GPU
+# (kernel, dtype) for every dtype of every kernel; pending ones are what most needs a GPU
+CASES = [pytest.param(k.id, d, id=f"{k.id}-{str(d).removeprefix('torch.')}") for k in registry.kernels(pending=True) for d in k.dtypes]
+KERNEL_IDS = [k.id for k in registry.kernels(pending=True)]
 EDGE = [1, 2, 7, 17, 31, 32, 33, 63, 64, 65, 127, 129, 257]
 
 
-def rand(*shape, **kw):
-    return torch.rand(shape, device="cuda", **kw) * 2 - 1
+def rand(*shape, dtype=torch.float32):
+    return (torch.rand(shape, device="cuda") * 2 - 1).to(dtype)
 
 
 def assert_ok(out, a, b, c=None, alpha=1.0, beta=0.0, label=""):
@@ -29,31 +31,31 @@ def assert_ok(out, a, b, c=None, alpha=1.0, beta=0.0, label=""):
 dims = st.one_of(st.sampled_from(EDGE), st.integers(1, 300))
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
+@pytest.mark.parametrize("kernel,dtype", CASES)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(M=dims, N=dims, K=dims, ab=st.sampled_from([(1.0, 0.0), (-0.5, 0.0), (1.25, 0.5), (2.0, -1.0), (0.0, 1.0)]))
-def test_random_shapes_against_float64(kernel, M, N, K, ab):
+def test_random_shapes_against_float64(kernel, dtype, M, N, K, ab):
     alpha, beta = ab
-    a, b = rand(M, K), rand(K, N)
-    c = rand(M, N) if beta != 0 else None
-    out = torch.full((M, N), float("nan"), device="cuda")  # poison: unwritten elements fail
+    a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
+    c = rand(M, N, dtype=dtype) if beta != 0 else None
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)  # poison: unwritten elements fail
     gemmlab.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
     assert_ok(out, a, b, c, alpha, beta, f"M={M} N={N} K={K} kernel={kernel} alpha={alpha} beta={beta}")
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
+@pytest.mark.parametrize("kernel,dtype", CASES)
 @pytest.mark.parametrize("M,N,K", [(1022, 1022, 1022), (127, 1000, 513), (3135, 97, 61)])
-def test_seed_odd_sizes(kernel, M, N, K):
-    a, b = rand(M, K), rand(K, N)
+def test_seed_odd_sizes(kernel, dtype, M, N, K):
+    a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
     out = gemmlab.gemm(a, b, kernel=kernel)
     assert_ok(out, a, b, label=f"M={M} N={N} K={K} kernel={kernel}")
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
-def test_beta_zero_never_reads_nan_c(kernel):
+@pytest.mark.parametrize("kernel,dtype", CASES)
+def test_beta_zero_never_reads_nan_c(kernel, dtype):
     M, N, K = 70, 45, 33
-    a, b = rand(M, K), rand(K, N)
-    c = torch.full((M, N), float("nan"), device="cuda")
+    a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
     out = gemmlab.gemm(a, b, c, alpha=1.5, beta=0.0, kernel=kernel)
     assert not out.isnan().any()
     assert_ok(out, a, b, None, 1.5, 0.0, kernel)
@@ -62,53 +64,53 @@ def test_beta_zero_never_reads_nan_c(kernel):
     assert_ok(c, a, b, None, 1.5, 0.0, kernel)
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
-def test_nan_in_inputs_propagates(kernel):
-    a, b = rand(33, 20), rand(20, 17)
+@pytest.mark.parametrize("kernel,dtype", CASES)
+def test_nan_in_inputs_propagates(kernel, dtype):
+    a, b = rand(33, 20, dtype=dtype), rand(20, 17, dtype=dtype)
     a[3, 4] = float("nan")
     out = gemmlab.gemm(a, b, kernel=kernel)
     torch.cuda.synchronize()
     assert out[3].isnan().all() and not out[torch.arange(33, device="cuda") != 3].isnan().any()
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
-def test_in_place_update(kernel):
+@pytest.mark.parametrize("kernel,dtype", CASES)
+def test_in_place_update(kernel, dtype):
     M, N, K = 129, 65, 77
-    a, b, c = rand(M, K), rand(K, N), rand(M, N)
+    a, b, c = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype), rand(M, N, dtype=dtype)
     c0 = c.clone()
     ret = gemmlab.gemm(a, b, c, alpha=0.75, beta=-1.5, kernel=kernel, out=c)
     assert ret.data_ptr() == c.data_ptr()
     assert_ok(c, a, b, c0, 0.75, -1.5, kernel)
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
-def test_strided_and_offset_views(kernel):
+@pytest.mark.parametrize("kernel,dtype", CASES)
+def test_strided_and_offset_views(kernel, dtype):
     M, N, K = 37, 41, 29
-    big_a, big_b, big_c = rand(M + 3, K + 9), rand(K + 2, N + 5), rand(M + 1, N + 7)
+    big_a, big_b, big_c = rand(M + 3, K + 9, dtype=dtype), rand(K + 2, N + 5, dtype=dtype), rand(M + 1, N + 7, dtype=dtype)
     a, b, c = big_a[2 : 2 + M, 5 : 5 + K], big_b[1 : 1 + K, 3 : 3 + N], big_c[1:, 2 : 2 + N]
-    out_big = torch.full((M, N + 11), float("nan"), device="cuda")
+    out_big = torch.full((M, N + 11), float("nan"), device="cuda", dtype=dtype)
     out = out_big[:, 4 : 4 + N]
     gemmlab.gemm(a, b, c, alpha=1.0, beta=0.5, kernel=kernel, out=out)
     assert_ok(out, a, b, c, 1.0, 0.5, kernel)
     assert out_big[:, :4].isnan().all() and out_big[:, 4 + N :].isnan().all(), "wrote outside out"
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
+@pytest.mark.parametrize("kernel,dtype", CASES)
 @pytest.mark.parametrize("M,N,K", [(0, 5, 3), (5, 0, 3), (0, 0, 0), (5, 7, 0)])
-def test_zero_size(kernel, M, N, K):
-    a, b, c = rand(M, K), rand(K, N), rand(M, N)
+def test_zero_size(kernel, dtype, M, N, K):
+    a, b, c = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype), rand(M, N, dtype=dtype)
     out = gemmlab.gemm(a, b, c, alpha=2.0, beta=0.5, kernel=kernel)
     torch.cuda.synchronize()
     assert out.shape == (M, N)
     torch.testing.assert_close(out, 0.5 * c, rtol=0, atol=0)  # K = 0: D = beta * C exactly
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
-def test_runs_on_the_current_non_default_stream(kernel):
+@pytest.mark.parametrize("kernel,dtype", CASES)
+def test_runs_on_the_current_non_default_stream(kernel, dtype):
     """The launch must be ordered after earlier work on torch's current stream: a stalled stream
     then an update of `a`; a launch on any other stream would read the stale `a`."""
     M, N, K = 256, 256, 256
-    a_old, a_new, b = rand(M, K), rand(M, K), rand(K, N)
+    a_old, a_new, b = rand(M, K, dtype=dtype), rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
     a = a_old.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -174,12 +176,12 @@ def test_dynamic_shared_memory_above_48k():
     assert torch.equal(y, x.flip(0))
 
 
-@pytest.mark.parametrize("kernel", KERNEL_IDS)
-def test_driver_reports_no_local_memory(kernel):
+@pytest.mark.parametrize("kernel,dtype", CASES)
+def test_driver_reports_no_local_memory(kernel, dtype):
     from gemmlab import jit
 
     spec = registry.get(kernel)
-    loaded = jit.load_kernel(spec, spec.default_config(), 0)
+    loaded = jit.load_kernel(spec, spec.default_config(), 0, dtype if spec.type_param else None)
     usage = loaded.driver_usage()
     assert usage.registers == loaded.compiled.usage.registers
     if spec.spill_free:

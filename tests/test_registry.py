@@ -6,40 +6,58 @@ import pytest
 import torch
 
 from gemmlab import registry
-from gemmlab.registry import KERNELS, SGEMM_PENDING
+from gemmlab.registry import KERNELS, PENDING
 
 # Registered kernels and those still waiting for a GPU check: both must be complete specs.
-ALL = KERNELS + SGEMM_PENDING
+ALL = KERNELS + PENDING
+# Each ladder: its id prefix, the first line of every step file, and the dtypes it takes.
+LADDERS = {
+    "sgemm": (lambda k: f"sgemm_{k.step:02d}_", lambda k: f"// Step {k.step:02d}", (torch.float32,)),
+    "tc": (lambda k: f"tc{k.step:02d}_", lambda k: f"// Tensor-core step {k.step:02d}", (torch.bfloat16, torch.float16)),
+}
+
+
+def ladder_of(spec) -> str:
+    return "tc" if spec.id.startswith("tc") else "sgemm"
 
 
 def test_ids_unique_and_steps_ordered():
     ids = [k.id for k in ALL]
     assert len(ids) == len(set(ids))
-    ladder = [k for k in ALL if k.id.startswith("sgemm_")]
-    assert [k.step for k in ladder] == sorted(k.step for k in ladder)
-    assert len({k.step for k in ladder}) == len(ladder)
+    for name in LADDERS:
+        ladder = [k for k in ALL if ladder_of(k) == name]
+        assert [k.step for k in ladder] == sorted(k.step for k in ladder)
+        assert len({k.step for k in ladder}) == len(ladder)
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda k: k.id)
 def test_spec_is_complete(spec):
     assert spec.source_path().is_file(), spec.source
     # one step, one file: the file's number is the step and the id names both
+    prefix, header, dtypes = LADDERS[ladder_of(spec)]
     number = int(re.match(r"(\d+)_", spec.source_path().name).group(1))
-    assert number == spec.step and spec.id.startswith(f"sgemm_{spec.step:02d}_")
+    assert number == spec.step and spec.id.startswith(prefix(spec))
     text = spec.source_path().read_text()
-    assert text.startswith(f"// Step {spec.step:02d}"), "the file header tells the step's story"
+    assert text.startswith(header(spec)), "the file header tells the step's story"
     assert re.search(rf"\b{spec.entry}\s*\(", text), f"entry {spec.entry} not in {spec.source}"
     assert all(p.doc for p in spec.params)
     for p in spec.params:  # template parameters are declared in the source in registry order
         assert re.search(rf"\bint {p.name}\b", text), p.name
     assert spec.idea and spec.title and spec.seeds
-    assert torch.float32 in spec.dtypes
+    assert set(spec.dtypes) == set(dtypes)
+    if spec.type_param:  # the element type is the first template parameter
+        assert "template <typename T, int " in text, spec.entry
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda k: k.id)
 def test_default_config_and_geometry(spec):
     cfg = spec.default_config()
-    assert spec.name_expression(cfg).startswith(spec.entry + "<")
+    dtype = spec.dtypes[0] if spec.type_param else None
+    assert spec.name_expression(cfg, dtype).startswith(spec.entry + "<")
+    if spec.type_param:
+        assert spec.name_expression(cfg, torch.bfloat16).startswith(f"{spec.entry}<__nv_bfloat16, ")
+        with pytest.raises(ValueError, match="templated on its element type"):
+            spec.name_expression(cfg)
     bx, by, bz = spec.block(cfg)
     assert 1 <= bx * by * bz <= 1024
     # the grid covers C for awkward sizes
@@ -51,10 +69,10 @@ def test_default_config_and_geometry(spec):
 def test_pending_kernels_are_never_chosen_by_auto():
     # they join SGEMM_LADDER (and so kernel='auto') only after a GPU check; by name they are
     # reachable, so `gemmlab check --pending` and the GPU tests can try them
-    assert not set(SGEMM_PENDING) & set(KERNELS)
-    assert not set(SGEMM_PENDING) & set(registry.kernels())
-    assert set(SGEMM_PENDING) <= set(registry.kernels(pending=True))
-    for spec in SGEMM_PENDING:
+    assert not set(PENDING) & set(KERNELS)
+    assert not set(PENDING) & set(registry.kernels())
+    assert set(PENDING) <= set(registry.kernels(pending=True))
+    for spec in PENDING:
         assert registry.get(spec.id) is spec
 
 

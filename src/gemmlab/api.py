@@ -106,7 +106,7 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     M, N, K = problem.M, problem.N, problem.K
     if problem.is_empty:
         return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), ())
-    loaded = jit.load_kernel(spec, cfg, device_id)
+    loaded = jit.load_kernel(spec, cfg, device_id, problem.dtype if spec.type_param else None)
     ldd = problem.d.ld if problem.d is not None else N
     ldc = problem.c.ld if problem.c is not None else N
     i32, f32 = launch.i32, launch.f32

@@ -63,6 +63,7 @@ VARIANTS: tuple[Variant, ...] = (
 @dataclass(frozen=True)
 class CaseResult:
     kernel: str
+    dtype: str
     M: int
     N: int
     K: int
@@ -75,7 +76,7 @@ class CaseResult:
         return self.error is not None and self.error.passed
 
     def label(self) -> str:
-        return f"M={self.M} N={self.N} K={self.K} kernel={self.kernel} [{self.variant}]"
+        return f"M={self.M} N={self.N} K={self.K} kernel={self.kernel} dtype={self.dtype} [{self.variant}]"
 
 
 def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cuda", dtype=torch.float32) -> CaseResult:
@@ -98,11 +99,15 @@ def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cud
         if device == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:  # reported per case, never swallowed silently
-        return CaseResult(kernel, M, N, K, v.name, None, f"{type(exc).__name__}: {exc}")
+        return CaseResult(kernel, _dt(dtype), M, N, K, v.name, None, f"{type(exc).__name__}: {exc}")
     err = check_result(out, a, b, c_before, v.alpha, v.beta)
     if v.c in ("random", "nan") and not _same(c, c_before):
-        return CaseResult(kernel, M, N, K, v.name, err, "c was modified though out is separate")
-    return CaseResult(kernel, M, N, K, v.name, err)
+        return CaseResult(kernel, _dt(dtype), M, N, K, v.name, err, "c was modified though out is separate")
+    return CaseResult(kernel, _dt(dtype), M, N, K, v.name, err)
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -111,7 +116,8 @@ def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def cases(kernels: Iterable[str], shapes: Iterable[tuple[int, int, int]], variants=VARIANTS):
-    return [(k, s, v) for k in kernels for s in shapes for v in variants]
+    """(kernel, dtype, shape, variant) for every dtype each kernel takes."""
+    return [(k, d, s, v) for k in kernels for d in registry.get(k).dtypes for s in shapes for v in variants]
 
 
 def default_shapes(device: str, n_random: int, seed: int | None) -> list[tuple[int, int, int]]:
@@ -133,8 +139,8 @@ def run_check(
     if shapes is None:
         shapes = default_shapes(device, n_random, seed)
     results = []
-    for k, (M, N, K), v in cases(kernels, shapes):
-        r = run_case(k, M, N, K, v, device=device)
+    for k, dtype, (M, N, K), v in cases(kernels, shapes):
+        r = run_case(k, M, N, K, v, device=device, dtype=dtype)
         results.append(r)
         if progress:
             progress(r)

@@ -114,13 +114,18 @@ def compile_cmd(
     from .configs import configs_in_use
 
     ids = _kernel_ids(kernel)
-    jobs = [(registry.get(kid), cfg) for kid in ids for cfg in configs_in_use(registry.get(kid))]
+    jobs = [
+        (spec, cfg, dt)
+        for spec in (registry.get(kid) for kid in ids)
+        for cfg in configs_in_use(spec)
+        for dt in (spec.dtypes if spec.type_param else (None,))
+    ]
     rows, failed = [], False
     with _progress() as prog:
         task = prog.add_task(f"compiling for {arch}", total=len(jobs))
-        for spec, cfg in jobs:
+        for spec, cfg, dt in jobs:
             try:
-                ck = jit.compile_kernel(spec, cfg, arch)
+                ck = jit.compile_kernel(spec, cfg, arch, dt)
             except jit.CompileError as exc:
                 err_console.print(str(exc))
                 failed = True
@@ -167,8 +172,8 @@ def check_cmd(
         shapes = check.default_shapes(device, random_shapes, seed)
     total = len(check.cases(ids, shapes))
     t = Table(title=f"gemmlab check on {device} (random shapes seed {seed})")
-    for col in ("kernel", "M x N x K", "variant", "rel_fro", "max_scaled", "result"):
-        t.add_column(col)
+    for col in ("kernel", "dtype", "M x N x K", "variant", "rel_fro", "max_scaled", "result"):
+        t.add_column(col, no_wrap=col == "kernel")
     results = []
     with _progress() as prog:
         task = prog.add_task("checking", total=total)
@@ -181,7 +186,7 @@ def check_cmd(
     for r in results:
         e = r.error
         status = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.message or (e.summary() if e else '')}"
-        t.add_row(r.kernel, f"{r.M}x{r.N}x{r.K}", r.variant, f"{e.rel_fro:.1e}" if e else "-", f"{e.max_scaled:.1e}" if e else "-", status)
+        t.add_row(r.kernel, r.dtype, f"{r.M}x{r.N}x{r.K}", r.variant, f"{e.rel_fro:.1e}" if e else "-", f"{e.max_scaled:.1e}" if e else "-", status)
     console.print(t)
     bad = [r for r in results if not r.passed]
     console.print(f"{len(results) - len(bad)} passed, {len(bad)} failed")
@@ -202,6 +207,7 @@ def bench_cmd(
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
     pending: bool = PENDING_OPTION,
     tag: str = typer.Option("bench", help="file name prefix; reports read 'bench' runs only (use 'tune' for config sweeps)"),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16) or float16 (fp16): the kernels' input and output type"),
     sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes, dtypes (reps, warmup)"),
     resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
 ) -> None:
@@ -242,7 +248,14 @@ def bench_cmd(
         from .bench import run as bench_run
 
         shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
-        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume, **kw)
+        if dtype not in bench_run.DTYPES:
+            raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(bench_run.DTYPES)}")
+        torch_dtype = bench_run.DTYPES[dtype]
+        for k in ids:
+            kid = k.split("[")[0]
+            if torch_dtype not in registry.get(kid).dtypes:
+                raise typer.BadParameter(f"{kid} does not take {dtype}; it takes {registry.get(kid).dtypes}")
+        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume, dtype=torch_dtype, **kw)
         title, unit, scale, base = "gemmlab bench (FP32, TF32 off)", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
     for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):

@@ -114,6 +114,41 @@ def source_closure(path: Path, root: Path | None = None) -> dict[str, str]:
     return found
 
 
+def cuda_include_dir() -> str | None:
+    """CUDA's own headers (cuda_bf16.h, mma.h and the crt/ headers mma.h includes), which NVRTC
+    13.0 does not bundle: from the nvidia-cuda-runtime and nvidia-cuda-crt wheels, else from a
+    toolkit (CUDA_HOME, CUDA_PATH, /usr/local/cuda)."""
+    candidates = []
+    try:
+        import nvidia
+
+        candidates += [Path(p) / "cu13" / "include" for p in nvidia.__path__]
+    except ImportError:
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            candidates.append(Path(os.environ[env]) / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    for c in candidates:
+        if (c / "mma.h").is_file() and (c / "crt" / "mma.h").is_file() and (c / "cuda_bf16.h").is_file():
+            return str(c)
+    return None
+
+
+def _headers_version() -> str:
+    """Which CUDA headers the include path resolves to (part of the cache key)."""
+    inc = cuda_include_dir()
+    if inc is None:
+        return "none"
+    versions = []
+    for dist in ("nvidia-cuda-runtime", "nvidia-cuda-crt"):
+        try:
+            versions.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return f"{inc} ({', '.join(versions) or 'toolkit'})"
+
+
 def compile_options(arch: str) -> dict:
     return dict(arch=arch, std="c++17", ptxas_options="-v", lineinfo=True)
 
@@ -154,6 +189,7 @@ def _cache_key(sources: dict[str, str], name_expression: str, arch: str) -> str:
         name_expression=name_expression,
         options=compile_options(arch),
         nvrtc=nvrtc_version(),
+        cuda_headers=_headers_version(),
         format=CACHE_FORMAT.decode(),
     )
     h.update(json.dumps(payload, sort_keys=True).encode())
@@ -197,24 +233,29 @@ def compile_source(
     """NVRTC-compile sources[main] to cubin; return (cubin, lowered name, log)."""
     from cuda.core import Program, ProgramOptions
 
-    opts = ProgramOptions(name=main, include_path=str(kernels_dir()), **compile_options(arch))
+    includes = [str(kernels_dir())] + ([inc] if (inc := cuda_include_dir()) else [])
+    opts = ProgramOptions(name=main, include_path=includes, **compile_options(arch))
     log = io.StringIO()
     try:
         program = Program(sources[main], "c++", opts)
         obj = program.compile("cubin", name_expressions=(name_expression,), logs=log)
     except Exception as exc:  # cuda.core raises a generic error carrying NVRTC's log
-        raise CompileError(f"{kernel_id} ({name_expression}, {arch})", f"{exc}\n{log.getvalue()}") from None
+        hint = ""
+        if "cannot open source file" in str(exc) and cuda_include_dir() is None:
+            hint = "\nCUDA headers not found: pip install 'nvidia-cuda-runtime==13.0.*' 'nvidia-cuda-crt==13.0.*' or set CUDA_HOME"
+        raise CompileError(f"{kernel_id} ({name_expression}, {arch})", f"{exc}\n{log.getvalue()}{hint}") from None
     lowered = obj.symbol_mapping[name_expression]
     if isinstance(lowered, bytes):
         lowered = lowered.decode()
     return bytes(obj.code), lowered, log.getvalue()
 
 
-def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str) -> CompiledKernel:
-    """The cubin of one kernel and config for arch, from the disk cache or NVRTC."""
+def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None) -> CompiledKernel:
+    """The cubin of one kernel, config (and element type, for kernels templated on it) for arch,
+    from the disk cache or NVRTC."""
     main = spec.source
     sources = source_closure(spec.source_path())
-    name_expression = spec.name_expression(cfg)
+    name_expression = spec.name_expression(cfg, dtype)
     key = _cache_key(sources, name_expression, arch)
     path = cache_dir() / f"{spec.id}-{arch}-{key[:24]}.bin"
     entry = _read_entry(path)
@@ -280,12 +321,12 @@ _loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 
 
-def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int) -> LoadedKernel:
+def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None) -> LoadedKernel:
     """Compile (or fetch) and load a kernel for a device; cached for the life of the process."""
     from . import launch
 
     arch = launch.device_arch(device_id)
-    key = (spec.id, cfg.values, arch)
+    key = (spec.id, cfg.values, arch, dtype if spec.type_param else None)
     hit = _loaded.get(key)
     if hit is None:
         with _lock:
@@ -293,7 +334,7 @@ def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int) -> LoadedKern
             if hit is None:
                 from cuda.core import ObjectCode
 
-                compiled = compile_kernel(spec, cfg, arch)
+                compiled = compile_kernel(spec, cfg, arch, dtype)
                 obj = ObjectCode.from_cubin(
                     compiled.cubin, name=spec.id, symbol_mapping={compiled.name_expression: compiled.lowered_name.encode()}
                 )

@@ -32,6 +32,7 @@ class Param:
 
 
 Dim3 = tuple[int, int, int]
+CPP_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
 _DEFAULTS: dict[str, "GemmConfig"] = {}
 
 
@@ -70,6 +71,7 @@ class KernelSpec:
     )
     tags: tuple[str, ...] = field(default_factory=tuple)
     device: str = "cuda"
+    type_param: bool = False  # the first template argument is the element type (bf16/fp16 kernels)
 
     def default_config(self) -> GemmConfig:
         return _default_config(self)
@@ -84,9 +86,13 @@ class KernelSpec:
             raise ValueError(f"{self.id} {cfg.as_dict()}: {bad}")
         return cfg
 
-    def name_expression(self, cfg: GemmConfig) -> str:
-        args = ", ".join(str(v) for _, v in cfg.values)
-        return f"{self.entry}<{args}>" if args else self.entry
+    def name_expression(self, cfg: GemmConfig, dtype: torch.dtype | None = None) -> str:
+        args = [str(v) for _, v in cfg.values]
+        if self.type_param:
+            if dtype not in CPP_TYPES or dtype not in self.dtypes:
+                raise ValueError(f"{self.id} is templated on its element type: give one of {self.dtypes}, not {dtype}")
+            args.insert(0, CPP_TYPES[dtype])
+        return f"{self.entry}<{', '.join(args)}>" if args else self.entry
 
     def source_path(self) -> Path:
         return Path(str(resources.files("gemmlab") / "kernels" / self.source))
@@ -411,7 +417,46 @@ SGEMM_LADDER: tuple[KernelSpec, ...] = (
 # kernel='auto' or listed by the CLI until they join SGEMM_LADDER.
 SGEMM_PENDING: tuple[KernelSpec, ...] = ()
 
-KERNELS: tuple[KernelSpec, ...] = SGEMM_LADDER
+KERNELS: tuple[KernelSpec, ...] = SGEMM_LADDER  # extended by the tensor-core ladder below
+
+
+# ----------------------------------------------------------------------------------------------
+# The tensor-core ladder (issue 3): 16-bit inputs (bf16, fp16), fp32 accumulation, output in the
+# input dtype. Each kernel is templated on its element type.
+
+TC_01 = KernelSpec(
+    id="tc01_wmma",
+    step=1,
+    title="WMMA",
+    idea="nvcuda::wmma 16x16x16 fragments from shared-memory tiles: the tensor cores through the C++ API",
+    source="tensorcore/01_wmma.cu",
+    entry="tc_wmma",
+    params=(
+        Param("BM", 128, "rows of C a block"),
+        Param("BN", 128, "columns of C a block"),
+        Param("BK", 32, "K slice staged in shared memory (multiple of 16)"),
+        Param("WM", 64, "rows of C a warp (multiple of 16)"),
+        Param("WN", 32, "columns of C a warp (multiple of 16)"),
+    ),
+    block=lambda c: ((c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32, 1, 1),
+    grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
+    dtypes=(torch.bfloat16, torch.float16),
+    check_config=lambda c: (
+        "WM must divide BM and WN divide BN"
+        if c["BM"] % c["WM"] or c["BN"] % c["WN"]
+        else "WM, WN and BK must be multiples of 16"
+        if c["WM"] % 16 or c["WN"] % 16 or c["BK"] % 16
+        else "shared tiles exceed 48 KB"
+        if 2 * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) + 1024 * (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) > STATIC_SMEM_MAX
+        else None
+    ),
+    seeds="001 extension: WMMA",
+    type_param=True,
+)
+
+# Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
+TC_LADDER: tuple[KernelSpec, ...] = ()
+TC_PENDING: tuple[KernelSpec, ...] = (TC_01,)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -493,7 +538,9 @@ CPU_LADDER: tuple[CpuKernelSpec, ...] = (
 
 # Pending kernels are reachable by name (so `gemmlab check -k` and the GPU tests can try them),
 # never by kernel='auto' or in the default lists.
-_BY_ID: dict[str, KernelSpec | CpuKernelSpec] = {k.id: k for k in KERNELS + SGEMM_PENDING + CPU_LADDER}
+KERNELS = KERNELS + TC_LADDER
+PENDING: tuple[KernelSpec, ...] = SGEMM_PENDING + TC_PENDING
+_BY_ID: dict[str, KernelSpec | CpuKernelSpec] = {k.id: k for k in KERNELS + PENDING + CPU_LADDER}
 
 
 def get(kernel_id: str) -> KernelSpec | CpuKernelSpec:
@@ -507,7 +554,7 @@ def get(kernel_id: str) -> KernelSpec | CpuKernelSpec:
 def kernels(dtype: torch.dtype | None = None, device: str = "cuda", pending: bool = False) -> list:
     """Every registered kernel of a device ('cuda' or 'cpu') in ladder order, optionally only
     those taking dtype; pending=True adds the GPU kernels not yet checked on a GPU."""
-    ladder = (KERNELS + (SGEMM_PENDING if pending else ())) if device == "cuda" else CPU_LADDER if device == "cpu" else None
+    ladder = (KERNELS + (PENDING if pending else ())) if device == "cuda" else CPU_LADDER if device == "cpu" else None
     if ladder is None:
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
     return [k for k in ladder if dtype is None or dtype in k.dtypes]

@@ -36,7 +36,16 @@ def _baseline_tflops(r: dict) -> float:
 
 def bench_table(run: dict, peak: dict | None = None) -> str:
     """Rows: shapes; columns: each kernel's rate with its ratio to the baseline, then the baseline,
-    then (given a peak record) the best kernel's share of the measured FFMA peak."""
+    then (given a peak record) the best kernel's share of the measured FFMA peak. One table per
+    dtype: a ratio only compares like with like."""
+    dtypes = list(dict.fromkeys(r.get("dtype", "float32") for r in run["records"]))
+    if len(dtypes) > 1:
+        return "\n\n".join(
+            f"**{d}**\n\n" + bench_table({"meta": run["meta"], "records": [r for r in run["records"] if r.get("dtype", "float32") == d]}, peak)
+            for d in dtypes
+        )
+    if dtypes and dtypes[0] != "float32":
+        peak = None  # the FFMA peak is an FP32 ceiling
     recs = run["records"]
     meta = run["meta"]
     cpu = meta.get("kind") == "bench-cpu"
@@ -80,7 +89,7 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
     return (
         f"{meta['gpu']}, driver {meta.get('driver')}, torch {v['torch']} (CUDA {v['torch_cuda']}), "
         f"cuda-core {v['cuda_core']}, NVRTC {v['nvrtc']}, {_commits(meta)}; {clock_txt}. "
-        f"Median of {recs[0]['reps']} event-timed runs with L2 flushed, FP32 (TF32 off); "
+        f"Median of {recs[0]['reps']} event-timed runs with L2 flushed, {recs[0].get('dtype', 'float32')} (TF32 off); "
         f"ratio = cuBLAS median time / kernel median time; cuBLAS = torch.mm, the better of the "
         f"cublas and cublasLt backends, timed in the same rounds (its median across kernels shown)."
     )

@@ -94,11 +94,15 @@ def parse_kernel_config(text: str):
     return kid, registry.get(kid).config(**overrides)
 
 
-def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int, config=None) -> BenchRecord:
-    dtype = torch.float32
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
+
+
+def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int, config=None,
+               dtype: torch.dtype = torch.float32) -> BenchRecord:  # fmt: skip
     dev = f"cuda:{device_id}"
-    a = torch.rand((M, K), device=dev, dtype=dtype) * 2 - 1
-    b = torch.rand((K, N), device=dev, dtype=dtype) * 2 - 1
+    a = (torch.rand((M, K), device=dev) * 2 - 1).to(dtype)
+    b = (torch.rand((K, N), device=dev) * 2 - 1).to(dtype)
     out = torch.full((M, N), float("nan"), device=dev, dtype=dtype)
     ref_out = {be: torch.full((M, N), float("nan"), device=dev, dtype=dtype) for be in CUBLAS_BACKENDS}
     problem = problem_from_tensors(a, b, None, out)
@@ -131,14 +135,14 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
     med = median(times["kernel"])
     cub_med = {be: median(times[be]) for be in CUBLAS_BACKENDS}
     best = min(cub_med, key=cub_med.get)
-    loaded = jit.load_kernel(spec, cfg, device_id)
+    loaded = jit.load_kernel(spec, cfg, device_id, dtype if spec.type_param else None)
     return BenchRecord(
         kernel=kernel_id,
         config=cfg.as_dict(),
         M=M,
         N=N,
         K=K,
-        dtype="float32",
+        dtype=str(dtype).removeprefix("torch."),
         alpha=1.0,
         beta=0.0,
         times_ms=times["kernel"],
@@ -188,6 +192,7 @@ def run_bench(
     on_start: Callable[[str, tuple], None] | None = None,
     tag: str = "bench",
     resume: Path | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[Path, list[dict]]:
     """kernels: ids, or 'id[NAME=VALUE,...]' for another config of a kernel (tuning; use another
     tag then, so such runs stay out of the reports). resume: a results file of an interrupted
@@ -208,18 +213,19 @@ def run_bench(
         meta["failures"] = []
         records = []
         path = results_path(out_root, meta, tag)
-    done = {(r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) for r in records}
+    dname = str(dtype).removeprefix("torch.")
+    done = {(r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) for r in records if r["dtype"] == dname}
     flusher = L2Flusher(device_id)
     for M, N, K in shapes:
         for request, kernel_id, config in parsed:
             if (request, M, N, K) in done:
                 if on_record:
-                    on_record(next(r for r in records if (r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) == (request, M, N, K)))
+                    on_record(next(r for r in records if (r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"], r["dtype"]) == (request, M, N, K, dname)))
                 continue
             if on_start:
                 on_start(kernel_id, (M, N, K))
             try:
-                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config))
+                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype))
                 rec["extra"]["request"] = request
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
                 meta["failures"].append(dict(kernel=kernel_id, M=M, N=N, K=K, error=str(exc)))
