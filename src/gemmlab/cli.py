@@ -424,7 +424,7 @@ def sass_cmd(
     spec = registry.get(kid)
     if spec.device != "cuda":
         raise typer.BadParameter(f"{kid} is a CPU kernel: it has no SASS")
-    ck = jit.compile_kernel(spec, cfg or spec.default_config(), arch)
+    ck = jit.compile_kernel(spec, cfg or spec.default_config(), arch, spec.dtypes[0] if spec.type_param else None)
     try:
         text = sass.disassemble(ck.cubin)
     except sass.ToolMissing as exc:

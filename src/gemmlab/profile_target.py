@@ -12,13 +12,16 @@ from gemmlab import registry
 dims = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "2048").lower().split("x")]
 M, N, K = dims * 3 if len(dims) == 1 else dims
 ids = sys.argv[2:] or [k.id for k in registry.kernels()]
-a = torch.rand(M, K, device="cuda") * 2 - 1
-b = torch.rand(K, N, device="cuda") * 2 - 1
+inputs = {}
+for kid in ids:  # each kernel in its first dtype (float32 for the SIMT ladder, bf16 for tensor cores)
+    dt = registry.get(kid).dtypes[0]
+    if dt not in inputs:
+        inputs[dt] = ((torch.rand(M, K, device="cuda") * 2 - 1).to(dt), (torch.rand(K, N, device="cuda") * 2 - 1).to(dt))
 for kid in ids:
-    gemmlab.gemm(a, b, kernel=kid)  # first launch compiles and loads
+    gemmlab.gemm(*inputs[registry.get(kid).dtypes[0]], kernel=kid)  # first launch compiles and loads
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStart()
 for kid in ids:
-    gemmlab.gemm(a, b, kernel=kid)
+    gemmlab.gemm(*inputs[registry.get(kid).dtypes[0]], kernel=kid)
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStop()
