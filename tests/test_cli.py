@@ -27,7 +27,8 @@ def test_compile_reports_every_kernel_for_sm90a(tmp_path, monkeypatch):
     report = json.loads(res.stdout[res.stdout.index("[") :])
     from gemmlab.configs import configs_in_use
 
-    assert [r["kernel"] for r in report] == [k.id for k in KERNELS for _ in configs_in_use(k)]
+    expected = [k.id for k in KERNELS for _ in configs_in_use(k) for _ in (k.dtypes if k.type_param else [None])]
+    assert [r["kernel"] for r in report] == expected
     assert all(r["registers"] > 0 and r["arch"] == "sm_90a" and not r["cached"] for r in report)
     again = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", "-k", "sgemm_01_naive"])
     assert json.loads(again.stdout[again.stdout.index("[") :])[0]["cached"] is True

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from gemmlab.bench import plots, report
-from gemmlab.registry import KERNELS
+from gemmlab.registry import SGEMM_LADDER
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 RUNS = report.merged_runs(report.find_runs(RESULTS, "bench"))
@@ -18,7 +18,7 @@ def test_ladder_bars_have_every_step_and_cublas(run, tmp_path):
     fig = plots.ladder_bars(run, (4096, 4096, 4096), png)
     ax = fig.axes[0]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(ax.patches) == len(KERNELS)  # one bar a step
+    assert len(ax.patches) == len(SGEMM_LADDER)  # one bar a step of the FP32 ladder
     assert [t.get_text() for t in ax.get_xticklabels()][0].startswith("01 ")
     assert any(line.get_label().startswith("cuBLAS") for line in ax.get_lines())
     plt.close(fig)
@@ -47,5 +47,5 @@ def test_roofline_from_the_committed_peak(run, tmp_path):
     ax = fig.axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
     assert any(lbl.startswith("roof:") for lbl in labels)
-    assert len(ax.collections) == 2 * (len(KERNELS) + 1)  # every step and cuBLAS at both shapes
+    assert len(ax.collections) == 2 * (len(SGEMM_LADDER) + 1)  # every step and cuBLAS at both shapes
     plt.close(fig)

@@ -108,5 +108,6 @@ def test_unknown_kernel_and_parameter_errors():
 
 
 def test_kernels_filter_by_dtype():
-    assert registry.kernels(torch.float32) == list(KERNELS)
+    assert registry.kernels(torch.float32) == list(registry.SGEMM_LADDER)
+    assert registry.kernels(torch.bfloat16) == list(registry.TC_LADDER)
     assert registry.kernels(torch.float64) == []

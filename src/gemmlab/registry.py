@@ -455,8 +455,9 @@ TC_01 = KernelSpec(
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
-TC_LADDER: tuple[KernelSpec, ...] = ()
-TC_PENDING: tuple[KernelSpec, ...] = (TC_01,)
+# tc01: 88/88 check cases (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
+TC_LADDER: tuple[KernelSpec, ...] = (TC_01,)
+TC_PENDING: tuple[KernelSpec, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,9 +15,13 @@ from .report import _baseline_tflops  # noqa: E402
 from .report import _title as _label  # noqa: E402
 
 
-def ladder_bars(run: dict, shape: tuple[int, int, int], path: Path | None = None):
+def _of_dtype(run: dict, dtype: str) -> list[dict]:
+    return [r for r in run["records"] if r.get("dtype", "float32") == dtype]
+
+
+def ladder_bars(run: dict, shape: tuple[int, int, int], path: Path | None = None, dtype: str = "float32"):
     """TFLOP/s of every step at one shape, with cuBLAS (same run) as a horizontal line."""
-    recs = [r for r in run["records"] if (r["M"], r["N"], r["K"]) == tuple(shape)]
+    recs = [r for r in _of_dtype(run, dtype) if (r["M"], r["N"], r["K"]) == tuple(shape)]
     if not recs:
         raise ValueError(f"no records at {shape} in this run")
     recs.sort(key=lambda r: registry.get(r["kernel"]).step)
@@ -29,7 +33,7 @@ def ladder_bars(run: dict, shape: tuple[int, int, int], path: Path | None = None
     cublas = max(_baseline_tflops(r) for r in recs)
     ax.axhline(cublas, color="tab:red", linestyle="--", label=f"cuBLAS ({cublas:.1f})")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"FP32 ladder at {shape[0]}x{shape[1]}x{shape[2]}, {run['meta']['gpu']} (ratio to cuBLAS above bars)")
+    ax.set_title(f"{dtype} ladder at {shape[0]}x{shape[1]}x{shape[2]}, {run['meta']['gpu']} (ratio to cuBLAS above bars)")
     plt.setp(ax.get_xticklabels(), rotation=35, ha="right", rotation_mode="anchor")
     ax.legend(loc="upper left")
     if path:
@@ -37,7 +41,7 @@ def ladder_bars(run: dict, shape: tuple[int, int, int], path: Path | None = None
     return fig
 
 
-def versus_size(run: dict, kernels: list[str], path: Path | None = None):
+def versus_size(run: dict, kernels: list[str], path: Path | None = None, dtype: str = "float32"):
     """TFLOP/s against problem size for chosen kernels and cuBLAS (seed 002's plot.py, from records)."""
     fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
     cub: dict[int, float] = {}
@@ -46,7 +50,7 @@ def versus_size(run: dict, kernels: list[str], path: Path | None = None):
         return n % 1024 == 0
 
     for k in kernels:
-        recs = sorted((r for r in run["records"] if r["kernel"] == k and r["M"] == r["N"] == r["K"]), key=lambda r: r["M"])
+        recs = sorted((r for r in _of_dtype(run, dtype) if r["kernel"] == k and r["M"] == r["N"] == r["K"]), key=lambda r: r["M"])
         if not recs:
             raise ValueError(f"no square records for {k} in this run")
         sq = [r for r in recs if even(r["M"])]
@@ -61,7 +65,7 @@ def versus_size(run: dict, kernels: list[str], path: Path | None = None):
     ax.plot(odd_sizes, [cub[s] for s in odd_sizes], marker="x", color="black", linestyle="none", label="x: seed 000's odd sizes")
     ax.set_xlabel("M = N = K")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"FP32 GEMM against size, {run['meta']['gpu']}")
+    ax.set_title(f"{dtype} GEMM against size, {run['meta']['gpu']}")
     ax.grid(alpha=0.3)
     ax.legend()
     if path:
@@ -85,7 +89,7 @@ def roofline(run: dict, peak: dict, shapes: list[tuple[int, int, int]], path: Pa
     for si, shape in enumerate(shapes):
         M, N, K = shape
         x = 2.0 * M * N * K / (4.0 * (M * K + K * N + M * N))
-        recs = sorted((r for r in run["records"] if (r["M"], r["N"], r["K"]) == tuple(shape)), key=lambda r: registry.get(r["kernel"]).step)
+        recs = sorted((r for r in _of_dtype(run, "float32") if (r["M"], r["N"], r["K"]) == tuple(shape)), key=lambda r: registry.get(r["kernel"]).step)
         for r in recs:
             ax.scatter([x], [r["tflops"]], marker=markers[si % len(markers)], s=30, zorder=3)
             ax.annotate(f"{registry.get(r['kernel']).step:02d}", (x, r["tflops"]), textcoords="offset points", xytext=(5, -3), fontsize=7)
