@@ -454,10 +454,34 @@ TC_01 = KernelSpec(
     type_param=True,
 )
 
+TC_02 = KernelSpec(
+    id="tc02_mma_sync",
+    step=2,
+    title="mma.sync + ldmatrix",
+    idea="inline-PTX mma.sync.m16n8k16 on fragments loaded by ldmatrix; accumulators written from registers",
+    source="tensorcore/02_mma_sync.cu",
+    entry="tc_mma_sync",
+    params=TC_01.params,
+    block=TC_01.block,
+    grid=TC_01.grid,
+    dtypes=(torch.bfloat16, torch.float16),
+    check_config=lambda c: (
+        "WM must divide BM and WN divide BN"
+        if c["BM"] % c["WM"] or c["BN"] % c["WN"]
+        else "WM, WN and BK must be multiples of 16"
+        if c["WM"] % 16 or c["WN"] % 16 or c["BK"] % 16
+        else "shared tiles exceed 48 KB"
+        if 2 * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) > STATIC_SMEM_MAX
+        else None
+    ),
+    seeds="001 inline PTX: mma.sync",
+    type_param=True,
+)
+
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01: 88/88 check cases (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 TC_LADDER: tuple[KernelSpec, ...] = (TC_01,)
-TC_PENDING: tuple[KernelSpec, ...] = ()
+TC_PENDING: tuple[KernelSpec, ...] = (TC_02,)
 
 
 # ----------------------------------------------------------------------------------------------
