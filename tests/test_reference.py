@@ -65,3 +65,11 @@ def test_compare_uses_float64():
     ref, scale = reference(a, b)
     assert ref.dtype == torch.float64
     assert compare(ref.float(), ref, scale, tolerance(torch.float32)).passed
+
+
+def test_fp16_subnormal_outputs_are_not_held_against_the_kernel():
+    a = torch.full((4, 1), 0.004, dtype=torch.float16)
+    b = torch.full((1, 4), 0.003, dtype=torch.float16)
+    d = (a.float() @ b.float()).half()  # 1.2e-5: an fp16 subnormal, correctly rounded
+    assert check_result(d, a, b).passed
+    assert not check_result(d + 1e-4, a, b).passed  # a real error is still caught
