@@ -478,10 +478,37 @@ TC_02 = KernelSpec(
     type_param=True,
 )
 
+TC_03 = KernelSpec(
+    id="tc03_cp_async",
+    step=3,
+    title="cp.async pipeline",
+    idea="16-byte cp.async copies into a ring of STAGES shared buffers: global loads overlap the MMAs",
+    source="tensorcore/03_cp_async.cu",
+    entry="tc_cp_async",
+    params=TC_01.params + (Param("STAGES", 3, "shared buffers in the cp.async ring"),),
+    block=TC_01.block,
+    grid=TC_01.grid,
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=lambda c: c["STAGES"] * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) * 2,
+    check_config=lambda c: (
+        "WM must divide BM and WN divide BN"
+        if c["BM"] % c["WM"] or c["BN"] % c["WN"]
+        else "WM, WN and BK must be multiples of 16"
+        if c["WM"] % 16 or c["WN"] % 16 or c["BK"] % 16
+        else "STAGES must be at least 2"
+        if c["STAGES"] < 2
+        else "the stages exceed 227 KB of shared memory"
+        if c["STAGES"] * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) * 2 > 227 * 1024
+        else None
+    ),
+    seeds="the Ampere recipe (cp.async multistage)",
+    type_param=True,
+)
+
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01: 88/88 check cases (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 TC_LADDER: tuple[KernelSpec, ...] = (TC_01,)
-TC_PENDING: tuple[KernelSpec, ...] = (TC_02,)
+TC_PENDING: tuple[KernelSpec, ...] = (TC_02, TC_03)
 
 
 # ----------------------------------------------------------------------------------------------

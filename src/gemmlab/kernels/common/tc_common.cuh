@@ -66,4 +66,23 @@ template <> __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], con
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// ---- cp.async (sm_80 and later): global -> shared without passing through registers -----------
+
+// Copy 16 bytes from global src to shared dst asynchronously; only the first src_bytes (0..16) are
+// read, the rest of the 16 are zero-filled -- the edge of a matrix costs no branch.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// True when every row of a 16-bit matrix starts on a 16-byte boundary, so any 8-element chunk at a
+// column that is a multiple of 8 can be moved with one 16-byte copy.
+template <typename T>
+__device__ __forceinline__ bool rows_16b_aligned16(const T* p, int ld) {
+    return reinterpret_cast<unsigned long long>(p) % 16 == 0 && ld % 8 == 0;
+}
+
 }  // namespace gemmlab
