@@ -469,6 +469,12 @@ def plot_cmd(
         written = [out / f"{slug}-ladder-{shape}.png", out / f"{slug}-vs-size.png"]
         plots.ladder_bars(run, parse_shape(shape), written[0])
         plots.versus_size(run, ids, written[1])
+        import torch
+
+        tc = [k.id for k in registry.kernels(torch.bfloat16)]
+        if tc and any(r.get("dtype") == "bfloat16" for r in run["records"]):
+            written.append(out / f"{slug}-vs-size-bfloat16.png")
+            plots.versus_size(run, tc, written[-1], dtype="bfloat16")
         peak = report.newest_peak(results, slug)
         if peak is not None:
             written.append(out / f"{slug}-roofline.png")

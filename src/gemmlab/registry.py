@@ -506,9 +506,9 @@ TC_03 = KernelSpec(
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
-# tc01: 88/88 check cases (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
-TC_LADDER: tuple[KernelSpec, ...] = (TC_01,)
-TC_PENDING: tuple[KernelSpec, ...] = (TC_02, TC_03)
+# tc01-tc03: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
+TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03)
+TC_PENDING: tuple[KernelSpec, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ def merged_runs(paths: list[Path]) -> list[dict]:
         used: dict[str, str] = {}
         for run in runs:
             for r in run["records"]:
-                cells[(r["kernel"], r["M"], r["N"], r["K"])] = r | {"_commit": run["meta"]["commit"], "_time": run["meta"]["time"]}
+                cells[(r["kernel"], r.get("dtype", "float32"), r["M"], r["N"], r["K"])] = r | {"_commit": run["meta"]["commit"], "_time": run["meta"]["time"]}
         for r in cells.values():
             used[r["_commit"]] = r["_time"]
         meta = dict(runs[-1]["meta"], commits=used)
