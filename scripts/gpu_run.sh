@@ -29,6 +29,11 @@ python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee "$OUT/overhead.log" 
 step "bench"
 python3 -m gemmlab bench --pending --out "$OUT/results" "$@" 2>&1 | tee "$OUT/bench.log" || status=1
 
+step "bench, tensor-core ladder (bf16 and fp16)"
+for dt in bf16 fp16; do
+  python3 -m gemmlab bench --dtype $dt --out "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" || status=1
+done
+
 step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
 python3 -m gemmlab bench --device cpu -s 2048x2048x1024 -k cpu02_reordered -k cpu03_blocked -k cpu04_parallel \
   --out "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" || status=1

@@ -89,3 +89,14 @@ def test_bench_on_the_cpu_writes_records(tmp_path):
 def test_kernel_of_the_wrong_device_is_a_usage_error():
     res = runner.invoke(app, ["bench", "-d", "cpu", "-k", "sgemm_01_naive"])
     assert res.exit_code == 2 and "runs on cuda, not cpu" in res.output
+
+
+def test_default_kernels_follow_the_dtype():
+    import torch
+
+    from gemmlab import registry
+    from gemmlab.cli import _kernel_ids
+
+    assert _kernel_ids(None, "cuda", False, torch.float32) == [k.id for k in registry.SGEMM_LADDER]
+    assert _kernel_ids(None, "cuda", False, torch.bfloat16) == [k.id for k in registry.TC_LADDER]
+    assert _kernel_ids(None, "cpu") == [k.id for k in registry.CPU_LADDER]

@@ -34,9 +34,9 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return tuple(dims)
 
 
-def _kernel_ids(names: Optional[list[str]], device: str = "cuda", pending: bool = False) -> list[str]:
+def _kernel_ids(names: Optional[list[str]], device: str = "cuda", pending: bool = False, dtype=None) -> list[str]:
     if not names:
-        return [k.id for k in registry.kernels(device=device, pending=pending)]
+        return [k.id for k in registry.kernels(dtype, device=device, pending=pending)]
     try:
         specs = [registry.get(n) for n in names]
     except ValueError as exc:
@@ -237,7 +237,11 @@ def bench_cmd(
             raise typer.BadParameter(str(exc)) from None
         ids = list(kernel)
     else:
-        ids = _kernel_ids(kernel, device, pending)
+        from .bench.run import DTYPES
+
+        if dtype not in DTYPES:
+            raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
+        ids = _kernel_ids(kernel, device, pending, DTYPES[dtype] if device == "cuda" else None)
     if device == "cpu":
         from .bench import cpu as bench_cpu
 
@@ -256,7 +260,7 @@ def bench_cmd(
             if torch_dtype not in registry.get(kid).dtypes:
                 raise typer.BadParameter(f"{kid} does not take {dtype}; it takes {registry.get(kid).dtypes}")
         runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume, dtype=torch_dtype, **kw)
-        title, unit, scale, base = "gemmlab bench (FP32, TF32 off)", "TFLOP/s", 1.0, "cuBLAS"
+        title, unit, scale, base = f"gemmlab bench ({dtype}, TF32 off)", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
     for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
         t.add_column(col, justify="right", no_wrap=col == "kernel")
