@@ -31,7 +31,7 @@ python3 -m gemmlab bench --pending --out "$OUT/results" "$@" 2>&1 | tee "$OUT/be
 
 step "bench, tensor-core ladder (bf16 and fp16)"
 for dt in bf16 fp16; do
-  python3 -m gemmlab bench --dtype $dt --out "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" || status=1
+  python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" || status=1
 done
 
 step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
