@@ -505,10 +505,45 @@ TC_03 = KernelSpec(
     type_param=True,
 )
 
+TC_04 = KernelSpec(
+    id="tc04_wgmma",
+    step=4,
+    title="wgmma",
+    idea="Hopper wgmma.mma_async m64n128k16: a warpgroup's MMA reads 128-byte-swizzled shared tiles through descriptors",
+    source="tensorcore/04_wgmma.cu",
+    entry="tc_wgmma",
+    params=(
+        Param("BM", 128, "rows of C a block (multiple of 64: one warpgroup of 128 threads per 64 rows)"),
+        Param("BN", 128, "columns of C a block (multiple of 128: m64n128k16 MMAs)"),
+        Param("BK", 64, "K slice of one stage (multiple of 64: one 128-byte swizzle row)"),
+        Param("STAGES", 3, "shared buffers in the cp.async ring"),
+    ),
+    block=lambda c: (c["BM"] // 64 * 128, 1, 1),
+    grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
+    dtypes=(torch.bfloat16, torch.float16),
+    # the stages plus 1 KB, for aligning the ring to the swizzle's 1024-byte period
+    dynamic_smem=lambda c: c["STAGES"] * (c["BM"] * c["BK"] + c["BK"] * c["BN"]) * 2 + 1024,
+    check_config=lambda c: (
+        "BM must be a multiple of 64, at most 512 (one warpgroup per 64 rows)"
+        if c["BM"] % 64 or not 64 <= c["BM"] <= 512
+        else "BN must be a multiple of 128 (m64n128k16 MMAs)"
+        if c["BN"] % 128 or c["BN"] < 128
+        else "BK must be a multiple of 64 (one 128-byte swizzle row)"
+        if c["BK"] % 64 or c["BK"] < 64
+        else "STAGES must be at least 2"
+        if c["STAGES"] < 2
+        else "the stages exceed 227 KB of shared memory"
+        if c["STAGES"] * (c["BM"] * c["BK"] + c["BK"] * c["BN"]) * 2 + 1024 > 227 * 1024
+        else None
+    ),
+    seeds="issue 3: Hopper wgmma",
+    type_param=True,
+)
+
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01-tc03: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03)
-TC_PENDING: tuple[KernelSpec, ...] = ()
+TC_PENDING: tuple[KernelSpec, ...] = (TC_04,)  # tc04: compiles (HGMMA), not yet run on a GPU
 
 
 # ----------------------------------------------------------------------------------------------

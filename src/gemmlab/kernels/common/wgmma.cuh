@@ -1,0 +1,118 @@
+// wgmma.cuh -- Hopper (sm_90a) warpgroup MMA: shared-memory matrix descriptors, wgmma.mma_async
+// and its fences. A warpgroup is four consecutive warps (128 threads) starting at a warp index
+// divisible by 4; every wgmma instruction here must be executed by all 128 threads together.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/tc_common.cuh"
+
+namespace gemmlab {
+
+// ---- Matrix descriptors (PTX ISA, "Matrix Descriptor Format") -----------------------------------
+//
+// A 64-bit value naming an operand tile in shared memory:
+//   bits  0-13  start address        (shared-window byte address & 0x3FFFF) >> 4
+//   bits 16-29  leading byte offset  >> 4
+//   bits 32-45  stride byte offset   >> 4
+//   bits 49-51  base offset          0 when the swizzle pattern starts on a 1024-byte boundary
+//   bits 62-63  swizzle mode         0 none, 1 128-byte, 2 64-byte, 3 32-byte
+//
+// The 128-byte swizzle used here: a tile is made of "atoms" of 8 rows x 128 bytes (8 x 64 16-bit
+// elements), each atom 1024-byte aligned; within an atom, the 16-byte chunk c of row r is stored at
+// chunk position c ^ (r % 8). For a K-major operand (rows along M or N, 64 K-elements a row) the
+// stride byte offset is the distance between consecutive 8-row groups (1024 bytes when the rows
+// are packed) and the leading byte offset is unused (1 by convention). For an MN-major operand
+// (rows along K, 64 M- or N-elements a row) the stride byte offset is the distance between
+// consecutive 8-row groups along K, and the leading byte offset the distance between consecutive
+// 64-element atoms along M or N.
+constexpr unsigned long long WGMMA_SWIZZLE_128B = 1ull;
+
+__device__ __forceinline__ unsigned long long wgmma_desc(const void* smem_tile, unsigned lbo_bytes,
+                                                         unsigned sbo_bytes) {
+    const unsigned addr = smem_addr(smem_tile);
+    return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |
+           static_cast<unsigned long long>((lbo_bytes >> 4) & 0x3FFF) << 16 |
+           static_cast<unsigned long long>((sbo_bytes >> 4) & 0x3FFF) << 32 |
+           WGMMA_SWIZZLE_128B << 62;
+}
+
+// Byte offset, inside a 128-byte-swizzled tile of 64-element rows, of the 16-byte chunk `chunk`
+// (0..7) of row `row`; the tile must start on a 1024-byte boundary.
+__device__ __forceinline__ int swizzle128_offset(int row, int chunk) {
+    return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+// ---- Ordering -----------------------------------------------------------------------------------
+
+// Before the first wgmma of a batch, and whenever the accumulator registers were touched by
+// ordinary instructions since the last wgmma: orders those register accesses before the MMAs.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// Gather every wgmma issued by this thread and not yet committed into one group.
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Wait until at most N of this thread's committed wgmma groups are pending: after wait<0> the
+// accumulators may be read and the shared tiles overwritten.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Writes made to shared memory through the generic proxy (st.shared, cp.async) become visible to
+// the async proxy (wgmma's operand reads) only after this fence, issued by the writing thread
+// before the barrier that publishes them.
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Keeps the compiler from moving reads or writes of an accumulator register across the
+// asynchronous MMAs (it sees no dependence on them between wgmma and wait_group).
+__device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// ---- wgmma.mma_async m64n128k16, fp32 accumulators, A and B from shared memory ------------------
+//
+// d (64 x 128 fp32) += A (64 x 16, K-major, descriptor da) * B (16 x 128, descriptor db).
+// TRANS_B = 1 reads B as N-major (rows along K, N contiguous), 0 as K-major. Accumulator layout:
+// thread t of the warpgroup (warp w = t / 32, lane l = t % 32) holds, in d[i],
+//   row 16 w + l / 4 + 8 ((i / 2) % 2),  column 8 (i / 4) + 2 (l % 4) + i % 2
+// -- the m16n8 accumulator of mma.sync repeated over 16 column blocks of 8, per warp a 16-row slice.
+#define GEMMLAB_WGMMA_D64                                                                            \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "    \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, " \
+    "%39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, " \
+    "%58, %59, %60, %61, %62, %63}"
+#define GEMMLAB_WGMMA_D64_OPERANDS(d)                                                                \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),         \
+    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),       \
+    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),       \
+    "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),       \
+    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),       \
+    "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),       \
+    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),       \
+    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+// The operands after d: %64 descriptor of A, %65 descriptor of B; then scale-d = 1 (accumulate),
+// scale-a = scale-b = 1 (no negation), trans-a = 0 (A K-major), trans-b as given.
+#define GEMMLAB_WGMMA_TAIL(trans_b) " %64, %65, 1, 1, 1, 0, " #trans_b ";\n"
+
+template <typename T, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long da, unsigned long long db);
+
+template <>
+__device__ __forceinline__ void wgmma_m64n128k16<__nv_bfloat16, 1>(float (&d)[64], unsigned long long da,
+                                                                   unsigned long long db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " GEMMLAB_WGMMA_D64
+                 "," GEMMLAB_WGMMA_TAIL(1)
+                 : GEMMLAB_WGMMA_D64_OPERANDS(d)
+                 : "l"(da), "l"(db));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_m64n128k16<__half, 1>(float (&d)[64], unsigned long long da,
+                                                            unsigned long long db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " GEMMLAB_WGMMA_D64
+                 "," GEMMLAB_WGMMA_TAIL(1)
+                 : GEMMLAB_WGMMA_D64_OPERANDS(d)
+                 : "l"(da), "l"(db));
+}
+
+#undef GEMMLAB_WGMMA_TAIL
+#undef GEMMLAB_WGMMA_D64_OPERANDS
+#undef GEMMLAB_WGMMA_D64
+
+}  // namespace gemmlab
