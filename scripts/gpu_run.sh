@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call: GPU tests, `gemmlab check`, the overhead measurement, the default benchmark,
 # and the CPU ladder on the same machine at 2048x2048x1024.
-# Logs and records go under $OUT (the device tool brings that folder back); records are also the
-# files to commit under results/. Usage on the GPU machine, from the repo root:
+# One log ($OUT/gpu_run.log) and the records under $OUT/results (the device tool brings back at
+# most 8 files a call: keep it to one log); the records are the files to commit under results/.
+# Usage on the GPU machine, from the repo root:
 #   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
 set -uo pipefail
 OUT=${OUT:-out}
@@ -10,33 +11,35 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export GEMMLAB_CACHE_DIR=${GEMMLAB_CACHE_DIR:-/tmp/gemmlab-cache}
 status=0
-step() { echo "=== $*"; }
+LOG="$OUT/gpu_run.log"
+: > "$LOG"
+step() { echo "=== $*" | tee -a "$LOG"; }
 
 step "environment and compile (resource report for the driver's arch)"
 { nvidia-smi
   python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
-  python3 -m gemmlab compile; } 2>&1 | tee "$OUT/env.log" || status=1
+  python3 -m gemmlab compile; } 2>&1 | tee -a "$LOG" || status=1
 
 step "GPU tests"
-python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" || status=1
+python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee -a "$LOG" || status=1
 
 step "check"
-python3 -m gemmlab check --pending 2>&1 | tee "$OUT/check.log" || status=1
+python3 -m gemmlab check --pending 2>&1 | tee -a "$LOG" || status=1
 
 step "overhead"
-python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee "$OUT/overhead.log" || status=1
+python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
 
 step "bench"
-python3 -m gemmlab bench --pending --out "$OUT/results" "$@" 2>&1 | tee "$OUT/bench.log" || status=1
+python3 -m gemmlab bench --pending --out "$OUT/results" "$@" 2>&1 | tee -a "$LOG" || status=1
 
 step "bench, tensor-core ladder (bf16 and fp16)"
 for dt in bf16 fp16; do
-  python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" || status=1
+  python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
 done
 
 step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
 python3 -m gemmlab bench --device cpu -s 2048x2048x1024 -k cpu02_reordered -k cpu03_blocked -k cpu04_parallel \
-  --out "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" || status=1
+  --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
 
-echo "gpu_run status: $status"
+echo "gpu_run status: $status" | tee -a "$LOG"
 exit $status

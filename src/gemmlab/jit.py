@@ -23,6 +23,7 @@ import re
 import struct
 import tempfile
 import threading
+import warnings
 from importlib import metadata, resources
 
 from .registry import GemmConfig, KernelSpec
@@ -265,7 +266,16 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None) -> 
         usage = ResourceUsage(**{**header["usage"], "dynamic_smem": dynamic})
         return CompiledKernel(spec.id, name_expression, header["lowered_name"], arch, cubin, usage, header["log"], True)
     cubin, lowered, log = compile_source(sources, main, name_expression, arch, spec.id)
-    usage = parse_ptxas(log, lowered, dynamic)
+    try:
+        usage = parse_ptxas(log, lowered, dynamic)
+    except ValueError:
+        # Seen once on a GPU machine: a successful compile whose log lacked ptxas's report. The
+        # report is information, not a reason to fail a GEMM: -1 marks it unknown (the driver's
+        # attributes still give registers and local memory once the kernel is loaded).
+        warnings.warn(f"no ptxas resource report for {name_expression}; resources unknown", RuntimeWarning, stacklevel=2)
+        usage = ResourceUsage(-1, -1, dynamic, -1, -1, -1, source="unknown")
+    if usage.source == "unknown":  # not cached: the next process compiles again and may get the report
+        return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False)
     header = dict(
         kernel=spec.id,
         name_expression=name_expression,

@@ -82,10 +82,10 @@ def max_dynamic_smem(device_id: int) -> int:
 def raise_dynamic_smem(loaded, device_id: int) -> None:
     """Allow a kernel more than 48 KB of dynamic shared memory (cuda.core has no setter)."""
     need = loaded.compiled.usage.dynamic_smem
-    if need <= STATIC_SMEM_LIMIT - loaded.compiled.usage.static_smem:
+    if need <= STATIC_SMEM_LIMIT - max(loaded.compiled.usage.static_smem, 0):
         return
     limit = max_dynamic_smem(device_id)
-    if need + loaded.compiled.usage.static_smem > limit:
+    if need + max(loaded.compiled.usage.static_smem, 0) > limit:
         raise ValueError(
             f"{loaded.spec.id} {loaded.config.as_dict()} needs {need} B of dynamic shared memory "
             f"(+{loaded.compiled.usage.static_smem} static); device {device_id} allows {limit} B a block"

@@ -541,9 +541,9 @@ TC_04 = KernelSpec(
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
-# tc01-tc03: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
-TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03)
-TC_PENDING: tuple[KernelSpec, ...] = (TC_04,)  # tc04: compiles (HGMMA), not yet run on a GPU
+# tc01-tc04: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
+TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03, TC_04)
+TC_PENDING: tuple[KernelSpec, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------
