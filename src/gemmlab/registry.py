@@ -424,6 +424,28 @@ KERNELS: tuple[KernelSpec, ...] = SGEMM_LADDER  # extended by the tensor-core la
 # The tensor-core ladder (issue 3): 16-bit inputs (bf16, fp16), fp32 accumulation, output in the
 # input dtype. Each kernel is templated on its element type.
 
+def _check_warp_tiles(c: GemmConfig) -> str | None:
+    """The warp-tile constraints every mma step shares (its static_asserts, as a Python error)."""
+    if c["BM"] % c["WM"] or c["BN"] % c["WN"]:
+        return "WM must divide BM and WN divide BN"
+    if c["WM"] % 16 or c["WN"] % 16 or c["BK"] % 16:
+        return "WM, WN and BK must be multiples of 16"
+    return None
+
+
+def _tile_bytes(c: GemmConfig) -> int:
+    """One stage of 16-bit A and B tiles, rows padded by 8 elements (16 bytes)."""
+    return 2 * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8))
+
+
+def _warps(c: GemmConfig) -> int:
+    return (c["BM"] // c["WM"]) * (c["BN"] // c["WN"])
+
+
+def _smem_fits(nbytes: int, limit: int) -> str | None:
+    return None if nbytes <= limit else f"shared memory {nbytes} B exceeds {limit} B"
+
+
 TC_01 = KernelSpec(
     id="tc01_wmma",
     step=1,
@@ -441,15 +463,7 @@ TC_01 = KernelSpec(
     block=lambda c: ((c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32, 1, 1),
     grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
     dtypes=(torch.bfloat16, torch.float16),
-    check_config=lambda c: (
-        "WM must divide BM and WN divide BN"
-        if c["BM"] % c["WM"] or c["BN"] % c["WN"]
-        else "WM, WN and BK must be multiples of 16"
-        if c["WM"] % 16 or c["WN"] % 16 or c["BK"] % 16
-        else "shared tiles exceed 48 KB"
-        if 2 * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) + 1024 * (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) > STATIC_SMEM_MAX
-        else None
-    ),
+    check_config=lambda c: _check_warp_tiles(c) or _smem_fits(_tile_bytes(c) + 1024 * _warps(c), STATIC_SMEM_MAX),
     seeds="001 extension: WMMA",
     type_param=True,
 )
@@ -465,15 +479,7 @@ TC_02 = KernelSpec(
     block=TC_01.block,
     grid=TC_01.grid,
     dtypes=(torch.bfloat16, torch.float16),
-    check_config=lambda c: (
-        "WM must divide BM and WN divide BN"
-        if c["BM"] % c["WM"] or c["BN"] % c["WN"]
-        else "WM, WN and BK must be multiples of 16"
-        if c["WM"] % 16 or c["WN"] % 16 or c["BK"] % 16
-        else "shared tiles exceed 48 KB"
-        if 2 * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) > STATIC_SMEM_MAX
-        else None
-    ),
+    check_config=lambda c: _check_warp_tiles(c) or _smem_fits(_tile_bytes(c), STATIC_SMEM_MAX),
     seeds="001 inline PTX: mma.sync",
     type_param=True,
 )
@@ -489,18 +495,9 @@ TC_03 = KernelSpec(
     block=TC_01.block,
     grid=TC_01.grid,
     dtypes=(torch.bfloat16, torch.float16),
-    dynamic_smem=lambda c: c["STAGES"] * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) * 2,
-    check_config=lambda c: (
-        "WM must divide BM and WN divide BN"
-        if c["BM"] % c["WM"] or c["BN"] % c["WN"]
-        else "WM, WN and BK must be multiples of 16"
-        if c["WM"] % 16 or c["WN"] % 16 or c["BK"] % 16
-        else "STAGES must be at least 2"
-        if c["STAGES"] < 2
-        else "the stages exceed 227 KB of shared memory"
-        if c["STAGES"] * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) * 2 > 227 * 1024
-        else None
-    ),
+    dynamic_smem=lambda c: c["STAGES"] * _tile_bytes(c),
+    check_config=lambda c: _check_warp_tiles(c)
+    or ("STAGES must be at least 2" if c["STAGES"] < 2 else _smem_fits(c["STAGES"] * _tile_bytes(c), 227 * 1024)),
     seeds="the Ampere recipe (cp.async multistage)",
     type_param=True,
 )
