@@ -513,8 +513,7 @@ TC_04 = KernelSpec(
         Param("BM", 128, "rows of C a block (multiple of 64: one warpgroup of 128 threads per 64 rows)"),
         Param("BN", 128, "columns of C a block (multiple of 128: m64n128k16 MMAs)"),
         Param("BK", 64, "K slice of one stage (multiple of 64: one 128-byte swizzle row)"),
-        Param("STAGES", 4, "shared buffers in the cp.async ring"),
-        Param("INFLIGHT", 1, "wgmma groups left running across a stage (0 or 1)"),
+        Param("STAGES", 3, "shared buffers in the cp.async ring"),
     ),
     block=lambda c: (c["BM"] // 64 * 128, 1, 1),
     grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
@@ -528,8 +527,8 @@ TC_04 = KernelSpec(
         if c["BN"] % 128 or c["BN"] < 128
         else "BK must be a multiple of 64 (one 128-byte swizzle row)"
         if c["BK"] % 64 or c["BK"] < 64
-        else "STAGES - 1 - INFLIGHT must be at least 1, INFLIGHT 0 or 1"
-        if c["INFLIGHT"] not in (0, 1) or c["STAGES"] - 1 - c["INFLIGHT"] < 1
+        else "STAGES must be at least 2"
+        if c["STAGES"] < 2
         else "the stages exceed 227 KB of shared memory"
         if c["STAGES"] * (c["BM"] * c["BK"] + c["BK"] * c["BN"]) * 2 + 1024 > 227 * 1024
         else None

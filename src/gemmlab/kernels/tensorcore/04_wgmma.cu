@@ -10,15 +10,13 @@
 // T: __nv_bfloat16 or __half. BM x BN: the block's tile of C; one warpgroup (128 threads) for
 // each 64 rows, each warpgroup issuing BN / 128 m64n128k16 MMAs a k16 step. BK: the K slice of one
 // stage (a multiple of 64: one 128-byte swizzle row). STAGES: shared buffers in the ring (>= 2).
-// INFLIGHT: wgmma groups left running while the next stage is issued (0 or 1); each one in flight
-// holds a stage, so the copies run STAGES - 1 - INFLIGHT tiles ahead.
 //
 // Shared layout of one stage (every piece 1024-byte aligned, 128-byte swizzled, 64-element rows):
 //   A: [BK / 64][BM][64]  K-major -- row m holds A[m][64 kb .. 64 kb + 63]; wgmma trans-a = 0.
 //   B: [BN / 64][BK][64]  N-major -- row k holds B[k][64 nb .. 64 nb + 63], i.e. B stays as it is
 //      in global memory (row-major [K][N]) and wgmma reads it with trans-b = 1 (allowed for 16-bit
 //      types), so cp.async can copy it without a transpose.
-template <typename T, int BM, int BN, int BK, int STAGES, int INFLIGHT>
+template <typename T, int BM, int BN, int BK, int STAGES>
 __global__ void __launch_bounds__(BM / 64 * 128)
 tc_wgmma(const T* __restrict__ A, const T* __restrict__ B, const T* C, T* D,
          int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
@@ -30,9 +28,6 @@ tc_wgmma(const T* __restrict__ A, const T* __restrict__ B, const T* C, T* D,
     static_assert(BN % 128 == 0, "m64n128k16 MMAs: BN a multiple of 128");
     static_assert(BK % 64 == 0, "the 128-byte swizzle row is 64 16-bit elements of K");
     static_assert(STAGES >= 2, "a pipeline needs at least two stages");
-    static_assert(INFLIGHT == 0 || INFLIGHT == 1, "INFLIGHT: 0 or 1 wgmma groups left running");
-    static_assert(STAGES - 1 - INFLIGHT >= 1, "the copies must run at least one tile ahead");
-    constexpr int AHEAD = STAGES - 1 - INFLIGHT;  // tiles whose copies are in flight
     static_assert(sizeof(T) == 2, "16-bit inputs");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // The 128-byte swizzle repeats every 1024 bytes: align the ring to that (the spec asks 1 KB extra).
@@ -91,17 +86,17 @@ tc_wgmma(const T* __restrict__ A, const T* __restrict__ B, const T* C, T* D,
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[j][i] = 0.0f;
 
-    // Prologue: the first AHEAD tiles in flight (one commit group each, empty past the end).
+    // Prologue: the first STAGES - 1 tiles in flight (one commit group each, empty past the end).
 #pragma unroll
-    for (int s = 0; s < AHEAD; ++s) {
+    for (int s = 0; s < STAGES - 1; ++s) {
         if (s < KT) load_tile(s, s);
         gemmlab::cp_async_commit();
     }
     for (int kt = 0; kt < KT; ++kt) {
-        gemmlab::cp_async_wait<AHEAD - 1>();  // this thread's copies of tile kt have landed
-        gemmlab::fence_proxy_async_smem();    // ... and are visible to wgmma's (async-proxy) reads
-        __syncthreads();                      // everyone's have, and every MMA on tile kt-1-INFLIGHT is done
-        const int next = kt + AHEAD;          // refill the stage tile kt - 1 - INFLIGHT used
+        gemmlab::cp_async_wait<STAGES - 2>();  // this thread's copies of tile kt have landed
+        gemmlab::fence_proxy_async_smem();     // ... and are visible to wgmma's (async-proxy) reads
+        __syncthreads();                       // everyone's have, and every MMA on tile kt - 1 is done
+        const int next = kt + STAGES - 1;      // refill the stage tile kt - 1 used
         if (next < KT) load_tile(next, next % STAGES);
         gemmlab::cp_async_commit();
 
@@ -120,13 +115,12 @@ tc_wgmma(const T* __restrict__ A, const T* __restrict__ B, const T* C, T* D,
                 gemmlab::wgmma_m64n128k16<T, 1>(acc[j], dak, dbk + ((2 * j * ATOM_B * 2) >> 4));
         }
         gemmlab::wgmma_commit();
-        gemmlab::wgmma_wait<INFLIGHT>();  // all but INFLIGHT groups done before the next barrier
+        gemmlab::wgmma_wait<0>();  // before the next barrier lets anyone overwrite this stage
 #pragma unroll
         for (int j = 0; j < NSUB; ++j)
 #pragma unroll
             for (int i = 0; i < 64; ++i) gemmlab::wgmma_fence_operand(acc[j][i]);
     }
-    gemmlab::wgmma_wait<0>();     // the last MMAs, before the epilogue reads the accumulators
     gemmlab::cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 
     // Accumulator d[i] of thread t: row 16 (warp % 4) + lane / 4 + 8 ((i / 2) % 2) of the
