@@ -12,7 +12,7 @@ from .configs import _choice_key, select
 from .problem import GemmProblem, problem_from_tensors
 from .registry import GemmConfig, KernelSpec
 
-__all__ = ["gemm", "kernels", "select", "run", "prepare"]
+__all__ = ["gemm", "kernels", "select", "prepare"]
 
 
 def kernels(dtype: torch.dtype | None = None, device: str = "cuda") -> list[KernelSpec]:
@@ -49,11 +49,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     c_ptr = problem.c.ptr if problem.c is not None else 0
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)
     return out
-
-
-def run(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, out: torch.Tensor) -> None:
-    """Launch one kernel on an already validated problem (no checks: use gemm())."""
-    _planned_launch(spec, cfg, problem, out)()
 
 
 def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: GemmConfig | None = None) -> Callable[[], None]:

@@ -55,14 +55,6 @@ class GemmProblem:
     def shape(self) -> str:
         return f"M={self.M} N={self.N} K={self.K}"
 
-    @property
-    def element_size(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
-
-    def operands(self):
-        """(name, Operand) for every matrix the kernel touches."""
-        pairs = [("a", self.a), ("b", self.b), ("c", self.c), ("out", self.d)]
-        return [(n, o) for n, o in pairs if o is not None]
 
 
 def _operand(name: str, t: torch.Tensor) -> Operand:

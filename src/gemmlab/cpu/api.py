@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import registry
 from ..configs import select
 from ..problem import problem_from_tensors
 
@@ -43,6 +42,3 @@ def gemm_cpu(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None):
         return out
     return tout.numpy() if numpy_in else tout
 
-
-def cpu_kernels() -> list:
-    return registry.kernels(device="cpu")
