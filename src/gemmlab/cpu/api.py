@@ -41,4 +41,3 @@ def gemm_cpu(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None):
     if out is not None:
         return out
     return tout.numpy() if numpy_in else tout
-
