@@ -22,6 +22,24 @@ def rand(*shape, dtype=torch.float32):
     return (torch.rand(shape, device="cuda") * 2 - 1).to(dtype)
 
 
+def uses_tma(kernel: str) -> bool:
+    return bool(registry.get(kernel).tma)
+
+
+def mat(kernel, rows, cols, dtype, fill=None):
+    """A rows x cols operand for `kernel`: contiguous, except for TMA kernels, whose operands get
+    row strides padded to 16 bytes (a view into a wider matrix) -- what TMA asks of a caller."""
+    per16 = 16 // dtype.itemsize if uses_tma(kernel) else 1
+    ld = -(-max(cols, 1) // per16) * per16
+    full = rand(rows, ld, dtype=dtype) if fill is None else torch.full((rows, ld), fill, device="cuda", dtype=dtype)
+    return full[:, :cols]
+
+
+def out_for(kernel, M, N, dtype):
+    """None (gemm allocates) for most kernels; a poisoned, TMA-ready output for TMA kernels."""
+    return mat(kernel, M, N, dtype, float("nan")) if uses_tma(kernel) else None
+
+
 def assert_ok(out, a, b, c=None, alpha=1.0, beta=0.0, label=""):
     torch.cuda.synchronize()
     rep = check_result(out, a, b, c, alpha, beta)
@@ -36,9 +54,9 @@ dims = st.one_of(st.sampled_from(EDGE), st.integers(1, 300))
 @given(M=dims, N=dims, K=dims, ab=st.sampled_from([(1.0, 0.0), (-0.5, 0.0), (1.25, 0.5), (2.0, -1.0), (0.0, 1.0)]))
 def test_random_shapes_against_float64(kernel, dtype, M, N, K, ab):
     alpha, beta = ab
-    a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
-    c = rand(M, N, dtype=dtype) if beta != 0 else None
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)  # poison: unwritten elements fail
+    a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+    c = mat(kernel, M, N, dtype) if beta != 0 else None
+    out = mat(kernel, M, N, dtype, float("nan"))  # poison: unwritten elements fail
     gemmlab.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
     assert_ok(out, a, b, c, alpha, beta, f"M={M} N={N} K={K} kernel={kernel} alpha={alpha} beta={beta}")
 
@@ -46,17 +64,17 @@ def test_random_shapes_against_float64(kernel, dtype, M, N, K, ab):
 @pytest.mark.parametrize("kernel,dtype", CASES)
 @pytest.mark.parametrize("M,N,K", [(1022, 1022, 1022), (127, 1000, 513), (3135, 97, 61)])
 def test_seed_odd_sizes(kernel, dtype, M, N, K):
-    a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
-    out = gemmlab.gemm(a, b, kernel=kernel)
+    a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+    out = gemmlab.gemm(a, b, kernel=kernel, out=out_for(kernel, M, N, dtype))
     assert_ok(out, a, b, label=f"M={M} N={N} K={K} kernel={kernel}")
 
 
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_beta_zero_never_reads_nan_c(kernel, dtype):
     M, N, K = 70, 45, 33
-    a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
-    c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-    out = gemmlab.gemm(a, b, c, alpha=1.5, beta=0.0, kernel=kernel)
+    a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+    c = mat(kernel, M, N, dtype, float("nan"))
+    out = gemmlab.gemm(a, b, c, alpha=1.5, beta=0.0, kernel=kernel, out=out_for(kernel, M, N, dtype))
     assert not out.isnan().any()
     assert_ok(out, a, b, None, 1.5, 0.0, kernel)
     # in place: out is the NaN-filled c itself
@@ -66,9 +84,9 @@ def test_beta_zero_never_reads_nan_c(kernel, dtype):
 
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_nan_in_inputs_propagates(kernel, dtype):
-    a, b = rand(33, 20, dtype=dtype), rand(20, 17, dtype=dtype)
+    a, b = mat(kernel, 33, 20, dtype), mat(kernel, 20, 17, dtype)
     a[3, 4] = float("nan")
-    out = gemmlab.gemm(a, b, kernel=kernel)
+    out = gemmlab.gemm(a, b, kernel=kernel, out=out_for(kernel, 33, 17, dtype))
     torch.cuda.synchronize()
     assert out[3].isnan().all() and not out[torch.arange(33, device="cuda") != 3].isnan().any()
 
@@ -76,7 +94,7 @@ def test_nan_in_inputs_propagates(kernel, dtype):
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_in_place_update(kernel, dtype):
     M, N, K = 129, 65, 77
-    a, b, c = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype), rand(M, N, dtype=dtype)
+    a, b, c = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype), mat(kernel, M, N, dtype)
     c0 = c.clone()
     ret = gemmlab.gemm(a, b, c, alpha=0.75, beta=-1.5, kernel=kernel, out=c)
     assert ret.data_ptr() == c.data_ptr()
@@ -86,20 +104,38 @@ def test_in_place_update(kernel, dtype):
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_strided_and_offset_views(kernel, dtype):
     M, N, K = 37, 41, 29
-    big_a, big_b, big_c = rand(M + 3, K + 9, dtype=dtype), rand(K + 2, N + 5, dtype=dtype), rand(M + 1, N + 7, dtype=dtype)
-    a, b, c = big_a[2 : 2 + M, 5 : 5 + K], big_b[1 : 1 + K, 3 : 3 + N], big_c[1:, 2 : 2 + N]
-    out_big = torch.full((M, N + 11), float("nan"), device="cuda", dtype=dtype)
-    out = out_big[:, 4 : 4 + N]
+    # TMA kernels: offsets and strides kept to multiples of 16 bytes, as TMA needs
+    s = 16 // dtype.itemsize if uses_tma(kernel) else 1
+
+    def big(rows, cols):
+        return rand(rows, -(-cols // s) * s, dtype=dtype)
+
+    big_a, big_b, big_c = big(M + 3, K + 9 * s), big(K + 2, N + 5 * s), big(M + 1, N + 7 * s)
+    a, b, c = big_a[2 : 2 + M, 5 * s : 5 * s + K], big_b[1 : 1 + K, 3 * s : 3 * s + N], big_c[1:, 2 * s : 2 * s + N]
+    out_big = torch.full((M, -(-(N + 11 * s) // s) * s), float("nan"), device="cuda", dtype=dtype)
+    out = out_big[:, 4 * s : 4 * s + N]
     gemmlab.gemm(a, b, c, alpha=1.0, beta=0.5, kernel=kernel, out=out)
     assert_ok(out, a, b, c, 1.0, 0.5, kernel)
-    assert out_big[:, :4].isnan().all() and out_big[:, 4 + N :].isnan().all(), "wrote outside out"
+    assert out_big[:, : 4 * s].isnan().all() and out_big[:, 4 * s + N :].isnan().all(), "wrote outside out"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tma_kernels_decline_what_tma_cannot_load_and_auto_goes_around(dtype):
+    a, b = rand(64, 33, dtype=dtype), rand(33, 72, dtype=dtype)  # K = 33: rows of a are 66 bytes apart
+    for spec in registry.kernels(pending=True):
+        if spec.tma and dtype in spec.dtypes:
+            with pytest.raises(ValueError, match="TMA needs a 16-byte aligned"):
+                gemmlab.gemm(a, b, kernel=spec.id)
+    out = gemmlab.gemm(a, b)
+    assert_ok(out, a, b, label="auto around TMA")
+    assert not registry.get(gemmlab.select(problem_from_tensors(a, b))[0].id).tma
 
 
 @pytest.mark.parametrize("kernel,dtype", CASES)
 @pytest.mark.parametrize("M,N,K", [(0, 5, 3), (5, 0, 3), (0, 0, 0), (5, 7, 0)])
 def test_zero_size(kernel, dtype, M, N, K):
-    a, b, c = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype), rand(M, N, dtype=dtype)
-    out = gemmlab.gemm(a, b, c, alpha=2.0, beta=0.5, kernel=kernel)
+    a, b, c = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype), mat(kernel, M, N, dtype)
+    out = gemmlab.gemm(a, b, c, alpha=2.0, beta=0.5, kernel=kernel, out=out_for(kernel, M, N, dtype))
     torch.cuda.synchronize()
     assert out.shape == (M, N)
     torch.testing.assert_close(out, 0.5 * c, rtol=0, atol=0)  # K = 0: D = beta * C exactly

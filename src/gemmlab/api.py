@@ -7,7 +7,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import jit, launch, registry
+from . import jit, launch, registry, tma
 from .configs import _choice_key, select
 from .problem import GemmProblem, problem_from_tensors
 from .registry import GemmConfig, KernelSpec
@@ -47,7 +47,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     if problem.is_empty:
         return out
     c_ptr = problem.c.ptr if problem.c is not None else 0
-    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)
+    maps = _tensor_maps(plan, problem, a, b, out) if plan.spec.tma else ()
+    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
+                  out.data_ptr(), *plan.tail, cluster=plan.cluster)  # fmt: skip
     return out
 
 
@@ -66,7 +68,7 @@ def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: Ge
         cfg = config
     if problem.is_empty:
         return lambda: None
-    return _planned_launch(spec, cfg, problem, out)
+    return _planned_launch(spec, cfg, problem, a, b, out)
 
 
 class _Plan(NamedTuple):
@@ -79,6 +81,7 @@ class _Plan(NamedTuple):
     grid: tuple
     block: tuple
     tail: tuple  # M, N, K, lda, ldb, ldc, ldd as int32; alpha, beta as float32
+    cluster: tuple | None  # blocks per cluster, for kernels launched in clusters
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -100,7 +103,7 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     device_id = problem.device.index if problem.device.index is not None else torch.cuda.current_device()
     M, N, K = problem.M, problem.N, problem.K
     if problem.is_empty:
-        return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), ())
+        return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), (), None)
     loaded = jit.load_kernel(spec, cfg, device_id, problem.dtype if spec.type_param else None)
     ldd = problem.d.ld if problem.d is not None else N
     ldc = problem.c.ld if problem.c is not None else N
@@ -110,11 +113,48 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
         i32(problem.a.ld), i32(problem.b.ld), i32(ldc), i32(ldd),
         f32(problem.alpha), f32(problem.beta),
     )  # fmt: skip
-    return _Plan(spec, cfg, loaded, device_id, spec.grid(M, N, cfg), spec.block(cfg), tail)
+    cluster = spec.cluster(cfg) if spec.cluster else None
+    grid = spec.grid(M, N, cfg)
+    if spec.persistent:  # as many blocks as can be resident at once; each loops over tiles
+        grid = (min(grid[0], launch.resident_blocks(loaded, device_id, spec.block(cfg), cluster)), grid[1], grid[2])
+    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster)
 
 
-def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, out: torch.Tensor):
+def _tensor_maps(plan: _Plan, problem: GemmProblem, a, b, out) -> tuple:
+    """The TMA tensor maps a kernel takes, in its order (a, b, then out), for these tensors."""
+    boxes = plan.spec.tma_boxes(plan.config)
+    shapes = {"a": (a, problem.a), "b": (b, problem.b), "d": (out, None)}
+    maps = []
+    for name in plan.spec.tma:
+        t, op = shapes[name]
+        if problem.K == 0 and name != "d":  # no K step: nothing is loaded, any valid map will do
+            t = _placeholder(problem.device, problem.dtype)
+            rows, cols, ld = 1, 8, 8
+        elif op is not None:
+            rows, cols, ld = op.rows, op.cols, op.ld
+        else:
+            rows, cols, ld = problem.M, problem.N, _ld(out)
+        maps.append(tma.tensor_map(t, rows, cols, ld, boxes[name]))
+    return tuple(maps)
+
+
+_PLACEHOLDERS: dict[tuple, torch.Tensor] = {}
+
+
+def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    key = (device, dtype)
+    if key not in _PLACEHOLDERS:
+        _PLACEHOLDERS[key] = torch.zeros((1, 8), device=device, dtype=dtype)
+    return _PLACEHOLDERS[key]
+
+
+def _ld(t: torch.Tensor) -> int:
+    return t.stride(0) if t.shape[0] > 1 else t.shape[1]
+
+
+def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, b, out: torch.Tensor):
     plan = _make_plan(spec, cfg, problem)
     c_ptr = problem.c.ptr if problem.c is not None else 0
-    args = (problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)
-    return partial(launch.launch, plan.loaded, plan.device_id, plan.grid, plan.block, *args)
+    maps = _tensor_maps(plan, problem, a, b, out) if spec.tma else ()
+    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)
+    return partial(launch.launch, plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)

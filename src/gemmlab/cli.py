@@ -185,11 +185,16 @@ def check_cmd(
         check.run_check(ids, shapes, progress=on_case, device=device)
     for r in results:
         e = r.error
-        status = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.message or (e.summary() if e else '')}"
+        if r.declined:
+            status = f"[yellow]declined[/yellow] {r.message.removeprefix(check.DECLINED)}"
+        else:
+            status = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.message or (e.summary() if e else '')}"
         t.add_row(r.kernel, r.dtype, f"{r.M}x{r.N}x{r.K}", r.variant, f"{e.rel_fro:.1e}" if e else "-", f"{e.max_scaled:.1e}" if e else "-", status)
     console.print(t)
-    bad = [r for r in results if not r.passed]
-    console.print(f"{len(results) - len(bad)} passed, {len(bad)} failed")
+    declined = [r for r in results if r.declined]
+    bad = [r for r in results if not r.passed and not r.declined]
+    console.print(f"{len(results) - len(bad) - len(declined)} passed, {len(bad)} failed"
+                  + (f", {len(declined)} declined by a stated constraint ('auto' takes another kernel)" if declined else ""))
     for r in bad:
         err_console.print(f"FAILED {r.label()}: {r.message or r.error.summary()}")
     if bad:

@@ -79,6 +79,67 @@ def max_dynamic_smem(device_id: int) -> int:
     return int(getattr(props, "shared_memory_per_block_optin", STATIC_SMEM_LIMIT))
 
 
+@lru_cache(maxsize=None)
+def sm_count(device_id: int) -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device_id).multi_processor_count)
+
+
+def _function_handle(loaded, device_id: int):
+    """The kernel as a CUfunction of the current context (cuda.core may hold a context-less CUkernel)."""
+    from cuda.bindings import driver
+
+    handle = loaded.kernel.handle
+    if isinstance(handle, driver.CUkernel):
+        err, func = driver.cuKernelGetFunction(handle)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuKernelGetFunction failed for {loaded.spec.id}: {err}")
+        return func
+    return handle
+
+
+_CLUSTERS: dict[tuple, int] = {}
+
+
+def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None) -> int:
+    """How many blocks of this kernel can be resident at once on the device, in whole clusters:
+    the grid of a persistent kernel. Clusters live inside one GPC, and a GPC whose free SMs do not
+    divide into whole clusters leaves some idle, so this asks the driver rather than dividing the
+    SM count (a grid larger than this would run a second, mostly empty wave)."""
+    per_cluster = _prod(cluster) if cluster else 1
+    key = (loaded.spec.id, loaded.config, loaded.compiled.name_expression, device_id, block, cluster)
+    if key in _CLUSTERS:
+        return _CLUSTERS[key]
+    from cuda.bindings import driver
+
+    ensure_current(device_id)
+    raise_dynamic_smem(loaded, device_id)
+    cfg = driver.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = sm_count(device_id) // per_cluster * per_cluster, 1, 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = loaded.compiled.usage.dynamic_smem
+    attrs = []
+    if cluster:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+        attrs.append(attr)
+    cfg.attrs, cfg.numAttrs = attrs, len(attrs)
+    err, clusters = driver.cuOccupancyMaxActiveClusters(_function_handle(loaded, device_id), cfg)
+    if err != driver.CUresult.CUDA_SUCCESS or clusters < 1:
+        raise RuntimeError(f"cannot place a cluster of {loaded.spec.id} {loaded.config.as_dict()} on device {device_id}: {err}")
+    _CLUSTERS[key] = clusters * per_cluster
+    return _CLUSTERS[key]
+
+
+def _prod(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
 def raise_dynamic_smem(loaded, device_id: int) -> None:
     """Allow a kernel more than 48 KB of dynamic shared memory (cuda.core has no setter)."""
     need = loaded.compiled.usage.dynamic_smem

@@ -72,6 +72,13 @@ class KernelSpec:
     tags: tuple[str, ...] = field(default_factory=tuple)
     device: str = "cuda"
     type_param: bool = False  # the first template argument is the element type (bf16/fp16 kernels)
+    # TMA kernels (tc05 on) take one tensor map per named operand ("a", "b", "d"), in that order,
+    # before the pointers; tma_boxes gives each map's box (rows, cols) for a config.
+    tma: tuple[str, ...] = ()
+    tma_boxes: Callable[[GemmConfig], dict[str, tuple[int, int]]] = field(default=lambda cfg: {}, repr=False)
+    cluster: Callable[[GemmConfig], Dim3] | None = field(default=None, repr=False)  # blocks per cluster
+    persistent: bool = False  # grid capped at the SMs that fit (whole clusters); blocks loop over tiles
+    min_capability: tuple[int, int] = (0, 0)  # e.g. (9, 0): wgmma, TMA and clusters are Hopper's
 
     def default_config(self) -> GemmConfig:
         return _default_config(self)
@@ -106,7 +113,46 @@ class KernelSpec:
         gx, gy, gz = self.grid(max(problem.M, 1), max(problem.N, 1), cfg)
         if gx > GRID_X_MAX or gy > GRID_YZ_MAX or gz > GRID_YZ_MAX:
             return f"{self.id} would need a grid of {(gx, gy, gz)} blocks for {problem.shape}, over the hardware limit"
-        return self.extra_constraints(problem, cfg)
+        cc = _capability(problem.device) if self.min_capability > (0, 0) else None
+        if cc is not None and cc < self.min_capability:
+            return f"{self.id} needs compute capability {self.min_capability[0]}.{self.min_capability[1]} (Hopper), the device has {cc[0]}.{cc[1]}"
+        return (tma_constraints(problem, self.tma) if self.tma else None) or self.extra_constraints(problem, cfg)
+
+
+_CAPABILITIES: dict = {}
+
+
+def _capability(device) -> tuple[int, int] | None:
+    """The device's compute capability, or None where there is no CUDA device to ask (compile-only
+    machines: the kernels still compile and their specs are still checked there)."""
+    key = (device.type, device.index)
+    if key not in _CAPABILITIES:
+        cc = None
+        if device.type == "cuda" and torch.cuda.is_available():
+            cc = tuple(torch.cuda.get_device_capability(device))
+        _CAPABILITIES[key] = cc
+    return _CAPABILITIES[key]
+
+
+def tma_constraints(problem: GemmProblem, operands: tuple[str, ...]) -> str | None:
+    """Why TMA cannot move these operands, or None: it needs 16-byte aligned matrices whose row
+    strides are multiples of 16 bytes (a single row's stride is never used)."""
+    if problem.is_empty:
+        return None  # nothing is launched
+    size = problem.dtype.itemsize
+    for name in operands:
+        if problem.K == 0 and name in ("a", "b"):
+            continue  # nothing is loaded: the maps point at a placeholder (api._tensor_maps)
+        op = getattr(problem, name)
+        ld, ptr = (problem.N, 0) if op is None else (op.ld, op.ptr)  # None: out, allocated contiguous
+        rows = problem.M if op is None else op.rows
+        if rows <= 1:
+            ld = 0  # one row: its stride is never used (tma.tensor_map gives the map a valid one)
+        if (ld * size) % 16 or ptr % 16:
+            what = {"a": "a", "b": "b", "d": "out"}[name]
+            return (f"TMA needs {what} 16-byte aligned with a row stride that is a multiple of {16 // size} "
+                    f"elements (16 bytes); got row stride {ld}" + (f", address {ptr:#x}" if ptr % 16 else ""))
+    return None
 
 
 def _default_config(spec) -> GemmConfig:
@@ -535,12 +581,138 @@ TC_04 = KernelSpec(
     ),
     seeds="issue 3: Hopper wgmma",
     type_param=True,
+    min_capability=(9, 0),
+)
+
+# Steps 05-07 move tiles with the TMA: the operands they map must suit it (tma_constraints);
+# others go to tc04, which copies with cp.async and takes any layout.
+
+def _tma_stage_bytes(c: GemmConfig) -> int:
+    return (c["BM"] * c["BK"] + c["BK"] * c["BN"]) * 2
+
+
+def _barriers(c: GemmConfig) -> int:
+    return 2 * c["STAGES"] * 8  # a full and an empty mbarrier per stage
+
+
+def _check_tma_tiles(c: GemmConfig, bn: tuple[int, ...], max_bm: int, smem: int) -> str | None:
+    return _first_failure(
+        (c["BM"] % 64 == 0 and 64 <= c["BM"] <= max_bm,
+         f"BM must be a multiple of 64 from 64 to {max_bm} (one warpgroup per 64 rows)"),
+        (c["BN"] in bn, f"BN must be one of {bn}"),
+        (c["BK"] == 64, "BK must be 64 (one 128-byte swizzle row of K: the TMA box width)"),
+        (c["STAGES"] >= 2, "STAGES must be at least 2"),
+        (smem <= 227 * 1024, f"shared memory {smem} B exceeds 227 KB"),
+    )
+
+
+def _tc05_smem(c: GemmConfig) -> int:
+    return c["STAGES"] * _tma_stage_bytes(c) + _barriers(c) + 1024
+
+
+TC_05 = KernelSpec(
+    id="tc05_tma",
+    step=5,
+    title="TMA + mbarriers",
+    idea="one thread loads whole swizzled tiles with TMA; full/empty mbarriers replace __syncthreads; one MMA group stays in flight",
+    source="tensorcore/05_tma.cu",
+    entry="tc_tma",
+    params=(
+        Param("BM", 128, "rows of C a block (multiple of 64, at most 256: one warpgroup per 64 rows)"),
+        Param("BN", 128, "columns of C a block (multiple of 128: m64n128k16 MMAs)"),
+        Param("BK", 64, "K slice of one stage (64: one 128-byte swizzle row, the TMA box width)"),
+        Param("STAGES", 4, "shared buffers in the TMA ring"),
+    ),
+    block=lambda c: (c["BM"] // 64 * 128, 1, 1),
+    grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=_tc05_smem,
+    check_config=lambda c: _check_tma_tiles(c, (128, 256, 384, 512), 256, _tc05_smem(c)),
+    seeds="issue 3: TMA loads into a ring of stages guarded by mbarriers",
+    type_param=True,
+    tma=("a", "b"),
+    tma_boxes=lambda c: {"a": (c["BM"], 64), "b": (c["BK"], 64)},
+    min_capability=(9, 0),
+)
+
+
+def _tc06_smem(c: GemmConfig) -> int:
+    return c["STAGES"] * _tma_stage_bytes(c) + _barriers(c) + 1024
+
+
+TC_06 = KernelSpec(
+    id="tc06_warp_specialized",
+    step=6,
+    title="warp specialisation",
+    idea="a producer warpgroup issues the TMA, two consumer warpgroups (setmaxnreg 40/232) each run m64n256k16: 128x256 tiles",
+    source="tensorcore/06_warp_specialized.cu",
+    entry="tc_warp_specialized",
+    params=(
+        Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64 or 128)"),
+        Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)"),
+        Param("BK", 64, "K slice of one stage (64: one 128-byte swizzle row)"),
+        Param("STAGES", 4, "shared buffers in the TMA ring"),
+    ),
+    block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
+    grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=_tc06_smem,
+    check_config=lambda c: _check_tma_tiles(c, (256,), 128, _tc06_smem(c)),
+    seeds="issue 3: warp specialisation, setmaxnreg, larger block tiles",
+    type_param=True,
+    tma=("a", "b"),
+    tma_boxes=lambda c: {"a": (c["BM"], 64), "b": (c["BK"], 64)},
+    min_capability=(9, 0),
+)
+
+
+def _tc07_smem(c: GemmConfig) -> int:
+    staging = (c["BM"] // 64) * 2 * 64 * 64 * 2  # two 64 x 64 output buffers per consumer
+    return c["STAGES"] * _tma_stage_bytes(c) + staging + _barriers(c) + 1024
+
+
+def _check_07_tc(c: GemmConfig) -> str | None:
+    return _check_tma_tiles(c, (256,), 128, _tc07_smem(c)) or _first_failure(
+        (c["CM"] in (1, 2, 4), "CM must be 1, 2 or 4 (blocks per cluster along M)"),
+        (c["GROUP"] >= 1, "GROUP must be at least 1"),
+    )
+
+
+TC_07 = KernelSpec(
+    id="tc07_persistent_cluster",
+    step=7,
+    title="persistent clusters",
+    idea="one block per SM walks grouped tiles; block pairs share B by TMA multicast; epilogue via swizzled smem and TMA stores",
+    source="tensorcore/07_persistent_cluster.cu",
+    entry="tc_persistent_cluster",
+    params=(
+        Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64 or 128)"),
+        Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)"),
+        Param("BK", 64, "K slice of one stage (64: one 128-byte swizzle row)"),
+        Param("STAGES", 4, "shared buffers in the TMA ring"),
+        Param("CM", 2, "blocks per cluster along M, sharing B tiles by multicast (1, 2 or 4)"),
+        Param("GROUP", 8, "cluster rows walked together by the tile scheduler (L2 reuse)"),
+        Param("TMA_STORE", 1, "1: epilogue through swizzled smem and TMA stores; 0: registers to global"),
+    ),
+    block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
+    # every cluster tile's blocks; the launch caps this at the blocks that fit on the device's SMs
+    grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"]) * c["CM"], 1, 1),
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=_tc07_smem,
+    check_config=_check_07_tc,
+    seeds="issue 3: persistent tile scheduler, clusters with TMA multicast, TMA-store epilogue",
+    type_param=True,
+    tma=("a", "b", "d"),
+    tma_boxes=lambda c: {"a": (c["BM"], 64), "b": (c["BK"], 64), "d": (64, 64)},
+    cluster=lambda c: (c["CM"], 1, 1),
+    persistent=True,
+    min_capability=(9, 0),
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01-tc04: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03, TC_04)
-TC_PENDING: tuple[KernelSpec, ...] = ()
+TC_PENDING: tuple[KernelSpec, ...] = (TC_05, TC_06, TC_07)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -228,7 +228,9 @@ def run_bench(
                 rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype))
                 rec["extra"]["request"] = request
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
-                meta["failures"].append(dict(kernel=kernel_id, M=M, N=N, K=K, error=str(exc)))
+                declined = isinstance(exc, ValueError) and "TMA needs" in str(exc)  # a stated constraint
+                meta.setdefault("declined" if declined else "failures", []).append(
+                    dict(kernel=kernel_id, M=M, N=N, K=K, error=str(exc)))
                 write_run(path, meta, records)
                 torch.cuda.synchronize()
                 continue

@@ -1,0 +1,177 @@
+// tma.cuh -- Hopper (sm_90a) bulk copies and their barriers: mbarriers, TMA tensor loads and
+// stores, thread-block clusters, and register reallocation between warpgroups.
+//
+// The Tensor Memory Accelerator copies a box of a 2-D tensor between global and shared memory on
+// its own: one thread issues one instruction, the copy runs while every thread does other work,
+// and its completion is counted, in bytes, on an mbarrier in shared memory. The tensor's shape,
+// strides, box and swizzle live in a 128-byte tensor map built on the host (gemmlab.tma) and
+// passed to the kernel by value as a __grid_constant__ parameter.
+#pragma once
+#include "common/wgmma.cuh"
+
+namespace gemmlab {
+
+// The host-encoded CUtensorMap: opaque to the kernel, read by the TMA unit from parameter memory.
+struct alignas(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
+// ---- mbarrier: a shared-memory barrier with an arrival count and a transaction (byte) count --
+//
+// A phase completes when the expected arrivals have arrived and every byte announced with
+// expect_tx has landed; the barrier then starts the next phase. Waiters name the phase they wait
+// for by its parity (0, 1, 0, ...), so a ring of stages needs no counters in shared memory.
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+
+// Makes the initialised barriers visible to the other threads of the cluster and to the async proxy
+// (the TMA unit) before anyone uses them; follow it with a block- or cluster-wide barrier.
+__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// One arrival that also announces `bytes` more to land in this phase (the producer, before its copies).
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+// One arrival on the barrier at the same shared-memory offset in block `cta_rank` of the cluster
+// (the local one included). CTA-scope release, as for a local arrival: the arrival only says
+// "this stage's MMAs have read their operands" -- no data of this thread must become visible with
+// it -- and cluster-scope ordering made every release wait for the thread's earlier stores
+// (measured: tc07 at half speed).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned cta_rank) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(smem_addr(bar)),
+        "r"(cta_rank)
+        : "memory");
+}
+
+// One arrival on this block's barrier.
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Spin until the phase of the given parity has completed. The labels are local to the braces, so
+// the asm may be inlined any number of times.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+
+// ---- TMA -----------------------------------------------------------------------------------
+
+// Bring the tensor map into the TMA unit's cache before its first use.
+__device__ __forceinline__ void tma_prefetch_map(const TensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+
+// Copy the box whose first element is (row, col) of the map's tensor into shared memory at dst;
+// elements outside the tensor arrive as zeros. The box's bytes complete on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, unsigned long long* bar, int row,
+                                            int col) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+            smem_addr(dst)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(col), "r"(row)
+        : "memory");
+}
+
+// The same box, written to the same shared offset in every block of the cluster named in
+// cta_mask (bit i: rank i), completing on the barrier at bar's offset in each of them.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap* map, unsigned long long* bar,
+                                                      int row, int col, unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(col), "r"(row), "h"(cta_mask)
+        : "memory");
+}
+
+// Copy a box from shared memory at src to the tensor at (row, col); parts of the box outside the
+// tensor are not written. Ordered after this thread's fence_proxy_async_smem(); tracked as a bulk group.
+__device__ __forceinline__ void tma_store_2d(const TensorMap* map, const void* src, int row, int col) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(smem_addr(src)), "r"(col), "r"(row)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's bulk groups still read their shared source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
+// Wait until at most N of this thread's bulk groups are incomplete (their writes done and visible).
+template <int N>
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// ---- Clusters and warpgroups -------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+// Every thread of every block in the cluster arrives and waits (release / acquire).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// A barrier among `threads` threads (a multiple of 32) using hardware barrier `id` (1..15; 0 is
+// __syncthreads): one warpgroup can synchronise without stopping the others.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Hand registers back to the SM (producer warpgroups) or claim them (consumer warpgroups); every
+// thread of the warpgroup executes it. Counts are multiples of 8 in 24..256.
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+
+// ---- The register epilogue of a warpgroup's m64nN accumulators ----------------------------------
+//
+// acc holds a 64 x N tile whose top-left element is D[row0][col0] (the layout of wgmma_m64n*k16).
+// Each thread writes its pairs of adjacent columns with one 32-bit store when D's rows are 4-byte
+// aligned (ldd even, D 4-byte aligned), else element by element; outside M x N nothing is written.
+// C is read only when beta != 0.
+template <typename T, int NACC>
+__device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], const T* C, T* D, int row0, int col0,
+                                                   int M, int N, int ldc, int ldd, float alpha, float beta) {
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int r_top = row0 + warp * 16 + lane / 4;
+    const bool paired = ldd % 2 == 0 && reinterpret_cast<unsigned long long>(D) % 4 == 0;
+#pragma unroll
+    for (int i = 0; i < NACC; i += 2) {
+        const int r = r_top + 8 * ((i / 2) % 2), c = col0 + 8 * (i / 4) + 2 * (lane % 4);
+        if (r >= M || c >= N) continue;
+        const T v0 = epilogue16(acc[i], alpha, beta, C, offset(r, c, ldc));
+        if (c + 1 < N) {
+            const T v1 = epilogue16(acc[i + 1], alpha, beta, C, offset(r, c + 1, ldc));
+            if (paired) {
+                struct alignas(4) Pair { T x, y; };
+                *reinterpret_cast<Pair*>(D + offset(r, c, ldd)) = Pair{v0, v1};
+            } else {
+                D[offset(r, c, ldd)] = v0;
+                D[offset(r, c + 1, ldd)] = v1;
+            }
+        } else {
+            D[offset(r, c, ldd)] = v0;
+        }
+    }
+}
+
+}  // namespace gemmlab

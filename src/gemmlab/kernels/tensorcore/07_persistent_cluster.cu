@@ -1,0 +1,188 @@
+// Tensor-core step 07 -- persistent clusters: each block stays resident and walks many tiles,
+// pairs of blocks share their B tiles through TMA multicast, and the epilogue leaves through
+// shared memory with TMA stores.
+//
+// tc06 launched one block per tile, so a block's MMAs stopped while it wrote its tile and the next
+// block started from an empty pipeline. Here the grid is one block per SM (rounded to whole
+// clusters) and every block takes tile after tile: the producer starts loading the next tile while
+// the consumers still write the last one. Tiles are visited in groups of GROUP block-row pairs, so
+// the blocks running at one time share rows of A and columns of B in L2.
+//
+// Two blocks of a cluster (CM = 2) compute vertically adjacent tiles: the same columns of B.
+// Each block's producer loads its own A and half the B tile, multicast into both blocks' shared
+// memory, so each B byte crosses from L2 once per pair. A stage is refilled only once the
+// consumers of both blocks have released it (they arrive on both blocks' empty barriers).
+//
+// The epilogue writes each consumer's 64 x 256 accumulators as four 64 x 64 chunks, through two
+// 128-byte-swizzled staging buffers, with one TMA store a chunk (the TMA clips at the matrix edge).
+#include "common/tma.cuh"
+
+// T: __nv_bfloat16 or __half. BM x BN: one block's tile (BM / 64 consumer warpgroups, BN = 256).
+// BK = 64. CM: blocks per cluster along M (1 or 2). GROUP: cluster-row pairs per scheduling group.
+// TMA_STORE: 1 the epilogue above, 0 registers straight to global memory (as tc06).
+template <typename T, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
+__global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
+tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
+                      const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const T* C, T* D, int M,
+                      int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+    constexpr int CONSUMERS = BM / 64;
+    constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
+    constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
+    constexpr int B_BOXES = BN / 64, MY_B_BOXES = B_BOXES / CM;  // 64-column boxes of B, this block's share
+    constexpr int CHUNK = 64 * 64;                                // elements of one 64 x 64 staging buffer
+    constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 rows)");
+    static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
+    static_assert(BN == 256 && BK == 64, "m64n256k16 MMAs over 64-wide K stages");
+    static_assert(CM == 1 || CM == 2 || CM == 4, "clusters of 1, 2 or 4 blocks along M (each loads BN / 64 / CM boxes of B)");
+    static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
+    static_assert(sizeof(T) == 2, "16-bit inputs");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
+    T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][64]
+    T* sB = sA + STAGES * STAGE_A;         // [STAGES][BN / 64][BK][64]
+    T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][2][64][64], 128-byte swizzled
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * 2 * CHUNK);
+    unsigned long long* empty = full + STAGES;
+
+    const int tid = threadIdx.x, wg = tid / 128;
+    const unsigned rank = CM > 1 ? gemmlab::cluster_rank() : 0;
+    const int KT = gemmlab::ceil_div(K, BK);
+    const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);  // cluster tiles
+    const int tiles = tiles_m * tiles_n, first = blockIdx.x / CM, stride = gridDim.x / CM;
+
+    // Cluster tile t -> (block row of this block, block column), grouped: GROUP cluster rows are
+    // walked column by column before the next group starts.
+    auto tile_origin = [&](int t, int& row0, int& col0) {
+        const int per_group = GROUP * tiles_n, g = t / per_group, top = g * GROUP;
+        const int rows = min(tiles_m - top, GROUP), in_group = t % per_group;
+        row0 = ((top + in_group % rows) * CM + static_cast<int>(rank)) * BM;
+        col0 = (in_group / rows) * BN;
+    };
+
+    if (tid == 0) {
+        gemmlab::tma_prefetch_map(&tmA);
+        gemmlab::tma_prefetch_map(&tmB);
+        gemmlab::tma_prefetch_map(&tmD);
+        for (int s = 0; s < STAGES; ++s) {
+            gemmlab::mbar_init(&full[s], 1);
+            gemmlab::mbar_init(&empty[s], CONSUMERS * CM);  // every consumer of the cluster
+        }
+        gemmlab::fence_mbar_init();
+    }
+    // No block may signal a peer's barriers before the peer has initialised them.
+    if constexpr (CM > 1) gemmlab::cluster_sync(); else __syncthreads();
+
+    if (wg == 0) {
+        gemmlab::setmaxnreg_dec<PRODUCER_REGS>();
+        if (tid == 0) {
+            int it = 0;  // K steps issued by this block, over all its tiles: the ring position
+            for (int t = first; t < tiles; t += stride) {
+                int row0, col0;
+                tile_origin(t, row0, col0);
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int stage = it % STAGES, k0 = kt * BK;
+                    if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
+                    // A's box and every B box land here: ours and the peer's multicast half.
+                    gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
+                    gemmlab::tma_load_2d(sA + stage * STAGE_A, &tmA, &full[stage], row0, k0);
+#pragma unroll
+                    for (int j = 0; j < MY_B_BOXES; ++j) {
+                        const int nb = static_cast<int>(rank) * MY_B_BOXES + j;
+                        T* dst = sB + stage * STAGE_B + nb * BK * 64;
+                        if constexpr (CM > 1)
+                            gemmlab::tma_load_2d_multicast(dst, &tmB, &full[stage], k0, col0 + nb * 64,
+                                                           static_cast<unsigned short>((1u << CM) - 1));
+                        else
+                            gemmlab::tma_load_2d(dst, &tmB, &full[stage], k0, col0 + nb * 64);
+                    }
+                }
+            }
+        }
+        __syncwarp();
+    } else {
+        gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
+        const int c = wg - 1, ctid = tid % 128, lane = tid % 32, warp = ctid / 32;
+        const unsigned long long desc_a0 = gemmlab::wgmma_desc(sA + c * 64 * 64, 16, 1024);
+        const unsigned long long desc_b0 = gemmlab::wgmma_desc(sB, BK * 128, 1024);
+        unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
+        const bool use_c = beta != 0.0f;
+        auto release = [&](int stage) {
+            if (ctid == 0) {
+                if constexpr (CM > 1) {
+#pragma unroll
+                    for (int r = 0; r < CM; ++r) gemmlab::mbar_arrive_cluster(&empty[stage], r);
+                } else {
+                    gemmlab::mbar_arrive(&empty[stage]);
+                }
+            }
+        };
+        int it = 0;
+        for (int t = first; t < tiles; t += stride) {
+            int row0, col0;
+            tile_origin(t, row0, col0);
+            float acc[128];
+#pragma unroll
+            for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            for (int kt = 0; kt < KT; ++kt, ++it) {
+                const int stage = it % STAGES;
+                gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
+                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
+                gemmlab::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < BK; kk += 16)
+                    gemmlab::wgmma_m64n256k16<T, 1>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
+                gemmlab::wgmma_commit();
+                gemmlab::wgmma_wait<1>();
+#pragma unroll
+                for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                if (kt > 0) release((it - 1) % STAGES);
+            }
+            gemmlab::wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+            if (KT > 0) release((it - 1) % STAGES);
+
+            // Epilogue: chunk j (columns 64 j .. 64 j + 63) through staging buffer j % 2.
+            const int rows0 = row0 + c * 64, r_top = warp * 16 + lane / 4;
+            if constexpr (!TMA_STORE) {
+                gemmlab::store_accumulators<T>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
+                continue;
+            }
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j) {
+                unsigned char* buf = out + (j % 2) * CHUNK * sizeof(T);
+                if (ctid == 0) gemmlab::bulk_wait_read<1>();  // the store that last read buf is done
+                gemmlab::named_barrier(1 + c, 128);
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {      // 8-column block within the chunk
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {  // the upper or lower 8 rows of the warp's 16
+                        const int i = (8 * j + q) * 4 + 2 * h;  // acc index of the pair
+                        const int r = r_top + 8 * h, col = 8 * q + 2 * (lane % 4);
+                        float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+                        const int gr = rows0 + r, gc = col0 + 64 * j + col;
+                        if (use_c && gr < M) {
+                            if (gc < N) v0 += beta * gemmlab::to_float(C[gemmlab::offset(gr, gc, ldc)]);
+                            if (gc + 1 < N) v1 += beta * gemmlab::to_float(C[gemmlab::offset(gr, gc + 1, ldc)]);
+                        }
+                        struct alignas(4) Pair { T x, y; };
+                        *reinterpret_cast<Pair*>(buf + gemmlab::swizzle128_offset(r, q) + (lane % 4) * 4) =
+                            Pair{gemmlab::from_float<T>(v0), gemmlab::from_float<T>(v1)};
+                    }
+                }
+                gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
+                gemmlab::named_barrier(1 + c, 128);
+                if (ctid == 0) {
+                    gemmlab::tma_store_2d(&tmD, buf, rows0, col0 + 64 * j);
+                    gemmlab::bulk_commit();
+                }
+            }
+        }
+        if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
+    }
+    // Peers may still multicast into this block or arrive on its barriers until they are done too.
+    __syncwarp();
+    if constexpr (CM > 1) gemmlab::cluster_sync();
+}

@@ -1,0 +1,68 @@
+"""TMA tensor maps for the Hopper kernels (tc05 on), encoded on the host by cuda.core.
+
+A tensor map describes one row-major operand to the Tensor Memory Accelerator: its address,
+rows x cols, row stride, the box (tile) one copy moves and the shared-memory swizzle. The kernels
+take them by value (`const __grid_constant__ gemmlab::TensorMap`). The hardware asks for a 16-byte
+aligned address and a row stride that is a multiple of 16 bytes; registry.tma_constraints turns
+that into a reason 'auto' reads, so other operands go to a kernel without TMA.
+
+Encoding costs microseconds, so maps are memoised on everything they encode (address, shape,
+stride, dtype, box): repeated calls on the same tensors reuse them. A map holds no reference to
+the tensor; one whose memory was freed is simply never launched again unless a new tensor of the
+same address and layout asks for exactly that map, which is then correct for it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TMA_ALIGN_BYTES = 16
+
+_MAPS: dict[tuple, object] = {}
+_MAPS_MAX = 1024
+
+
+def _enums():
+    """cuda.core's TensorMapDataType and TensorMapSwizzle, from the module that defines
+    TensorMapDescriptor (cuda.core._tensor_map, or cuda.core.cu13._tensor_map in wheels that keep
+    one build per CUDA major version)."""
+    import importlib
+
+    from cuda.core import TensorMapDescriptor
+
+    module = importlib.import_module(TensorMapDescriptor.__module__)
+    return module.TensorMapDataType, module.TensorMapSwizzle
+
+
+def _data_type(dtype: torch.dtype):
+    data_type, _ = _enums()
+    table = {torch.bfloat16: data_type.BFLOAT16, torch.float16: data_type.FLOAT16, torch.float32: data_type.FLOAT32}
+    if dtype not in table:
+        raise TypeError(f"no TMA data type for {dtype}")
+    return table[dtype]
+
+
+def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, int]):
+    """The tensor map of the rows x cols matrix at t (row stride ld elements), copied in boxes of
+    box = (box_rows, box_cols) into 128-byte-swizzled shared memory; zeros outside the matrix."""
+    per16 = TMA_ALIGN_BYTES // t.element_size()
+    if rows <= 1:  # a single row's stride is never used; the map still wants a multiple of 16 bytes
+        ld = -(-cols // per16) * per16
+    key = (t.data_ptr(), t.device.index, t.dtype, rows, cols, ld, box)
+    found = _MAPS.get(key)
+    if found is not None:
+        return found
+    if t.data_ptr() % TMA_ALIGN_BYTES or (ld * t.element_size()) % TMA_ALIGN_BYTES:
+        raise ValueError(
+            f"TMA needs a 16-byte aligned matrix whose row stride is a multiple of 16 bytes; got address "
+            f"{t.data_ptr():#x}, row stride {ld} x {t.element_size()} bytes"
+        )
+    from cuda.core.utils import StridedMemoryView
+
+    _, swizzle = _enums()
+    view = StridedMemoryView.from_dlpack(t.as_strided((rows, cols), (ld, 1)), stream_ptr=-1)
+    found = view.as_tensor_map(box_dim=tuple(box), data_type=_data_type(t.dtype), swizzle=swizzle.SWIZZLE_128B)
+    if len(_MAPS) >= _MAPS_MAX:
+        _MAPS.clear()
+    _MAPS[key] = found
+    return found
