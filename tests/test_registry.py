@@ -44,7 +44,10 @@ def test_spec_is_complete(spec):
     for p in spec.params:  # template parameters are declared in the source in registry order
         assert re.search(rf"\bint {p.name}\b", text), p.name
     assert spec.idea and spec.title and spec.seeds
-    assert set(spec.dtypes) == set(dtypes)
+    if spec.math == "tf32":  # the tensor-core ladder's float32 step: TF32, on request only
+        assert set(spec.dtypes) == {torch.float32} and spec.staged
+    else:
+        assert set(spec.dtypes) == set(dtypes)
     if spec.type_param:  # the element type is the first template parameter
         assert "template <typename T, int " in text, spec.entry
 
@@ -111,3 +114,19 @@ def test_kernels_filter_by_dtype():
     assert registry.kernels(torch.float32) == list(registry.SGEMM_LADDER)
     assert registry.kernels(torch.bfloat16) == list(registry.TC_LADDER)
     assert registry.kernels(torch.float64) == []
+
+
+def test_tf32_only_when_asked_for():
+    from gemmlab.problem import problem_from_tensors
+
+    a, b = torch.empty(64, 32), torch.empty(32, 48)
+    plain = problem_from_tensors(a, b, device_type="cpu")
+    tf32 = problem_from_tensors(a, b, device_type="cpu", precision="tf32")
+    tc08 = registry.get("tc08_tf32")
+    assert "precision='tf32'" in tc08.why_not(plain)
+    assert tc08.why_not(tf32) is None
+    assert "full fp32" in registry.get("sgemm_11_warp_tile").why_not(tf32)
+    with pytest.raises(ValueError, match="float32 inputs"):
+        problem_from_tensors(a.bfloat16(), b.bfloat16(), device_type="cpu", precision="tf32")
+    with pytest.raises(ValueError, match="precision must be"):
+        problem_from_tensors(a, b, device_type="cpu", precision="fp16")

@@ -21,13 +21,18 @@ def kernels(dtype: torch.dtype | None = None, device: str = "cuda") -> list[Kern
     return registry.kernels(dtype, device)
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None):
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32"):
     """D = alpha * a @ b + beta * c on CUDA tensors, launched on torch's current stream.
 
     a: [M, K], b: [K, N], c: [M, N] or None (then beta must be 0), row-major (unit column
     stride; any row stride). beta == 0 never reads c. out: where to write D (may be c itself for
     an in-place update); allocated when None. kernel: a registered kernel id, or "auto" for the
     fastest registered kernel that can serve the problem. Returns D.
+
+    precision: for float32 tensors, "fp32" (the default: FFMA, fp32 all the way) or "tf32" (the
+    tensor cores, multiplying TF32-rounded inputs: ~1e-3 relative error, several times faster).
+    TF32 is used only when asked for. bf16/fp16 tensors always run on the tensor cores with fp32
+    accumulation.
 
     device="cpu" runs the CPU ladder instead (numba; numpy arrays or CPU tensors, result of the
     same kind as a); the default is the GPU, which rejects CPU tensors.
@@ -39,25 +44,26 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
             raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
         from .cpu.api import gemm_cpu
 
+        if precision != "fp32":
+            raise ValueError("the CPU ladder computes in fp32 only: drop precision= or use the GPU")
         return gemm_cpu(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
-    problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta)
+    problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision)
     plan = _plan(problem, kernel)
     if out is None:
         out = torch.empty((problem.M, problem.N), dtype=problem.dtype, device=problem.device)
     if problem.is_empty:
         return out
-    c_ptr = problem.c.ptr if problem.c is not None else 0
-    maps = _tensor_maps(plan, problem, a, b, out) if plan.spec.tma else ()
-    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
-                  out.data_ptr(), *plan.tail, cluster=plan.cluster)  # fmt: skip
+    _launch(plan, problem, a, b, out)
     return out
 
 
-def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: GemmConfig | None = None) -> Callable[[], None]:
+def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: GemmConfig | None = None,
+            precision="fp32") -> Callable[[], None]:  # fmt: skip
     """Validate once and return a function that relaunches the same GEMM (for benchmarks:
-    it skips validation and selection on every call). config: another config of the chosen
-    kernel (for tuning). The tensors must stay alive."""
-    problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta)
+    it skips validation and selection on every call; operands a kernel needs staged -- TF32's
+    transposed B -- are still prepared on every call, as gemm() does). config: another config of
+    the chosen kernel (for tuning). The tensors must stay alive."""
+    problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision)
     spec, cfg = select(problem, kernel)
     if config is not None:
         if config.kernel != spec.id:
@@ -120,20 +126,50 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster)
 
 
-def _tensor_maps(plan: _Plan, problem: GemmProblem, a, b, out) -> tuple:
-    """The TMA tensor maps a kernel takes, in its order (a, b, then out), for these tensors."""
+def _launch(plan: _Plan, problem: GemmProblem, a, b, out) -> None:
+    """Launch a planned kernel on these tensors: TMA maps (and staged copies) first when it takes them."""
+    maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out)) if plan.spec.tma else ()
+    c_ptr = problem.c.ptr if problem.c is not None else 0
+    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
+                  out.data_ptr(), *plan.tail, cluster=plan.cluster)  # fmt: skip
+
+
+def _operands(plan: _Plan, problem: GemmProblem, a, b, out) -> dict[str, tuple]:
+    """name -> (tensor, rows, cols, row stride) of what the kernel's tensor maps describe."""
+    ops = {"a": (a, problem.a.rows, problem.a.cols, problem.a.ld),
+           "b": (b, problem.b.rows, problem.b.cols, problem.b.ld),
+           "d": (out, problem.M, problem.N, _ld(out))}  # fmt: skip
+    return ops | _staged(problem, a, b) if plan.spec.staged else ops
+
+
+def _staged(problem: GemmProblem, a, b) -> dict[str, tuple]:
+    """TMA-ready copies for a staged kernel (TF32): Bt = B^T as [N][K] -- wgmma's TF32 form reads
+    both operands K-major -- and A itself, or a copy when its address or row stride does not suit
+    TMA. Row strides are padded to 16 bytes. torch makes the copies, on the current stream."""
+    per16 = 16 // a.element_size()
+    M, N, K = problem.M, problem.N, problem.K
+    if K == 0:
+        return {}
+    pad = -(-K // per16) * per16
+    bt = torch.empty((N, pad), dtype=b.dtype, device=b.device)[:, :K]
+    bt.copy_(b.t())
+    out = {"bt": (bt, N, K, pad)}
+    if problem.a.ptr % 16 or (problem.a.ld % per16 and M > 1):
+        a_copy = torch.empty((M, pad), dtype=a.dtype, device=a.device)[:, :K]
+        a_copy.copy_(a)
+        out["a"] = (a_copy, M, K, pad)
+    return out
+
+
+def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) -> tuple:
+    """The TMA tensor maps a kernel takes, in its order, from name -> (tensor, rows, cols, ld)."""
     boxes = plan.spec.tma_boxes(plan.config)
-    shapes = {"a": (a, problem.a), "b": (b, problem.b), "d": (out, None)}
     maps = []
     for name in plan.spec.tma:
-        t, op = shapes[name]
         if problem.K == 0 and name != "d":  # no K step: nothing is loaded, any valid map will do
-            t = _placeholder(problem.device, problem.dtype)
-            rows, cols, ld = 1, 8, 8
-        elif op is not None:
-            rows, cols, ld = op.rows, op.cols, op.ld
+            t, rows, cols, ld = _placeholder(problem.device, problem.dtype), 1, 8, 8
         else:
-            rows, cols, ld = problem.M, problem.N, _ld(out)
+            t, rows, cols, ld = operands[name]
         maps.append(tma.tensor_map(t, rows, cols, ld, boxes[name]))
     return tuple(maps)
 
@@ -154,7 +190,9 @@ def _ld(t: torch.Tensor) -> int:
 
 def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, b, out: torch.Tensor):
     plan = _make_plan(spec, cfg, problem)
+    if spec.staged:  # copies are part of every call
+        return partial(_launch, plan, problem, a, b, out)
     c_ptr = problem.c.ptr if problem.c is not None else 0
-    maps = _tensor_maps(plan, problem, a, b, out) if spec.tma else ()
+    maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out)) if spec.tma else ()
     args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)
     return partial(launch.launch, plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)

@@ -103,13 +103,22 @@ def _tma_padding(kernel: str, dtype: torch.dtype, M: int, N: int, K: int) -> int
     strides TMA cannot take: then strides are padded to 16 bytes, the layout such a caller passes,
     so the kernel's edge handling is checked at every odd size rather than skipped."""
     spec = registry.get(kernel) if kernel != "auto" else None
-    if spec is None or not getattr(spec, "tma", ()):  # CPU kernels have no TMA
-        return 1
+    if spec is None or not getattr(spec, "tma", ()) or spec.staged:  # CPU kernels have no TMA; staged
+        return 1  # kernels get TMA-ready copies from gemm()
     per16 = 16 // dtype.itemsize
     return 1 if (K % per16 == 0 and N % per16 == 0) else per16
 
 
+def precision_of(kernel: str, dtype: torch.dtype) -> str:
+    """The precision= a named kernel needs: "tf32" for TF32 kernels on float32, else "fp32"."""
+    if kernel == "auto" or dtype != torch.float32:
+        return "fp32"
+    return getattr(registry.get(kernel), "math", "fp32")
+
+
 def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cuda", dtype=torch.float32) -> CaseResult:
+    precision = precision_of(kernel, dtype)
+    label = "tf32" if precision == "tf32" else _dt(dtype)  # float32 inputs, TF32 math
     gen = torch.Generator(device=device)
     gen.seed()
     pad = _tma_padding(kernel, dtype, M, N, K)
@@ -126,20 +135,20 @@ def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cud
     else:
         out = _matrix(M, N, pad, float("nan"), device, dtype, gen)  # poison
     try:
-        gemm(a, b, c, alpha=v.alpha, beta=v.beta, kernel=kernel, out=out, device=device)
+        gemm(a, b, c, alpha=v.alpha, beta=v.beta, kernel=kernel, out=out, device=device, precision=precision)
         if device == "cuda":
             torch.cuda.synchronize()
     except ValueError as exc:
         reason = str(exc)
         if "cannot serve" in reason and "TMA needs" in reason:  # a stated constraint, not a failure
-            return CaseResult(kernel, _dt(dtype), M, N, K, v.name, None, DECLINED + reason)
-        return CaseResult(kernel, _dt(dtype), M, N, K, v.name, None, f"ValueError: {exc}")
+            return CaseResult(kernel, label, M, N, K, v.name, None, DECLINED + reason)
+        return CaseResult(kernel, label, M, N, K, v.name, None, f"ValueError: {exc}")
     except Exception as exc:  # reported per case, never swallowed silently
-        return CaseResult(kernel, _dt(dtype), M, N, K, v.name, None, f"{type(exc).__name__}: {exc}")
-    err = check_result(out, a, b, c_before, v.alpha, v.beta)
+        return CaseResult(kernel, label, M, N, K, v.name, None, f"{type(exc).__name__}: {exc}")
+    err = check_result(out, a, b, c_before, v.alpha, v.beta, precision)
     if v.c in ("random", "nan") and not _same(c, c_before):
-        return CaseResult(kernel, _dt(dtype), M, N, K, v.name, err, "c was modified though out is separate")
-    return CaseResult(kernel, _dt(dtype), M, N, K, v.name, err)
+        return CaseResult(kernel, label, M, N, K, v.name, err, "c was modified though out is separate")
+    return CaseResult(kernel, label, M, N, K, v.name, err)
 
 
 def _dt(dtype: torch.dtype) -> str:

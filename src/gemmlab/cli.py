@@ -212,7 +212,7 @@ def bench_cmd(
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
     pending: bool = PENDING_OPTION,
     tag: str = typer.Option("bench", help="file name prefix; reports read 'bench' runs only (use 'tune' for config sweeps)"),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16) or float16 (fp16): the kernels' input and output type"),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16), float16 (fp16), or tf32 (float32 tensors multiplied as TF32; cuBLAS with TF32 on)"),
     sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes, dtypes (reps, warmup)"),
     resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
 ) -> None:
@@ -254,18 +254,24 @@ def bench_cmd(
         runner = lambda **kw: bench_cpu.run_cpu_bench(ids, shapes, out, reps=reps, warmup=min(warmup, 1), budget_s=budget, **kw)
         title, unit, scale, base = "gemmlab bench on the CPU (FP32)", "GFLOP/s", 1e3, "numpy"
     else:
+        import torch
+
         from .bench import run as bench_run
 
         shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
         if dtype not in bench_run.DTYPES:
             raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(bench_run.DTYPES)}")
         torch_dtype = bench_run.DTYPES[dtype]
+        precision = bench_run.PRECISIONS.get(dtype, "fp32")
+        if not kernel and torch_dtype == torch.float32:  # the default set: kernels of this arithmetic
+            ids = [k for k in ids if registry.get(k).math == precision]
         for k in ids:
-            kid = k.split("[")[0]
-            if torch_dtype not in registry.get(kid).dtypes:
-                raise typer.BadParameter(f"{kid} does not take {dtype}; it takes {registry.get(kid).dtypes}")
-        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume, dtype=torch_dtype, **kw)
-        title, unit, scale, base = f"gemmlab bench ({dtype}, TF32 off)", "TFLOP/s", 1.0, "cuBLAS"
+            spec = registry.get(k.split("[")[0])
+            if torch_dtype not in spec.dtypes or (torch_dtype == torch.float32 and spec.math != precision):
+                raise typer.BadParameter(f"{spec.id} does not take {dtype}; it takes {spec.dtypes} ({spec.math} math for float32)")
+        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume,
+                                                  dtype=torch_dtype, precision=precision, **kw)  # fmt: skip
+        title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''})", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
     for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
         t.add_column(col, justify="right", no_wrap=col == "kernel")

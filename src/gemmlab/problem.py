@@ -42,6 +42,7 @@ class GemmProblem:
     d: Operand | None  # None: the output is allocated by gemm()
     alpha: float
     beta: float
+    precision: str = "fp32"  # float32 inputs: "fp32" (FFMA) or "tf32" (TF32 tensor cores, asked for)
 
     @property
     def flops(self) -> int:
@@ -96,8 +97,11 @@ def _overlaps(x: Operand, y: Operand) -> bool:
     return x.ptr < y.end and y.ptr < x.end  # empty ranges (end == ptr) never overlap
 
 
+PRECISIONS = ("fp32", "tf32")
+
+
 def problem_from_tensors(
-    a, b, c=None, out=None, *, alpha=1.0, beta=0.0, device_type: str = "cuda"
+    a, b, c=None, out=None, *, alpha=1.0, beta=0.0, device_type: str = "cuda", precision: str = "fp32"
 ) -> GemmProblem:
     """Validate the arguments of gemm() and describe the problem, or raise a clear error.
 
@@ -148,7 +152,11 @@ def problem_from_tensors(
                 )
         if oc is not None and _overlaps(od, oc) and (od.ptr, od.ld) != (oc.ptr, oc.ld):
             raise ValueError("out partially overlaps c; pass out=c exactly for an in-place update, or separate memory")
-    return GemmProblem(M, N, K, dtype, device, oa, ob, oc, od, alpha_f, beta_f)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "tf32" and dtype != torch.float32:
+        raise ValueError(f"precision='tf32' is for float32 inputs; {dtype} inputs use their own tensor-core math")
+    return GemmProblem(M, N, K, dtype, device, oa, ob, oc, od, alpha_f, beta_f, precision)
 
 
 def _explain_mismatch(present, device_type: str) -> None:

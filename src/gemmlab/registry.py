@@ -79,6 +79,12 @@ class KernelSpec:
     cluster: Callable[[GemmConfig], Dim3] | None = field(default=None, repr=False)  # blocks per cluster
     persistent: bool = False  # grid capped at the SMs that fit (whole clusters); blocks loop over tiles
     min_capability: tuple[int, int] = (0, 0)  # e.g. (9, 0): wgmma, TMA and clusters are Hopper's
+    # The arithmetic of float32 problems: "fp32" (FFMA) or "tf32" (TF32 tensor cores, only when the
+    # caller passes precision="tf32"). 16-bit kernels ignore it.
+    math: str = "fp32"
+    # True when gemm() hands the kernel TMA-ready copies rather than the caller's tensors (TF32: B
+    # transposed to [N][K]), so the caller's layout never rules the kernel out.
+    staged: bool = False
 
     def default_config(self) -> GemmConfig:
         return _default_config(self)
@@ -113,10 +119,15 @@ class KernelSpec:
         gx, gy, gz = self.grid(max(problem.M, 1), max(problem.N, 1), cfg)
         if gx > GRID_X_MAX or gy > GRID_YZ_MAX or gz > GRID_YZ_MAX:
             return f"{self.id} would need a grid of {(gx, gy, gz)} blocks for {problem.shape}, over the hardware limit"
+        if problem.dtype == torch.float32 and problem.precision != self.math:
+            if self.math == "tf32":
+                return f"{self.id} multiplies float32 as TF32: pass precision='tf32' to allow it"
+            return f"{self.id} computes in full fp32; precision='{problem.precision}' asks for another kernel"
         cc = _capability(problem.device) if self.min_capability > (0, 0) else None
         if cc is not None and cc < self.min_capability:
             return f"{self.id} needs compute capability {self.min_capability[0]}.{self.min_capability[1]} (Hopper), the device has {cc[0]}.{cc[1]}"
-        return (tma_constraints(problem, self.tma) if self.tma else None) or self.extra_constraints(problem, cfg)
+        tma_reason = tma_constraints(problem, self.tma) if self.tma and not self.staged else None
+        return tma_reason or self.extra_constraints(problem, cfg)
 
 
 _CAPABILITIES: dict = {}
@@ -595,12 +606,12 @@ def _barriers(c: GemmConfig) -> int:
     return 2 * c["STAGES"] * 8  # a full and an empty mbarrier per stage
 
 
-def _check_tma_tiles(c: GemmConfig, bn: tuple[int, ...], max_bm: int, smem: int) -> str | None:
+def _check_tma_tiles(c: GemmConfig, bn: tuple[int, ...], max_bm: int, smem: int, bk: tuple[int, ...] = (64,)) -> str | None:
     return _first_failure(
         (c["BM"] % 64 == 0 and 64 <= c["BM"] <= max_bm,
          f"BM must be a multiple of 64 from 64 to {max_bm} (one warpgroup per 64 rows)"),
         (c["BN"] in bn, f"BN must be one of {bn}"),
-        (c["BK"] == 64, "BK must be 64 (one 128-byte swizzle row of K: the TMA box width)"),
+        (c["BK"] in bk, f"BK must be {' or '.join(map(str, bk))} (one swizzle row of K: the TMA box width)"),
         (c["STAGES"] >= 2, "STAGES must be at least 2"),
         (smem <= 227 * 1024, f"shared memory {smem} B exceeds 227 KB"),
     )
@@ -672,7 +683,7 @@ def _tc07_smem(c: GemmConfig) -> int:
 
 
 def _check_07_tc(c: GemmConfig) -> str | None:
-    return _check_tma_tiles(c, (256,), 128, _tc07_smem(c)) or _first_failure(
+    return _check_tma_tiles(c, (256,), 128, _tc07_smem(c), bk=(64, 32)) or _first_failure(
         (c["CM"] in (1, 2, 4), "CM must be 1, 2 or 4 (blocks per cluster along M)"),
         (c["GROUP"] >= 1, "GROUP must be at least 1"),
     )
@@ -688,7 +699,7 @@ TC_07 = KernelSpec(
     params=(
         Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64 or 128)"),
         Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)"),
-        Param("BK", 64, "K slice of one stage (64: one 128-byte swizzle row)"),
+        Param("BK", 64, "K slice of one stage: 64 (128-byte swizzle rows of A) or 32 (64-byte, twice the stages)"),
         Param("STAGES", 4, "shared buffers in the TMA ring"),
         Param("CM", 2, "blocks per cluster along M, sharing B tiles by multicast (1, 2 or 4)"),
         Param("GROUP", 8, "cluster rows walked together by the tile scheduler (L2 reuse)"),
@@ -703,16 +714,62 @@ TC_07 = KernelSpec(
     seeds="issue 3: persistent tile scheduler, clusters with TMA multicast, TMA-store epilogue",
     type_param=True,
     tma=("a", "b", "d"),
-    tma_boxes=lambda c: {"a": (c["BM"], 64), "b": (c["BK"], 64), "d": (64, 64)},
+    tma_boxes=lambda c: {"a": (c["BM"], c["BK"]), "b": (c["BK"], 64), "d": (64, 64)},
     cluster=lambda c: (c["CM"], 1, 1),
     persistent=True,
     min_capability=(9, 0),
 )
 
+def _tc08_smem(c: GemmConfig) -> int:
+    return c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 4 + _barriers(c) + 1024
+
+
+def _check_08_tc(c: GemmConfig) -> str | None:
+    return _first_failure(
+        (c["BM"] in (64, 128), "BM must be 64 or 128 (one consumer warpgroup per 64 rows)"),
+        (c["BN"] == 256, "BN must be 256 (one m64n256k8 MMA a warpgroup)"),
+        (c["BK"] == 32, "BK must be 32 (32 fp32: one 128-byte swizzle row)"),
+        (c["STAGES"] >= 2, "STAGES must be at least 2"),
+        (c["CM"] in (1, 2), "CM must be 1 or 2 (blocks per cluster along M)"),
+        (c["GROUP"] >= 1, "GROUP must be at least 1"),
+        (_tc08_smem(c) <= 227 * 1024, f"shared memory {_tc08_smem(c)} B exceeds 227 KB"),
+    )
+
+
+TC_08 = KernelSpec(
+    id="tc08_tf32",
+    step=8,
+    title="TF32 wgmma",
+    idea="float32 inputs on the tensor cores as TF32 (asked for with precision='tf32'): tc07's pipeline, B transposed so both operands are K-major",
+    source="tensorcore/08_tf32.cu",
+    entry="tc_tf32",
+    params=(
+        Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64 or 128)"),
+        Param("BN", 256, "columns of C a block (256: one m64n256k8 MMA a warpgroup)"),
+        Param("BK", 32, "K slice of one stage (32 fp32: one 128-byte swizzle row)"),
+        Param("STAGES", 4, "shared buffers in the TMA ring"),
+        Param("CM", 2, "blocks per cluster along M, sharing B tiles by multicast (1 or 2)"),
+        Param("GROUP", 8, "cluster rows walked together by the tile scheduler (L2 reuse)"),
+    ),
+    block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
+    grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"]) * c["CM"], 1, 1),
+    dtypes=(torch.float32,),
+    dynamic_smem=_tc08_smem,
+    check_config=_check_08_tc,
+    seeds="issue 3: TF32 on request; wgmma's TF32 form takes K-major operands only",
+    tma=("a", "bt"),
+    tma_boxes=lambda c: {"a": (c["BM"], c["BK"]), "bt": (c["BN"] // c["CM"], c["BK"])},
+    cluster=lambda c: (c["CM"], 1, 1),
+    persistent=True,
+    min_capability=(9, 0),
+    math="tf32",
+    staged=True,
+)
+
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01-tc04: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03, TC_04)
-TC_PENDING: tuple[KernelSpec, ...] = (TC_05, TC_06, TC_07)
+TC_PENDING: tuple[KernelSpec, ...] = (TC_05, TC_06, TC_07, TC_08)
 
 
 # ----------------------------------------------------------------------------------------------

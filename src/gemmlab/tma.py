@@ -42,9 +42,16 @@ def _data_type(dtype: torch.dtype):
     return table[dtype]
 
 
+SWIZZLES = {128: "SWIZZLE_128B", 64: "SWIZZLE_64B", 32: "SWIZZLE_32B"}  # by a box row's bytes
+
+
 def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, int]):
     """The tensor map of the rows x cols matrix at t (row stride ld elements), copied in boxes of
-    box = (box_rows, box_cols) into 128-byte-swizzled shared memory; zeros outside the matrix."""
+    box = (box_rows, box_cols) into shared memory swizzled over the box row's width (128, 64 or
+    32 bytes: the layouts wgmma reads); zeros outside the matrix."""
+    row_bytes = box[1] * t.element_size()
+    if row_bytes not in SWIZZLES:
+        raise ValueError(f"a TMA box row of {row_bytes} bytes has no swizzle mode; use 32, 64 or 128 bytes")
     per16 = TMA_ALIGN_BYTES // t.element_size()
     if rows <= 1:  # a single row's stride is never used; the map still wants a multiple of 16 bytes
         ld = -(-cols // per16) * per16
@@ -61,7 +68,7 @@ def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, i
 
     _, swizzle = _enums()
     view = StridedMemoryView.from_dlpack(t.as_strided((rows, cols), (ld, 1)), stream_ptr=-1)
-    found = view.as_tensor_map(box_dim=tuple(box), data_type=_data_type(t.dtype), swizzle=swizzle.SWIZZLE_128B)
+    found = view.as_tensor_map(box_dim=tuple(box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
     if len(_MAPS) >= _MAPS_MAX:
         _MAPS.clear()
     _MAPS[key] = found

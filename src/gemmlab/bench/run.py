@@ -95,20 +95,23 @@ def parse_kernel_config(text: str):
 
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
+          "float16": torch.float16, "fp16": torch.float16, "tf32": torch.float32}  # fmt: skip
+# --dtype tf32: float32 tensors multiplied as TF32 (precision="tf32"), against cuBLAS with TF32 on
+PRECISIONS = {"tf32": "tf32"}
 
 
 def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int, config=None,
-               dtype: torch.dtype = torch.float32) -> BenchRecord:  # fmt: skip
+               dtype: torch.dtype = torch.float32, precision: str = "fp32") -> BenchRecord:  # fmt: skip
     dev = f"cuda:{device_id}"
     a = (torch.rand((M, K), device=dev) * 2 - 1).to(dtype)
     b = (torch.rand((K, N), device=dev) * 2 - 1).to(dtype)
     out = torch.full((M, N), float("nan"), device=dev, dtype=dtype)
     ref_out = {be: torch.full((M, N), float("nan"), device=dev, dtype=dtype) for be in CUBLAS_BACKENDS}
-    problem = problem_from_tensors(a, b, None, out)
+    problem = problem_from_tensors(a, b, None, out, precision=precision)
     spec, cfg = select(problem, kernel_id)
     cfg = config or cfg
-    launch_kernel = prepare(a, b, kernel=kernel_id, out=out, config=cfg)
+    launch_kernel = prepare(a, b, kernel=kernel_id, out=out, config=cfg, precision=precision)
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"  # cuBLAS in the same arithmetic
 
     # Correct first: the kernel's result and cuBLAS's against float64, before any timing.
     launch_kernel()
@@ -117,10 +120,10 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
         pick()
         run()
     torch.cuda.synchronize()
-    err = check_result(out, a, b)
+    err = check_result(out, a, b, precision=precision)
     if not err.passed:
         raise RuntimeError(f"{kernel_id} M={M} N={N} K={K}: wrong result before timing ({err.summary()})")
-    cublas_err = check_result(ref_out[CUBLAS_BACKENDS[0]], a, b)
+    cublas_err = check_result(ref_out[CUBLAS_BACKENDS[0]], a, b, precision=precision)
     # Kernels that sum k in order with one FMA per step round exactly as a cuBLAS SGEMM that does
     # the same; record it, since a bitwise match is stronger evidence than a tolerance.
     bitwise = {be: bool(torch.equal(out, ref_out[be])) for be in CUBLAS_BACKENDS}
@@ -131,6 +134,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
     mid: dict = {}
     times = interleaved(fns, reps, warmup, flusher, before, mid_run=lambda: mid.update(environment.clocks(device_id)))
     torch.backends.cuda.preferred_blas_library("default")
+    torch.backends.cuda.matmul.allow_tf32 = False
 
     med = median(times["kernel"])
     cub_med = {be: median(times[be]) for be in CUBLAS_BACKENDS}
@@ -142,7 +146,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
         M=M,
         N=N,
         K=K,
-        dtype=str(dtype).removeprefix("torch."),
+        dtype="tf32" if precision == "tf32" else str(dtype).removeprefix("torch."),
         alpha=1.0,
         beta=0.0,
         times_ms=times["kernel"],
@@ -152,7 +156,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
         cublas_median_ms=cub_med,
         cublas_backend=best,
         cublas_tflops=tflops(M, N, K, cub_med[best]),
-        baseline=f"cuBLAS (torch.mm, {best} backend)",
+        baseline=f"cuBLAS (torch.mm, {best} backend{', TF32' if precision == 'tf32' else ''})",
         baseline_tflops=tflops(M, N, K, cub_med[best]),
         ratio=cub_med[best] / med,
         error=asdict(err),
@@ -193,6 +197,7 @@ def run_bench(
     tag: str = "bench",
     resume: Path | None = None,
     dtype: torch.dtype = torch.float32,
+    precision: str = "fp32",
 ) -> tuple[Path, list[dict]]:
     """kernels: ids, or 'id[NAME=VALUE,...]' for another config of a kernel (tuning; use another
     tag then, so such runs stay out of the reports). resume: a results file of an interrupted
@@ -213,7 +218,7 @@ def run_bench(
         meta["failures"] = []
         records = []
         path = results_path(out_root, meta, tag)
-    dname = str(dtype).removeprefix("torch.")
+    dname = "tf32" if precision == "tf32" else str(dtype).removeprefix("torch.")
     done = {(r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) for r in records if r["dtype"] == dname}
     flusher = L2Flusher(device_id)
     for M, N, K in shapes:
@@ -225,7 +230,7 @@ def run_bench(
             if on_start:
                 on_start(kernel_id, (M, N, K))
             try:
-                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype))
+                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype, precision))
                 rec["extra"]["request"] = request
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
                 declined = isinstance(exc, ValueError) and "TMA needs" in str(exc)  # a stated constraint

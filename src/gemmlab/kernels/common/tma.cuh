@@ -142,18 +142,36 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
 
+// Four 8 x 8 matrices of 16-bit elements from registers to shared memory, the inverse of
+// ldmatrix_x4: lane l gives the address of row l % 8 of matrix l / 8 (16 bytes), and register m of
+// thread t holds elements 2 (t % 4), 2 (t % 4) + 1 of row t / 4 of matrix m -- exactly how an
+// m64nN accumulator holds each 8 x 8 block, so a warp stores four blocks in one instruction.
+__device__ __forceinline__ void stmatrix_x4(void* row, unsigned m0, unsigned m1, unsigned m2, unsigned m3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(m0),
+                 "r"(m1), "r"(m2), "r"(m3)
+                 : "memory");
+}
+
+// Two floats rounded to T and packed low-first into 32 bits (the element order in memory).
+template <typename T>
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    const unsigned short l = __builtin_bit_cast(unsigned short, from_float<T>(lo));
+    const unsigned short h = __builtin_bit_cast(unsigned short, from_float<T>(hi));
+    return static_cast<unsigned>(l) | static_cast<unsigned>(h) << 16;
+}
+
 // ---- The register epilogue of a warpgroup's m64nN accumulators ----------------------------------
 //
 // acc holds a 64 x N tile whose top-left element is D[row0][col0] (the layout of wgmma_m64n*k16).
-// Each thread writes its pairs of adjacent columns with one 32-bit store when D's rows are 4-byte
-// aligned (ldd even, D 4-byte aligned), else element by element; outside M x N nothing is written.
-// C is read only when beta != 0.
+// Each thread writes its pairs of adjacent columns with one store of both (32 bits for 16-bit T,
+// 64 for float) when D's rows allow it (ldd even, D aligned to the pair), else element by
+// element; outside M x N nothing is written. C is read only when beta != 0.
 template <typename T, int NACC>
 __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], const T* C, T* D, int row0, int col0,
                                                    int M, int N, int ldc, int ldd, float alpha, float beta) {
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const int r_top = row0 + warp * 16 + lane / 4;
-    const bool paired = ldd % 2 == 0 && reinterpret_cast<unsigned long long>(D) % 4 == 0;
+    const bool paired = ldd % 2 == 0 && reinterpret_cast<unsigned long long>(D) % (2 * sizeof(T)) == 0;
 #pragma unroll
     for (int i = 0; i < NACC; i += 2) {
         const int r = r_top + 8 * ((i / 2) % 2), c = col0 + 8 * (i / 4) + 2 * (lane % 4);
@@ -162,7 +180,7 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
         if (c + 1 < N) {
             const T v1 = epilogue16(acc[i + 1], alpha, beta, C, offset(r, c + 1, ldc));
             if (paired) {
-                struct alignas(4) Pair { T x, y; };
+                struct alignas(2 * sizeof(T)) Pair { T x, y; };
                 *reinterpret_cast<Pair*>(D + offset(r, c, ldd)) = Pair{v0, v1};
             } else {
                 D[offset(r, c, ldd)] = v0;

@@ -27,14 +27,17 @@ namespace gemmlab {
 // consecutive 8-row groups along K, and the leading byte offset the distance between consecutive
 // 64-element atoms along M or N.
 constexpr unsigned long long WGMMA_SWIZZLE_128B = 1ull;
+// The 64-byte swizzle: atoms of 8 rows x 64 bytes (512 bytes), chunk c of row r at c ^ ((r / 2) % 4);
+// a K-major tile of 32 16-bit K-elements a row (tc07 with BK = 32).
+constexpr unsigned long long WGMMA_SWIZZLE_64B = 2ull;
 
 __device__ __forceinline__ unsigned long long wgmma_desc(const void* smem_tile, unsigned lbo_bytes,
-                                                         unsigned sbo_bytes) {
+                                                         unsigned sbo_bytes,
+                                                         unsigned long long swizzle = WGMMA_SWIZZLE_128B) {
     const unsigned addr = smem_addr(smem_tile);
     return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |
            static_cast<unsigned long long>((lbo_bytes >> 4) & 0x3FFF) << 16 |
-           static_cast<unsigned long long>((sbo_bytes >> 4) & 0x3FFF) << 32 |
-           WGMMA_SWIZZLE_128B << 62;
+           static_cast<unsigned long long>((sbo_bytes >> 4) & 0x3FFF) << 32 | swizzle << 62;
 }
 
 // Byte offset, inside a 128-byte-swizzled tile of 64-element rows, of the 16-byte chunk `chunk`
@@ -165,6 +168,20 @@ __device__ __forceinline__ void wgmma_m64n256k16<__half, 1>(float (&d)[128], uns
                                                             unsigned long long db) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " GEMMLAB_WGMMA_D128
                  "," GEMMLAB_WGMMA_TAIL256(1)
+                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
+                 : "l"(da), "l"(db));
+}
+
+// ---- wgmma.mma_async m64n256k8 TF32: fp32 inputs, both operands K-major ------------------------
+//
+// The tensor cores read fp32 elements from shared memory and multiply their TF32 part (sign, 8
+// exponent bits, the top 10 mantissa bits); products are summed in fp32. TF32 has no transposed
+// operand form: A and B are both K-major (rows along M or N, K contiguous). Same accumulator
+// layout as the 16-bit m64n256. After d: %128 and %129 the descriptors; scale-d = 1, scale-a =
+// scale-b = 1.
+__device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], unsigned long long da, unsigned long long db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D128
+                 ", %128, %129, 1, 1, 1;\n"
                  : GEMMLAB_WGMMA_D128_OPERANDS(d)
                  : "l"(da), "l"(db));
 }

@@ -18,7 +18,8 @@
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half. BM x BN: one block's tile (BM / 64 consumer warpgroups, BN = 256).
-// BK = 64. CM: blocks per cluster along M (1 or 2). GROUP: cluster-row pairs per scheduling group.
+// BK: 64, or 32 for twice the stages in the same memory (A then 64-byte swizzled).
+// CM: blocks per cluster along M (1, 2 or 4). GROUP: cluster-row pairs per scheduling group.
 // TMA_STORE: 1 the epilogue above, 0 registers straight to global memory (as tc06).
 template <typename T, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
@@ -33,13 +34,14 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 rows)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
-    static_assert(BN == 256 && BK == 64, "m64n256k16 MMAs over 64-wide K stages");
+    static_assert(BN == 256, "one m64n256k16 MMA a warpgroup and k16 step");
+    static_assert(BK == 64 || BK == 32, "a K stage is one 128-byte (BK = 64) or 64-byte (BK = 32) swizzle row of A");
     static_assert(CM == 1 || CM == 2 || CM == 4, "clusters of 1, 2 or 4 blocks along M (each loads BN / 64 / CM boxes of B)");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     static_assert(sizeof(T) == 2, "16-bit inputs");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
-    T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][64]
+    T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK]
     T* sB = sA + STAGES * STAGE_A;         // [STAGES][BN / 64][BK][64]
     T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][2][64][64], 128-byte swizzled
     unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * 2 * CHUNK);
@@ -103,7 +105,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     } else {
         gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
         const int c = wg - 1, ctid = tid % 128, lane = tid % 32, warp = ctid / 32;
-        const unsigned long long desc_a0 = gemmlab::wgmma_desc(sA + c * 64 * 64, 16, 1024);
+        // A: rows of BK elements, 8-row groups 8 * 2 BK bytes apart, swizzled over the row width.
+        const unsigned long long desc_a0 = gemmlab::wgmma_desc(
+            sA + c * 64 * BK, 16, 16 * BK, BK == 64 ? gemmlab::WGMMA_SWIZZLE_128B : gemmlab::WGMMA_SWIZZLE_64B);
         const unsigned long long desc_b0 = gemmlab::wgmma_desc(sB, BK * 128, 1024);
         unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
         const bool use_c = beta != 0.0f;
@@ -155,22 +159,27 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                 unsigned char* buf = out + (j % 2) * CHUNK * sizeof(T);
                 if (ctid == 0) gemmlab::bulk_wait_read<1>();  // the store that last read buf is done
                 gemmlab::named_barrier(1 + c, 128);
+                // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
+                // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.
 #pragma unroll
-                for (int q = 0; q < 8; ++q) {      // 8-column block within the chunk
+                for (int q0 = 0; q0 < 8; q0 += 2) {
+                    unsigned packed[4];
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {  // the upper or lower 8 rows of the warp's 16
-                        const int i = (8 * j + q) * 4 + 2 * h;  // acc index of the pair
-                        const int r = r_top + 8 * h, col = 8 * q + 2 * (lane % 4);
+                    for (int m = 0; m < 4; ++m) {
+                        const int q = q0 + m / 2, h = m % 2;
+                        const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
                         float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
-                        const int gr = rows0 + r, gc = col0 + 64 * j + col;
-                        if (use_c && gr < M) {
-                            if (gc < N) v0 += beta * gemmlab::to_float(C[gemmlab::offset(gr, gc, ldc)]);
-                            if (gc + 1 < N) v1 += beta * gemmlab::to_float(C[gemmlab::offset(gr, gc + 1, ldc)]);
+                        if (use_c) {
+                            const int gr = rows0 + r_top + 8 * h, gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
+                            if (gr < M && gc < N) v0 += beta * gemmlab::to_float(C[gemmlab::offset(gr, gc, ldc)]);
+                            if (gr < M && gc + 1 < N) v1 += beta * gemmlab::to_float(C[gemmlab::offset(gr, gc + 1, ldc)]);
                         }
-                        struct alignas(4) Pair { T x, y; };
-                        *reinterpret_cast<Pair*>(buf + gemmlab::swizzle128_offset(r, q) + (lane % 4) * 4) =
-                            Pair{gemmlab::from_float<T>(v0), gemmlab::from_float<T>(v1)};
+                        packed[m] = gemmlab::pack2<T>(v0, v1);
                     }
+                    // lane l addresses row l % 8 of block (q0 + (l / 8) / 2, (l / 8) % 2)
+                    const int m = lane / 8, row = warp * 16 + 8 * (m % 2) + lane % 8;
+                    gemmlab::stmatrix_x4(buf + gemmlab::swizzle128_offset(row, q0 + m / 2), packed[0], packed[1],
+                                         packed[2], packed[3]);
                 }
                 gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
                 gemmlab::named_barrier(1 + c, 128);
