@@ -5,6 +5,8 @@
 # most 8 files a call: keep it to one log); the records are the files to commit under results/.
 # Usage on the GPU machine, from the repo root:
 #   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
+# Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
+# when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder.
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -30,16 +32,18 @@ step "overhead"
 python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
 
 step "bench"
-python3 -m gemmlab bench --pending --out "$OUT/results" "$@" 2>&1 | tee -a "$LOG" || status=1
+python3 -m gemmlab bench --pending --out "$OUT/results" ${FP32_BENCH_ARGS:-} "$@" 2>&1 | tee -a "$LOG" || status=1
 
-step "bench, tensor-core ladder (bf16 and fp16)"
-for dt in bf16 fp16; do
+step "bench, tensor-core ladder (bf16, fp16, and float32 as TF32)"
+for dt in bf16 fp16 tf32; do
   python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
 done
 
-step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
-python3 -m gemmlab bench --device cpu -s 2048x2048x1024 -k cpu02_reordered -k cpu03_blocked -k cpu04_parallel \
-  --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
+if [ "${CPU_BENCH:-1}" != 0 ]; then
+  step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
+  python3 -m gemmlab bench --device cpu -s 2048x2048x1024 -k cpu02_reordered -k cpu03_blocked -k cpu04_parallel \
+    --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
+fi
 
 echo "gpu_run status: $status" | tee -a "$LOG"
 exit $status

@@ -166,12 +166,19 @@ def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) 
     boxes = plan.spec.tma_boxes(plan.config)
     maps = []
     for name in plan.spec.tma:
-        if problem.K == 0 and name != "d":  # no K step: nothing is loaded, any valid map will do
+        if (problem.K == 0 and name != "d") or (name == "d" and not _tma_store_ok(*operands["d"])):
+            # never read: no K step loads nothing; an out TMA cannot store to takes register stores
             t, rows, cols, ld = _placeholder(problem.device, problem.dtype), 1, 8, 8
         else:
             t, rows, cols, ld = operands[name]
         maps.append(tma.tensor_map(t, rows, cols, ld, boxes[name]))
     return tuple(maps)
+
+
+def _tma_store_ok(out: torch.Tensor, rows: int, cols: int, ld: int) -> bool:
+    """What tc07's epilogue checks before TMA stores: rows of whole, aligned 16-byte units."""
+    per16 = 16 // out.element_size()
+    return cols % per16 == 0 and ld % per16 == 0 and out.data_ptr() % 16 == 0
 
 
 _PLACEHOLDERS: dict[tuple, torch.Tensor] = {}

@@ -152,16 +152,16 @@ def tma_constraints(problem: GemmProblem, operands: tuple[str, ...]) -> str | No
         return None  # nothing is launched
     size = problem.dtype.itemsize
     for name in operands:
+        if name == "d":
+            continue  # optional: where out does not suit TMA stores, tc07 stores from registers
         if problem.K == 0 and name in ("a", "b"):
             continue  # nothing is loaded: the maps point at a placeholder (api._tensor_maps)
         op = getattr(problem, name)
-        ld, ptr = (problem.N, 0) if op is None else (op.ld, op.ptr)  # None: out, allocated contiguous
-        rows = problem.M if op is None else op.rows
+        ld, ptr, rows = op.ld, op.ptr, op.rows
         if rows <= 1:
             ld = 0  # one row: its stride is never used (tma.tensor_map gives the map a valid one)
         if (ld * size) % 16 or ptr % 16:
-            what = {"a": "a", "b": "b", "d": "out"}[name]
-            return (f"TMA needs {what} 16-byte aligned with a row stride that is a multiple of {16 // size} "
+            return (f"TMA needs {name} 16-byte aligned with a row stride that is a multiple of {16 // size} "
                     f"elements (16 bytes); got row stride {ld}" + (f", address {ptr:#x}" if ptr % 16 else ""))
     return None
 

@@ -14,13 +14,14 @@
 // consumers of both blocks have released it (they arrive on both blocks' empty barriers).
 //
 // The epilogue writes each consumer's 64 x 256 accumulators as four 64 x 64 chunks, through two
-// 128-byte-swizzled staging buffers, with one TMA store a chunk (the TMA clips at the matrix edge).
+// 128-byte-swizzled staging buffers (stmatrix), with one TMA store a chunk, which clips at the
+// matrix edge; where D's rows are not whole 16-byte units it stores from registers instead.
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half. BM x BN: one block's tile (BM / 64 consumer warpgroups, BN = 256).
 // BK: 64, or 32 for twice the stages in the same memory (A then 64-byte swizzled).
 // CM: blocks per cluster along M (1, 2 or 4). GROUP: cluster-row pairs per scheduling group.
-// TMA_STORE: 1 the epilogue above, 0 registers straight to global memory (as tc06).
+// TMA_STORE: 1 the epilogue above (where D suits it), 0 registers straight to global memory (as tc06).
 template <typename T, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
@@ -111,6 +112,12 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         const unsigned long long desc_b0 = gemmlab::wgmma_desc(sB, BK * 128, 1024);
         unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
         const bool use_c = beta != 0.0f;
+        // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
+        // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
+        // 16-byte units and 16-byte aligned; otherwise the registers go straight to global memory.
+        constexpr int E16 = 16 / sizeof(T);
+        const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
+                               reinterpret_cast<unsigned long long>(D) % 16 == 0;
         auto release = [&](int stage) {
             if (ctid == 0) {
                 if constexpr (CM > 1) {
@@ -150,7 +157,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
 
             // Epilogue: chunk j (columns 64 j .. 64 j + 63) through staging buffer j % 2.
             const int rows0 = row0 + c * 64, r_top = warp * 16 + lane / 4;
-            if constexpr (!TMA_STORE) {
+            if (!tma_store) {
                 gemmlab::store_accumulators<T>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
                 continue;
             }
