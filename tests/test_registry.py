@@ -111,8 +111,8 @@ def test_unknown_kernel_and_parameter_errors():
 
 
 def test_kernels_filter_by_dtype():
-    assert registry.kernels(torch.float32) == list(registry.SGEMM_LADDER)
-    assert registry.kernels(torch.bfloat16) == list(registry.TC_LADDER)
+    assert registry.kernels(torch.float32) == list(registry.SGEMM_LADDER) + [registry.get("tc08_tf32")]
+    assert registry.kernels(torch.bfloat16) == [k for k in registry.TC_LADDER if k.math != "tf32"]
     assert registry.kernels(torch.float64) == []
 
 

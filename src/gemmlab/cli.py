@@ -34,9 +34,13 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return tuple(dims)
 
 
-def _kernel_ids(names: Optional[list[str]], device: str = "cuda", pending: bool = False, dtype=None) -> list[str]:
+def _kernel_ids(names: Optional[list[str]], device: str = "cuda", pending: bool = False, dtype=None,
+                precision: str = "fp32") -> list[str]:  # fmt: skip
+    """The named kernels (checked), or by default every kernel of the device taking dtype; for
+    float32, those of the given arithmetic (fp32 FFMA, or tf32)."""
     if not names:
-        return [k.id for k in registry.kernels(dtype, device=device, pending=pending)]
+        specs = registry.kernels(dtype, device=device, pending=pending)
+        return [k.id for k in specs if dtype is None or str(dtype) != "torch.float32" or getattr(k, "math", "fp32") == precision]
     try:
         specs = [registry.get(n) for n in names]
     except ValueError as exc:
@@ -242,11 +246,11 @@ def bench_cmd(
             raise typer.BadParameter(str(exc)) from None
         ids = list(kernel)
     else:
-        from .bench.run import DTYPES
+        from .bench.run import DTYPES, PRECISIONS
 
         if dtype not in DTYPES:
             raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
-        ids = _kernel_ids(kernel, device, pending, DTYPES[dtype] if device == "cuda" else None)
+        ids = _kernel_ids(kernel, device, pending, DTYPES[dtype] if device == "cuda" else None, PRECISIONS.get(dtype, "fp32"))
     if device == "cpu":
         from .bench import cpu as bench_cpu
 
@@ -263,8 +267,6 @@ def bench_cmd(
             raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(bench_run.DTYPES)}")
         torch_dtype = bench_run.DTYPES[dtype]
         precision = bench_run.PRECISIONS.get(dtype, "fp32")
-        if not kernel and torch_dtype == torch.float32:  # the default set: kernels of this arithmetic
-            ids = [k for k in ids if registry.get(k).math == precision]
         for k in ids:
             spec = registry.get(k.split("[")[0])
             if torch_dtype not in spec.dtypes or (torch_dtype == torch.float32 and spec.math != precision):
@@ -490,6 +492,8 @@ def plot_cmd(
         if tc and any(r.get("dtype") == "bfloat16" for r in run["records"]):
             written.append(out / f"{slug}-vs-size-bfloat16.png")
             plots.versus_size(run, tc, written[-1], dtype="bfloat16")
+            written.append(out / f"{slug}-ladder-{shape}-bfloat16.png")
+            plots.ladder_bars(run, parse_shape(shape), written[-1], dtype="bfloat16")
         peak = report.newest_peak(results, slug)
         if peak is not None:
             written.append(out / f"{slug}-roofline.png")
