@@ -8,20 +8,28 @@ import torch
 
 import gemmlab
 from gemmlab import registry
+from gemmlab.check import precision_of
 
 dims = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "2048").lower().split("x")]
 M, N, K = dims * 3 if len(dims) == 1 else dims
 ids = sys.argv[2:] or [k.id for k in registry.kernels()]
 inputs = {}
-for kid in ids:  # each kernel in its first dtype (float32 for the SIMT ladder, bf16 for tensor cores)
+for kid in ids:  # each kernel in its first dtype (float32 for the SIMT ladder and TF32, bf16 for tensor cores)
     dt = registry.get(kid).dtypes[0]
     if dt not in inputs:
         inputs[dt] = ((torch.rand(M, K, device="cuda") * 2 - 1).to(dt), (torch.rand(K, N, device="cuda") * 2 - 1).to(dt))
+
+
+def run(kid: str) -> None:
+    dt = registry.get(kid).dtypes[0]
+    gemmlab.gemm(*inputs[dt], kernel=kid, precision=precision_of(kid, dt))
+
+
 for kid in ids:
-    gemmlab.gemm(*inputs[registry.get(kid).dtypes[0]], kernel=kid)  # first launch compiles and loads
+    run(kid)  # the first launch compiles and loads
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStart()
 for kid in ids:
-    gemmlab.gemm(*inputs[registry.get(kid).dtypes[0]], kernel=kid)
+    run(kid)
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStop()

@@ -89,10 +89,17 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
     return (
         f"{meta['gpu']}, driver {meta.get('driver')}, torch {v['torch']} (CUDA {v['torch_cuda']}), "
         f"cuda-core {v['cuda_core']}, NVRTC {v['nvrtc']}, {_commits(meta)}; {clock_txt}. "
-        f"Median of {recs[0]['reps']} event-timed runs with L2 flushed, {recs[0].get('dtype', 'float32')} (TF32 off); "
+        f"Median of {recs[0]['reps']} event-timed runs with L2 flushed, {_arithmetic(recs[0].get('dtype', 'float32'))}; "
         f"ratio = cuBLAS median time / kernel median time; cuBLAS = torch.mm, the better of the "
         f"cublas and cublasLt backends, timed in the same rounds (its median across kernels shown)."
     )
+
+
+def _arithmetic(dtype: str) -> str:
+    return {
+        "float32": "float32 (TF32 off)",
+        "tf32": "float32 inputs multiplied as TF32 (cuBLAS with TF32 on), B transposed by torch inside the timed call",
+    }.get(dtype, f"{dtype} inputs and output, fp32 accumulation")
 
 
 def _commits(meta: dict) -> str:
