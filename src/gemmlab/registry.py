@@ -647,6 +647,28 @@ TC_05 = KernelSpec(
 )
 
 
+# What tc06-tc08 share: a producer warpgroup plus one consumer warpgroup per 64 rows of a 256-wide
+# tile; tc07 and tc08 add the persistent, clustered schedule.
+_WS_BM = Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64 or 128)")
+_WS_STAGES = Param("STAGES", 4, "shared buffers in the TMA ring")
+_CLUSTER_GROUP = Param("GROUP", 8, "cluster rows walked together by the tile scheduler (L2 reuse)")
+_WS_BLOCK = lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1)  # noqa: E731
+# every cluster tile's blocks; the launch caps this at the blocks that can be resident at once
+_CLUSTER_GRID = lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"]) * c["CM"], 1, 1)  # noqa: E731
+
+
+def _cluster_m(options: tuple[int, ...]) -> Param:
+    names = ", ".join(map(str, options[:-1])) + f" or {options[-1]}"
+    return Param("CM", 2, f"blocks per cluster along M, sharing B tiles by multicast ({names})")
+
+
+def _check_cluster(c: GemmConfig, cm: tuple[int, ...]) -> str | None:
+    return _first_failure(
+        (c["CM"] in cm, f"CM must be one of {cm} (blocks per cluster along M)"),
+        (c["GROUP"] >= 1, "GROUP must be at least 1"),
+    )
+
+
 def _tc06_smem(c: GemmConfig) -> int:
     return c["STAGES"] * _tma_stage_bytes(c) + _barriers(c) + 1024
 
@@ -659,12 +681,12 @@ TC_06 = KernelSpec(
     source="tensorcore/06_warp_specialized.cu",
     entry="tc_warp_specialized",
     params=(
-        Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64 or 128)"),
+        _WS_BM,
         Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)"),
         Param("BK", 64, "K slice of one stage (64: one 128-byte swizzle row)"),
-        Param("STAGES", 4, "shared buffers in the TMA ring"),
+        _WS_STAGES,
     ),
-    block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
+    block=_WS_BLOCK,
     grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
     dtypes=(torch.bfloat16, torch.float16),
     dynamic_smem=_tc06_smem,
@@ -683,10 +705,7 @@ def _tc07_smem(c: GemmConfig) -> int:
 
 
 def _check_07_tc(c: GemmConfig) -> str | None:
-    return _check_tma_tiles(c, (256,), 128, _tc07_smem(c), bk=(64, 32)) or _first_failure(
-        (c["CM"] in (1, 2, 4), "CM must be 1, 2 or 4 (blocks per cluster along M)"),
-        (c["GROUP"] >= 1, "GROUP must be at least 1"),
-    )
+    return _check_tma_tiles(c, (256,), 128, _tc07_smem(c), bk=(64, 32)) or _check_cluster(c, (1, 2, 4))
 
 
 TC_07 = KernelSpec(
@@ -697,17 +716,16 @@ TC_07 = KernelSpec(
     source="tensorcore/07_persistent_cluster.cu",
     entry="tc_persistent_cluster",
     params=(
-        Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64 or 128)"),
+        _WS_BM,
         Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)"),
         Param("BK", 64, "K slice of one stage: 64 (128-byte swizzle rows of A) or 32 (64-byte, twice the stages)"),
-        Param("STAGES", 4, "shared buffers in the TMA ring"),
-        Param("CM", 2, "blocks per cluster along M, sharing B tiles by multicast (1, 2 or 4)"),
-        Param("GROUP", 8, "cluster rows walked together by the tile scheduler (L2 reuse)"),
+        _WS_STAGES,
+        _cluster_m((1, 2, 4)),
+        _CLUSTER_GROUP,
         Param("TMA_STORE", 1, "1: epilogue through swizzled smem and TMA stores; 0: registers to global"),
     ),
-    block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
-    # every cluster tile's blocks; the launch caps this at the blocks that fit on the device's SMs
-    grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"]) * c["CM"], 1, 1),
+    block=_WS_BLOCK,
+    grid=_CLUSTER_GRID,
     dtypes=(torch.bfloat16, torch.float16),
     dynamic_smem=_tc07_smem,
     check_config=_check_07_tc,
@@ -720,6 +738,7 @@ TC_07 = KernelSpec(
     min_capability=(9, 0),
 )
 
+
 def _tc08_smem(c: GemmConfig) -> int:
     return c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 4 + _barriers(c) + 1024
 
@@ -730,10 +749,8 @@ def _check_08_tc(c: GemmConfig) -> str | None:
         (c["BN"] == 256, "BN must be 256 (one m64n256k8 MMA a warpgroup)"),
         (c["BK"] == 32, "BK must be 32 (32 fp32: one 128-byte swizzle row)"),
         (c["STAGES"] >= 2, "STAGES must be at least 2"),
-        (c["CM"] in (1, 2), "CM must be 1 or 2 (blocks per cluster along M)"),
-        (c["GROUP"] >= 1, "GROUP must be at least 1"),
         (_tc08_smem(c) <= 227 * 1024, f"shared memory {_tc08_smem(c)} B exceeds 227 KB"),
-    )
+    ) or _check_cluster(c, (1, 2))
 
 
 TC_08 = KernelSpec(
@@ -744,15 +761,15 @@ TC_08 = KernelSpec(
     source="tensorcore/08_tf32.cu",
     entry="tc_tf32",
     params=(
-        Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64 or 128)"),
+        _WS_BM,
         Param("BN", 256, "columns of C a block (256: one m64n256k8 MMA a warpgroup)"),
         Param("BK", 32, "K slice of one stage (32 fp32: one 128-byte swizzle row)"),
-        Param("STAGES", 4, "shared buffers in the TMA ring"),
-        Param("CM", 2, "blocks per cluster along M, sharing B tiles by multicast (1 or 2)"),
-        Param("GROUP", 8, "cluster rows walked together by the tile scheduler (L2 reuse)"),
+        _WS_STAGES,
+        _cluster_m((1, 2)),
+        _CLUSTER_GROUP,
     ),
-    block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
-    grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"]) * c["CM"], 1, 1),
+    block=_WS_BLOCK,
+    grid=_CLUSTER_GRID,
     dtypes=(torch.float32,),
     dynamic_smem=_tc08_smem,
     check_config=_check_08_tc,

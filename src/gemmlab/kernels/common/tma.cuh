@@ -71,6 +71,43 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
         : "memory");
 }
 
+// The barriers of a ring of `stages` stages, by one thread: full[s] completes when the producer's
+// arrive_expect_tx and every byte it announced are in; empty[s] after `releases` arrivals of the
+// consumers done with the stage. Follow with a block- or cluster-wide barrier before use.
+__device__ __forceinline__ void init_ring(unsigned long long* full, unsigned long long* empty, int stages,
+                                          unsigned releases) {
+    for (int s = 0; s < stages; ++s) {
+        mbar_init(&full[s], 1);
+        mbar_init(&empty[s], releases);
+    }
+    fence_mbar_init();
+}
+
+// A consumer warpgroup is done with a stage: its first thread arrives on the stage's empty barrier
+// in every block of the cluster (CM blocks sharing the stage through multicast; CM = 1: this one).
+template <int CM>
+__device__ __forceinline__ void release_stage(unsigned long long* empty) {
+    if (threadIdx.x % 128 != 0) return;
+    if constexpr (CM > 1) {
+#pragma unroll
+        for (int r = 0; r < CM; ++r) mbar_arrive_cluster(empty, r);
+    } else {
+        mbar_arrive(empty);
+    }
+}
+
+// The persistent kernels' tile order: cluster tile t (of tiles_m x tiles_n, each CM blocks of
+// BM rows stacked along M, BN wide) -> the top-left element of block `rank`'s tile. Tiles are
+// walked in groups of `group` cluster rows, column by column within a group, so the blocks that
+// run at one time share rows of A and columns of B in L2.
+__device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tiles_n, int group, int cm, int rank,
+                                                    int bm, int bn, int& row0, int& col0) {
+    const int per_group = group * tiles_n, top = t / per_group * group;
+    const int rows = min(tiles_m - top, group), in_group = t % per_group;
+    row0 = ((top + in_group % rows) * cm + rank) * bm;
+    col0 = (in_group / rows) * bn;
+}
+
 // ---- TMA -----------------------------------------------------------------------------------
 
 // Bring the tensor map into the TMA unit's cache before its first use.

@@ -44,11 +44,7 @@ tc_tma(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ g
     if (tid == 0) {
         gemmlab::tma_prefetch_map(&tmA);
         gemmlab::tma_prefetch_map(&tmB);
-        for (int s = 0; s < STAGES; ++s) {
-            gemmlab::mbar_init(&full[s], 1);           // the producer's arrive_expect_tx
-            gemmlab::mbar_init(&empty[s], WARPGROUPS);  // one arrival per consuming warpgroup
-        }
-        gemmlab::fence_mbar_init();
+        gemmlab::init_ring(full, empty, STAGES, WARPGROUPS);  // a release per consuming warpgroup
     }
     __syncthreads();
 
@@ -97,7 +93,7 @@ tc_tma(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ g
             for (int i = 0; i < 64; ++i) gemmlab::wgmma_fence_operand(acc[j][i]);
         if (kt > 0) {
             const int done = kt - 1, done_stage = done % STAGES;
-            if (tid % 128 == 0) gemmlab::mbar_arrive(&empty[done_stage]);
+            gemmlab::release_stage<1>(&empty[done_stage]);
             if (tid == 0 && done + STAGES < KT) {
                 gemmlab::mbar_wait(&empty[done_stage], (done / STAGES) & 1);  // every warpgroup is done with it
                 load_tile(done + STAGES);

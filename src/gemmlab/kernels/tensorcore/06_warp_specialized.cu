@@ -41,11 +41,7 @@ tc_warp_specialized(const __grid_constant__ gemmlab::TensorMap tmA, const __grid
     if (tid == 0) {
         gemmlab::tma_prefetch_map(&tmA);
         gemmlab::tma_prefetch_map(&tmB);
-        for (int s = 0; s < STAGES; ++s) {
-            gemmlab::mbar_init(&full[s], 1);
-            gemmlab::mbar_init(&empty[s], CONSUMERS);
-        }
-        gemmlab::fence_mbar_init();
+        gemmlab::init_ring(full, empty, STAGES, CONSUMERS);
     }
     __syncthreads();
 
@@ -88,7 +84,7 @@ tc_warp_specialized(const __grid_constant__ gemmlab::TensorMap tmA, const __grid
         gemmlab::wgmma_wait<1>();  // tile kt - 1's MMAs are done: release its stage
 #pragma unroll
         for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-        if (kt > 0 && tid % 128 == 0) gemmlab::mbar_arrive(&empty[(kt - 1) % STAGES]);
+        if (kt > 0) gemmlab::release_stage<1>(&empty[(kt - 1) % STAGES]);
     }
     gemmlab::wgmma_wait<0>();
 #pragma unroll

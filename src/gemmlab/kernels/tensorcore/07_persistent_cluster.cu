@@ -54,24 +54,15 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);  // cluster tiles
     const int tiles = tiles_m * tiles_n, first = blockIdx.x / CM, stride = gridDim.x / CM;
 
-    // Cluster tile t -> (block row of this block, block column), grouped: GROUP cluster rows are
-    // walked column by column before the next group starts.
     auto tile_origin = [&](int t, int& row0, int& col0) {
-        const int per_group = GROUP * tiles_n, g = t / per_group, top = g * GROUP;
-        const int rows = min(tiles_m - top, GROUP), in_group = t % per_group;
-        row0 = ((top + in_group % rows) * CM + static_cast<int>(rank)) * BM;
-        col0 = (in_group / rows) * BN;
+        gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, static_cast<int>(rank), BM, BN, row0, col0);
     };
 
     if (tid == 0) {
         gemmlab::tma_prefetch_map(&tmA);
         gemmlab::tma_prefetch_map(&tmB);
         gemmlab::tma_prefetch_map(&tmD);
-        for (int s = 0; s < STAGES; ++s) {
-            gemmlab::mbar_init(&full[s], 1);
-            gemmlab::mbar_init(&empty[s], CONSUMERS * CM);  // every consumer of the cluster
-        }
-        gemmlab::fence_mbar_init();
+        gemmlab::init_ring(full, empty, STAGES, CONSUMERS * CM);  // every consumer of the cluster releases
     }
     // No block may signal a peer's barriers before the peer has initialised them.
     if constexpr (CM > 1) gemmlab::cluster_sync(); else __syncthreads();
@@ -118,16 +109,6 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         constexpr int E16 = 16 / sizeof(T);
         const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
-        auto release = [&](int stage) {
-            if (ctid == 0) {
-                if constexpr (CM > 1) {
-#pragma unroll
-                    for (int r = 0; r < CM; ++r) gemmlab::mbar_arrive_cluster(&empty[stage], r);
-                } else {
-                    gemmlab::mbar_arrive(&empty[stage]);
-                }
-            }
-        };
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int row0, col0;
@@ -148,12 +129,12 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                 gemmlab::wgmma_wait<1>();
 #pragma unroll
                 for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                if (kt > 0) release((it - 1) % STAGES);
+                if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
             }
             gemmlab::wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-            if (KT > 0) release((it - 1) % STAGES);
+            if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
             // Epilogue: chunk j (columns 64 j .. 64 j + 63) through staging buffer j % 2.
             const int rows0 = row0 + c * 64, r_top = warp * 16 + lane / 4;

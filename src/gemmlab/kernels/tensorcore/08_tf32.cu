@@ -45,21 +45,14 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);
     const int tiles = tiles_m * tiles_n, first = blockIdx.x / CM, stride = gridDim.x / CM;
 
-    auto tile_origin = [&](int t, int& row0, int& col0) {  // as tc07
-        const int per_group = GROUP * tiles_n, g = t / per_group, top = g * GROUP;
-        const int rows = min(tiles_m - top, GROUP), in_group = t % per_group;
-        row0 = ((top + in_group % rows) * CM + static_cast<int>(rank)) * BM;
-        col0 = (in_group / rows) * BN;
+    auto tile_origin = [&](int t, int& row0, int& col0) {
+        gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, static_cast<int>(rank), BM, BN, row0, col0);
     };
 
     if (tid == 0) {
         gemmlab::tma_prefetch_map(&tmA);
         gemmlab::tma_prefetch_map(&tmBt);
-        for (int s = 0; s < STAGES; ++s) {
-            gemmlab::mbar_init(&full[s], 1);
-            gemmlab::mbar_init(&empty[s], CONSUMERS * CM);
-        }
-        gemmlab::fence_mbar_init();
+        gemmlab::init_ring(full, empty, STAGES, CONSUMERS * CM);  // every consumer of the cluster releases
     }
     if constexpr (CM > 1) gemmlab::cluster_sync(); else __syncthreads();
 
@@ -88,20 +81,10 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         __syncwarp();
     } else {
         gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
-        const int c = wg - 1, ctid = tid % 128;
+        const int c = wg - 1;
         // Both K-major with 128-byte rows: 8-row groups 1024 bytes apart; a k8 step is 32 bytes.
         const unsigned long long desc_a0 = gemmlab::wgmma_desc(sA + c * 64 * BK, 16, 1024);
         const unsigned long long desc_b0 = gemmlab::wgmma_desc(sB, 16, 1024);
-        auto release = [&](int stage) {
-            if (ctid == 0) {
-                if constexpr (CM > 1) {
-#pragma unroll
-                    for (int r = 0; r < CM; ++r) gemmlab::mbar_arrive_cluster(&empty[stage], r);
-                } else {
-                    gemmlab::mbar_arrive(&empty[stage]);
-                }
-            }
-        };
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int row0, col0;
@@ -122,12 +105,12 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                 gemmlab::wgmma_wait<1>();
 #pragma unroll
                 for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                if (kt > 0) release((it - 1) % STAGES);
+                if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
             }
             gemmlab::wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-            if (KT > 0) release((it - 1) % STAGES);
+            if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
             gemmlab::store_accumulators<float>(acc, C, D, row0 + c * 64, col0, M, N, ldc, ldd, alpha, beta);
         }
     }
