@@ -337,20 +337,25 @@ def overhead_cmd(
     kernel: str = typer.Option("auto", help="kernel id or auto"),
     size: int = typer.Option(64, help="M = N = K"),
     out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/overhead-<time>.json"),
+    dtype: Optional[list[str]] = typer.Option(None, help="float32, bf16 or fp16 (repeatable; default float32 and bf16)"),
 ) -> None:
     """Measure the per-call host overhead of gemm() on a cached kernel."""
     _require_gpu()
     from .bench import environment, overhead
-    from .bench.run import results_path, write_run
+    from .bench.run import DTYPES, PRECISIONS, results_path, write_run
 
+    names = dtype or ["float32", "bf16"]
+    bad = [d for d in names if d not in DTYPES or d in PRECISIONS]
+    if bad:
+        raise typer.BadParameter(f"--dtype {bad[0]!r}: one of float32, bf16, fp16")
     meta = environment.describe(0)
     meta["kind"] = "overhead"
-    rec = overhead.measure(kernel=kernel, n=size)
+    recs = [overhead.measure(kernel=kernel, n=size, dtype=DTYPES[d]) for d in names]
     path = results_path(out, meta, "overhead")
-    write_run(path, meta, [rec])
+    write_run(path, meta, recs)
     from .bench.report import overhead_table
 
-    console.print(overhead_table({"meta": meta, "records": [rec]}))
+    console.print(overhead_table({"meta": meta, "records": recs}))
     console.print(f"record: {path}")
 
 

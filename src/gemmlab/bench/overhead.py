@@ -80,22 +80,30 @@ def _kernel_us_events(fn, calls: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e3
 
 
-def measure(kernel: str = "auto", n: int = 64, calls: int = 2000, device_id: int = 0) -> dict:
+def measure(kernel: str = "auto", n: int = 64, calls: int = 2000, device_id: int = 0,
+            dtype: torch.dtype = torch.float32) -> dict:  # fmt: skip
+    """dtype picks the ladder: float32 the SIMT kernels, bfloat16/float16 the tensor-core ones
+    (whose TMA steps also look up their cached tensor maps on every call)."""
     dev = f"cuda:{device_id}"
-    a = torch.rand((n, n), device=dev) * 2 - 1
-    b = torch.rand((n, n), device=dev) * 2 - 1
-    out = torch.empty((n, n), device=dev)
+    a = (torch.rand((n, n), device=dev) * 2 - 1).to(dtype)
+    b = (torch.rand((n, n), device=dev) * 2 - 1).to(dtype)
+    out = torch.empty((n, n), device=dev, dtype=dtype)
     launch = prepare(a, b, kernel=kernel, out=out)
     for _ in range(100):  # compile, load, warm every cache
         gemm(a, b, kernel=kernel)
         gemm(a, b, kernel=kernel, out=out)
         torch.mm(a, b, out=out)
     torch.cuda.synchronize()
+    from ..problem import problem_from_tensors
+    from ..configs import select
+
     result = dict(
         M=n,
         N=n,
         K=n,
         kernel=kernel,
+        dtype=str(dtype).removeprefix("torch."),
+        chosen=select(problem_from_tensors(a, b, None, out), kernel)[0].id,
         calls=calls,
         kernel_us=_kernel_us(launch, calls // 4),
         host_us=_host_us(lambda: gemm(a, b, kernel=kernel), calls),

@@ -119,8 +119,14 @@ def _cpu_note(meta: dict, recs: list[dict]) -> str:
 
 
 def overhead_table(run: dict) -> str:
-    r = run["records"][0]
+    """One table per record (dtype) of an overhead run."""
     meta = run["meta"]
+    tables = [_overhead_rows(r) for r in run["records"]]
+    r = run["records"][0]
+    return "\n\n".join(tables) + f"\n\n{meta['gpu']}, commit `{meta['commit'][:12]}`, {meta['time']}; medians of {r['calls']} calls."
+
+
+def _overhead_rows(r: dict) -> str:
     rows = [
         ("gemm(a, b): host time per call", r["host_us"], r["torch_mm_host_us"]),
         ("gemm(a, b, out=out): host time per call", r["host_us_out"], None),
@@ -128,10 +134,11 @@ def overhead_table(run: dict) -> str:
         ("one call + synchronize, wall time", r["sync_us"], r["torch_mm_sync_us"]),
         ("the kernel alone (CUDA events)", r["kernel_us"], None),
     ]
-    lines = [f"| {r['M']}x{r['N']}x{r['K']}, kernel={r['kernel']} | gemmlab (us) | torch.mm (us) |", "|---|---|---|"]
+    chosen = f" ({r['chosen']})" if "chosen" in r else ""
+    lines = [f"| {r['M']}x{r['N']}x{r['K']} {r.get('dtype', 'float32')}, kernel={r['kernel']}{chosen} | gemmlab (us) | torch.mm (us) |",
+             "|---|---|---|"]  # fmt: skip
     for name, ours, theirs in rows:
         lines.append(f"| {name} | {ours:.1f} | {'' if theirs is None else f'{theirs:.1f}'} |")
-    lines.append(f"\n{meta['gpu']}, commit `{meta['commit'][:12]}`, {meta['time']}; medians of {r['calls']} calls.")
     return "\n".join(lines)
 
 
