@@ -254,3 +254,21 @@ def test_bench_resume_skips_measured_cases(tmp_path):
     )
     assert again == path and [r["kernel"] for r in recs] == ["sgemm_03_smem_tile", "sgemm_04_thread_tile_1d"]
     assert recs[0]["times_ms"] == first[0]["times_ms"]  # kept, not re-measured
+
+
+@pytest.mark.parametrize("kernel", [k.id for k in registry.kernels(pending=True) if k.tma])
+def test_tensor_maps_do_not_keep_tensors_alive(kernel):
+    """The tensor-map cache holds maps, not tensors: after the caller drops them, a, b and the
+    result are freed (a cache that kept them would hold up to a thousand matrices' memory)."""
+    import gc
+    import weakref
+
+    dtype = registry.get(kernel).dtypes[0]
+    a, b = mat(kernel, 128, 64, dtype), mat(kernel, 64, 256, dtype)
+    refs = [weakref.ref(a), weakref.ref(b)]
+    out = gemm_k(kernel, a, b)
+    refs.append(weakref.ref(out))
+    torch.cuda.synchronize()
+    del a, b, out
+    gc.collect()
+    assert all(r() is None for r in refs)

@@ -7,12 +7,17 @@ aligned address and a row stride that is a multiple of 16 bytes; registry.tma_co
 that into a reason 'auto' reads, so other operands go to a kernel without TMA.
 
 Encoding costs microseconds, so maps are memoised on everything they encode (address, shape,
-stride, dtype, box): repeated calls on the same tensors reuse them. A map holds no reference to
-the tensor; one whose memory was freed is simply never launched again unless a new tensor of the
-same address and layout asks for exactly that map, which is then correct for it.
+stride, dtype, box): repeated calls on the same tensors reuse them. A map must not keep its
+tensor alive (cuda.core's descriptor holds on to what it was built from, and a cache of maps
+would then hold up to _MAPS_MAX tensors' memory): maps are built from a small stand-in that
+describes the memory by address (__cuda_array_interface__), never from the tensor. A map whose
+memory was freed is simply never launched again unless a new tensor of the same address and
+layout asks for exactly that map, which is then correct for it.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import torch
 
@@ -22,6 +27,24 @@ _MAPS: dict[tuple, object] = {}
 _MAPS_MAX = 1024
 
 
+class _Matrix:
+    """rows x cols elements of `itemsize` bytes at a device address, row stride ld elements: what
+    cuda.core reads through __cuda_array_interface__, without a reference to any tensor. The type
+    string only gives the element size (the tensor map's data type is passed explicitly)."""
+
+    _TYPESTR = {2: "<u2", 4: "<f4"}
+
+    def __init__(self, ptr: int, rows: int, cols: int, ld: int, itemsize: int):
+        self.__cuda_array_interface__ = {
+            "shape": (rows, cols),
+            "strides": (ld * itemsize, itemsize),
+            "typestr": self._TYPESTR[itemsize],
+            "data": (ptr, False),
+            "version": 3,
+        }
+
+
+@lru_cache(maxsize=None)
 def _enums():
     """cuda.core's TensorMapDataType and TensorMapSwizzle, from the module that defines
     TensorMapDescriptor (cuda.core._tensor_map, or cuda.core.cu13._tensor_map in wheels that keep
@@ -67,7 +90,7 @@ def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, i
     from cuda.core.utils import StridedMemoryView
 
     _, swizzle = _enums()
-    view = StridedMemoryView.from_dlpack(t.as_strided((rows, cols), (ld, 1)), stream_ptr=-1)
+    view = StridedMemoryView.from_cuda_array_interface(_Matrix(t.data_ptr(), rows, cols, ld, t.element_size()), stream_ptr=-1)
     found = view.as_tensor_map(box_dim=tuple(box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
     if len(_MAPS) >= _MAPS_MAX:
         _MAPS.clear()
