@@ -189,14 +189,6 @@ __device__ __forceinline__ void stmatrix_x4(void* row, unsigned m0, unsigned m1,
                  : "memory");
 }
 
-// The same four blocks stored transposed: row r of stored matrix m (addressed by lane 8 m + r) gets
-// column r of the block the registers hold -- an accumulator of D^T lands in D's layout.
-__device__ __forceinline__ void stmatrix_x4_trans(void* row, unsigned m0, unsigned m1, unsigned m2, unsigned m3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)),
-                 "r"(m0), "r"(m1), "r"(m2), "r"(m3)
-                 : "memory");
-}
-
 // Two floats rounded to T and packed low-first into 32 bits (the element order in memory).
 template <typename T>
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {

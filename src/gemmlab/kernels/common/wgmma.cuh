@@ -172,30 +172,6 @@ __device__ __forceinline__ void wgmma_m64n256k16<__half, 1>(float (&d)[128], uns
                  : "l"(da), "l"(db));
 }
 
-// The same MMA with the roles of the layouts swapped: A MN-major (trans-a = 1: rows along K, the
-// 64 M-elements contiguous), B K-major (trans-b = 0). tc09 computes D^T = B^T A^T with it, so the
-// wide 256-column operand is read K-major.
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n256k16_ta(float (&d)[128], unsigned long long da, unsigned long long db);
-
-template <>
-__device__ __forceinline__ void wgmma_m64n256k16_ta<__nv_bfloat16>(float (&d)[128], unsigned long long da,
-                                                                   unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " GEMMLAB_WGMMA_D128
-                 ", %128, %129, 1, 1, 1, 1, 0;\n"
-                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_m64n256k16_ta<__half>(float (&d)[128], unsigned long long da,
-                                                            unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " GEMMLAB_WGMMA_D128
-                 ", %128, %129, 1, 1, 1, 1, 0;\n"
-                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
-
 // ---- wgmma.mma_async m64n256k8 TF32: fp32 inputs, both operands K-major ------------------------
 //
 // The tensor cores read fp32 elements from shared memory and multiply their TF32 part (sign, 8
