@@ -22,7 +22,7 @@ def fresh_cache(tmp_path, monkeypatch):
 
 COMPILE_CASES = [
     pytest.param(k, d, id=f"{k.id}-{str(d).removeprefix('torch.')}" if d else k.id)
-    for k in KERNELS + registry.PENDING + (registry.UTIL_TRANSPOSE,)
+    for k in KERNELS + registry.PENDING
     for d in (k.dtypes if k.type_param else (None,))
 ]
 
@@ -170,8 +170,3 @@ def test_missing_ptxas_report_is_a_warning_not_a_failure(fresh_cache, monkeypatc
         ck = jit.compile_kernel(spec, spec.default_config(), ARCH)
     assert ck.cubin[:4] == b"\x7fELF" and ck.usage.registers == -1 and ck.usage.source == "unknown"
     assert list(fresh_cache.glob("*.bin")) == []  # an incomplete report is not cached
-
-
-def test_transpose_keeps_its_tile_in_shared_memory():
-    ck = jit.compile_kernel(registry.UTIL_TRANSPOSE, registry.UTIL_TRANSPOSE.default_config(), ARCH)
-    assert ck.usage.static_smem == 32 * 33 * 4  # one padding column: conflict-free column reads

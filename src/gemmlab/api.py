@@ -152,29 +152,13 @@ def _staged(problem: GemmProblem, a, b) -> dict[str, tuple]:
         return {}
     pad = -(-K // per16) * per16
     bt = torch.empty((N, pad), dtype=b.dtype, device=b.device)[:, :K]
-    _transpose(b, bt, problem)
+    bt.copy_(b.t())
     out = {"bt": (bt, N, K, pad)}
     if problem.a.ptr % 16 or (problem.a.ld % per16 and M > 1):
         a_copy = torch.empty((M, pad), dtype=a.dtype, device=a.device)[:, :K]
         a_copy.copy_(a)
         out["a"] = (a_copy, M, K, pad)
     return out
-
-
-def _transpose(b: torch.Tensor, bt: torch.Tensor, problem: GemmProblem) -> None:
-    """bt = b^T with our tiled transpose (torch's transposing copy of a 4096^2 fp32 matrix ran at
-    1 TB/s on an H200); torch's copy where the grid would be too tall."""
-    spec = registry.UTIL_TRANSPOSE
-    cfg = spec.default_config()
-    grid = spec.grid(problem.N, problem.K, cfg)
-    if grid[1] > registry.GRID_YZ_MAX:
-        bt.copy_(b.t())
-        return
-    device_id = problem.device.index if problem.device.index is not None else torch.cuda.current_device()
-    loaded = jit.load_kernel(spec, cfg, device_id)
-    i32 = launch.i32
-    launch.launch(loaded, device_id, grid, spec.block(cfg), problem.b.ptr, bt.data_ptr(), i32(problem.K),
-                  i32(problem.N), i32(problem.b.ld), i32(bt.stride(0)))  # fmt: skip
 
 
 def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) -> tuple:

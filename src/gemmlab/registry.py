@@ -783,20 +783,6 @@ TC_08 = KernelSpec(
     staged=True,
 )
 
-# Not a GEMM: the transposed copy of B that gemm() hands tc08 (api._staged).
-UTIL_TRANSPOSE = KernelSpec(
-    id="util_transpose_f32",
-    step=0,
-    title="transpose",
-    idea="Bt = B^T through 32 x 32 shared tiles: coalesced reads and writes",
-    source="util/transpose.cu",
-    entry="transpose_f32",
-    params=(),
-    block=lambda c: (32, 8, 1),
-    grid=lambda N, K, c: (cdiv(N, 32), cdiv(K, 32), 1),  # (columns of B, rows of B)
-    seeds="issue 3: TF32 needs B K-major",
-)
-
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01-tc04: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 # tc05-tc08: the GPU tests (366 cases of theirs) and check subsets on an H100, 2026-11-22; the full
