@@ -81,3 +81,21 @@ def test_profile_without_ncu_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(profile.ProfileError, match="ncu"):
         profile.run_ncu(["sgemm_01_naive"], (64, 64, 64), tmp_path / "x.csv")
+
+
+HOPPER_STEPS = [k for k in registry.kernels() if k.min_capability >= (9, 0)]
+
+
+@pytest.mark.skipif(sass.find_tool("cuobjdump") is None, reason="cuobjdump not installed")
+@pytest.mark.parametrize("spec", HOPPER_STEPS, ids=lambda k: k.id)
+def test_hopper_steps_run_hgmma_without_local_memory(spec):
+    """Issue 3: from tc04 on the SASS shows HGMMA (warpgroup MMAs) and no spills; the TMA steps load
+    with UTMALDG, and tc07 stores its epilogue with UTMASTG."""
+    dtype = spec.dtypes[0] if spec.type_param else None
+    text = sass.disassemble(jit.compile_kernel(spec, spec.default_config(), "sm_90a", dtype).cubin)
+    assert "HGMMA.64x" in text
+    assert " LDL" not in text and " STL" not in text
+    if spec.tma:
+        assert "UTMALDG" in text
+    if "d" in spec.tma:
+        assert "UTMASTG" in text
