@@ -3,6 +3,7 @@ what to launch (kernel, config, geometry) is decided before it is called."""
 
 from __future__ import annotations
 
+import math
 import threading
 from functools import lru_cache
 
@@ -107,7 +108,7 @@ def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None)
     the grid of a persistent kernel. Clusters live inside one GPC, and a GPC whose free SMs do not
     divide into whole clusters leaves some idle, so this asks the driver rather than dividing the
     SM count (a grid larger than this would run a second, mostly empty wave)."""
-    per_cluster = _prod(cluster) if cluster else 1
+    per_cluster = math.prod(cluster) if cluster else 1
     key = (loaded.spec.id, loaded.config, loaded.compiled.name_expression, device_id, block, cluster)
     if key in _CLUSTERS:
         return _CLUSTERS[key]
@@ -132,12 +133,6 @@ def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None)
     _CLUSTERS[key] = clusters * per_cluster
     return _CLUSTERS[key]
 
-
-def _prod(dims) -> int:
-    out = 1
-    for d in dims:
-        out *= d
-    return out
 
 
 def raise_dynamic_smem(loaded, device_id: int) -> None:

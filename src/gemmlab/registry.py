@@ -7,6 +7,7 @@ here, not in the .cu files.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -91,7 +92,7 @@ class KernelSpec:
 
     def config(self, **overrides: int) -> GemmConfig:
         cfg = _config_values(self, overrides)
-        threads = _prod(self.block(cfg))
+        threads = math.prod(self.block(cfg))
         if not 1 <= threads <= MAX_THREADS:
             raise ValueError(f"{self.id} {cfg.as_dict()} launches {threads} threads a block; 1..{MAX_THREADS} allowed")
         bad = self.check_config(cfg)
@@ -181,12 +182,6 @@ def _config_values(spec, overrides: dict) -> GemmConfig:
         raise ValueError(f"{spec.id} has no parameter(s) {sorted(unknown)}; it takes {sorted(names)}")
     return GemmConfig(spec.id, tuple((p.name, int(overrides.get(p.name, p.default))) for p in spec.params))
 
-
-def _prod(dims) -> int:
-    out = 1
-    for d in dims:
-        out *= d
-    return out
 
 
 def cdiv(a: int, b: int) -> int:
