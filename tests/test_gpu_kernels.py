@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gemmlab
-from gemmlab import registry
+from gemmlab import api, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.check import precision_of
 from gemmlab.reference import check_result
@@ -125,6 +125,23 @@ def test_strided_and_offset_views(kernel, dtype):
     gemm_k(kernel, a, b, c, alpha=1.0, beta=0.5, out=out)
     assert_ok(out, a, b, c, 1.0, 0.5, kernel, kernel)
     assert out_big[:, : 4 * s].isnan().all() and out_big[:, 4 * s + N :].isnan().all(), "wrote outside out"
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 17, 13), (127, 1000, 513), (300, 257, 1022)])
+def test_tf32_reads_16_byte_padded_operands_in_place(M, N, K, monkeypatch):
+    """tc08 takes float32 operands whose rows are padded to 16 bytes as they are -- no copy -- at
+    sizes no tile divides: TMA's zero fill and the transposed epilogue's bounds make the edges."""
+    copies, staged = [], api._staged
+    monkeypatch.setattr(api, "_staged", lambda *args: copies.append(staged(*args)) or copies[-1])
+
+    def padded(rows, cols, fill=None):
+        full = rand(rows, -(-cols // 4) * 4) if fill is None else torch.full((rows, -(-cols // 4) * 4), fill, device="cuda")
+        return full[:, :cols]
+
+    a, b, c, out = padded(M, K), padded(K, N), padded(M, N), padded(M, N, float("nan"))
+    gemmlab.gemm(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel="tc08_tf32", precision="tf32")
+    assert copies == [{}], "an operand TMA can read was copied"
+    assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel=tc08_tf32", "tc08_tf32")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

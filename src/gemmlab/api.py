@@ -60,8 +60,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
 def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: GemmConfig | None = None,
             precision="fp32") -> Callable[[], None]:  # fmt: skip
     """Validate once and return a function that relaunches the same GEMM (for benchmarks:
-    it skips validation and selection on every call; operands a kernel needs staged -- TF32's
-    transposed B -- are still prepared on every call, as gemm() does). config: another config of
+    it skips validation and selection on every call; copies a staged kernel needs -- TF32's
+    operands whose layout TMA cannot take -- are still made on every call, as gemm() does). config: another config of
     the chosen kernel (for tuning). The tensors must stay alive."""
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision)
     spec, cfg = select(problem, kernel)
@@ -143,22 +143,22 @@ def _operands(plan: _Plan, problem: GemmProblem, a, b, out) -> dict[str, tuple]:
 
 
 def _staged(problem: GemmProblem, a, b) -> dict[str, tuple]:
-    """TMA-ready copies for a staged kernel (TF32): Bt = B^T as [N][K] -- wgmma's TF32 form reads
-    both operands K-major -- and A itself, or a copy when its address or row stride does not suit
-    TMA. Row strides are padded to 16 bytes. torch makes the copies, on the current stream."""
-    per16 = 16 // a.element_size()
-    M, N, K = problem.M, problem.N, problem.K
-    if K == 0:
+    """For a staged kernel (TF32): a copy of A or B wherever its address or row stride does not
+    suit TMA, with rows padded to 16 bytes; operands that suit it are used as they are. torch
+    makes the copies, on the current stream."""
+    if problem.K == 0:
         return {}
-    pad = -(-K // per16) * per16
-    bt = torch.empty((N, pad), dtype=b.dtype, device=b.device)[:, :K]
-    bt.copy_(b.t())
-    out = {"bt": (bt, N, K, pad)}
-    if problem.a.ptr % 16 or (problem.a.ld % per16 and M > 1):
-        a_copy = torch.empty((M, pad), dtype=a.dtype, device=a.device)[:, :K]
-        a_copy.copy_(a)
-        out["a"] = (a_copy, M, K, pad)
-    return out
+    per16 = 16 // a.element_size()
+    copies = {}
+    for name, t in (("a", a), ("b", b)):
+        if registry.tma_constraints(problem, (name,)) is None:
+            continue
+        op = getattr(problem, name)
+        pad = -(-op.cols // per16) * per16
+        copy = torch.empty((op.rows, pad), dtype=t.dtype, device=t.device)[:, : op.cols]
+        copy.copy_(t)
+        copies[name] = (copy, op.rows, op.cols, pad)
+    return copies
 
 
 def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) -> tuple:
@@ -197,8 +197,8 @@ def _ld(t: torch.Tensor) -> int:
 
 def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, b, out: torch.Tensor):
     plan = _make_plan(spec, cfg, problem)
-    if spec.staged:  # copies are part of every call
-        return partial(_launch, plan, problem, a, b, out)
+    if spec.staged and problem.K > 0 and any(registry.tma_constraints(problem, (n,)) for n in ("a", "b")):
+        return partial(_launch, plan, problem, a, b, out)  # the copies are part of every call
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out)) if spec.tma else ()
     args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)

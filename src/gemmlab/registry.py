@@ -83,8 +83,9 @@ class KernelSpec:
     # The arithmetic of float32 problems: "fp32" (FFMA) or "tf32" (TF32 tensor cores, only when the
     # caller passes precision="tf32"). 16-bit kernels ignore it.
     math: str = "fp32"
-    # True when gemm() hands the kernel TMA-ready copies rather than the caller's tensors (TF32: B
-    # transposed to [N][K]), so the caller's layout never rules the kernel out.
+    # True when gemm() copies an operand whose address or row stride TMA cannot take into a padded,
+    # aligned buffer (TF32: a float32 caller cannot be asked to pad), so the caller's layout never
+    # rules the kernel out; aligned operands are used as they are.
     staged: bool = False
 
     def default_config(self) -> GemmConfig:
@@ -740,38 +741,42 @@ def _tc08_smem(c: GemmConfig) -> int:
 
 def _check_08_tc(c: GemmConfig) -> str | None:
     return _first_failure(
-        (c["BM"] in (64, 128), "BM must be 64 or 128 (one consumer warpgroup per 64 rows)"),
-        (c["BN"] == 256, "BN must be 256 (one m64n256k8 MMA a warpgroup)"),
+        (c["BM"] == 256, "BM must be 256 (the N of one m64n256k8 MMA: C's rows are the MMA's columns)"),
+        (c["BN"] in (64, 128), "BN must be 64 or 128 (one consumer warpgroup per 64 columns of C)"),
         (c["BK"] == 32, "BK must be 32 (32 fp32: one 128-byte swizzle row)"),
         (c["STAGES"] >= 2, "STAGES must be at least 2"),
+        (c["CM"] in (1, 2) and c["CN"] in (1, 2) and c["CM"] * c["CN"] <= 2,
+         "CM and CN must be 1 or 2, at most one of them 2 (clusters of at most two blocks)"),
+        (c["GROUP"] >= 1, "GROUP must be at least 1"),
         (_tc08_smem(c) <= 227 * 1024, f"shared memory {_tc08_smem(c)} B exceeds 227 KB"),
-    ) or _check_cluster(c, (1, 2))
+    )
 
 
 TC_08 = KernelSpec(
     id="tc08_tf32",
     step=8,
     title="TF32 wgmma",
-    idea="float32 inputs on the tensor cores as TF32 (asked for with precision='tf32'): tc07's pipeline, B transposed so both operands are K-major",
+    idea="float32 inputs on the tensor cores as TF32 (asked for with precision='tf32'): D^T = B^T A^T, B's fragments from registers, no transposed copy",
     source="tensorcore/08_tf32.cu",
     entry="tc_tf32",
     params=(
-        _WS_BM,
-        Param("BN", 256, "columns of C a block (256: one m64n256k8 MMA a warpgroup)"),
+        Param("BM", 256, "rows of C a block (256: the N of one m64n256k8 MMA)"),
+        Param("BN", 128, "columns of C a block: 64 per consumer warpgroup (64 or 128)"),
         Param("BK", 32, "K slice of one stage (32 fp32: one 128-byte swizzle row)"),
         _WS_STAGES,
-        _cluster_m((1, 2)),
+        Param("CM", 2, "blocks per cluster along M, sharing B tiles by multicast (1 or 2)"),
+        Param("CN", 1, "blocks per cluster along N, sharing A tiles by multicast (1 or 2; CM * CN <= 2)"),
         _CLUSTER_GROUP,
     ),
-    block=_WS_BLOCK,
-    grid=_CLUSTER_GRID,
+    block=lambda c: ((c["BN"] // 64 + 1) * 128, 1, 1),
+    grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"] * c["CN"]) * c["CM"] * c["CN"], 1, 1),
     dtypes=(torch.float32,),
     dynamic_smem=_tc08_smem,
     check_config=_check_08_tc,
-    seeds="issue 3: TF32 on request; wgmma's TF32 form takes K-major operands only",
-    tma=("a", "bt"),
-    tma_boxes=lambda c: {"a": (c["BM"], c["BK"]), "bt": (c["BN"] // c["CM"], c["BK"])},
-    cluster=lambda c: (c["CM"], 1, 1),
+    seeds="issue 3: TF32 on request; wgmma reads TF32 from shared memory K-major only, A may come from registers",
+    tma=("a", "b"),
+    tma_boxes=lambda c: {"a": (c["BM"] // c["CN"], c["BK"]), "b": (c["BK"], 32)},
+    cluster=lambda c: (c["CM"] * c["CN"], 1, 1),
     persistent=True,
     min_capability=(9, 0),
     math="tf32",

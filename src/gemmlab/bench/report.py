@@ -98,7 +98,7 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
 def _arithmetic(dtype: str) -> str:
     return {
         "float32": "float32 (TF32 off)",
-        "tf32": "float32 inputs multiplied as TF32 (cuBLAS with TF32 on), B transposed by torch inside the timed call",
+        "tf32": "float32 inputs multiplied as TF32 (cuBLAS with TF32 on); operands whose row stride TMA cannot take (odd sizes) are copied to padded rows inside the timed call",
     }.get(dtype, f"{dtype} inputs and output, fp32 accumulation")
 
 

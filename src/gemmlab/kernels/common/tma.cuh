@@ -229,4 +229,21 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
     }
 }
 
+// The same for a warpgroup that computed the transpose: acc holds a 64 x N tile of D^T whose
+// top-left element is D^T[n0][m0], so its element (row r, column c) goes to D[m0 + c][n0 + r].
+// Scalar stores: for one register, the eight lanes of a quad column write eight consecutive
+// elements of a row of D (32 bytes), four rows an instruction.
+template <typename T, int NACC>
+__device__ __forceinline__ void store_accumulators_transposed(const float (&acc)[NACC], const T* C, T* D, int m0,
+                                                              int n0, int M, int N, int ldc, int ldd, float alpha,
+                                                              float beta) {
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int n_top = n0 + warp * 16 + lane / 4;
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) {
+        const int n = n_top + 8 * ((i / 2) % 2), m = m0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+        if (m < M && n < N) D[offset(m, n, ldd)] = epilogue16(acc[i], alpha, beta, C, offset(m, n, ldc));
+    }
+}
+
 }  // namespace gemmlab

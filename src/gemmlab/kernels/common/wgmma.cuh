@@ -186,6 +186,27 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], unsigned l
                  : "l"(da), "l"(db));
 }
 
+// The same MMA with A from registers ("RS" form): each thread passes four fp32 values of A, the
+// m16n8k8 TF32 fragment of its warp's 16 rows -- with g = lane / 4 and t = lane % 4 of warp w,
+//   a[0] = A[16 w + g][t],  a[1] = A[16 w + g + 8][t],  a[2] = A[16 w + g][t + 4],  a[3] = A[16 w + g + 8][t + 4].
+// In registers A has no layout, so an operand that lives N-major in shared memory can be A here:
+// the threads pick its elements as they load them. The registers must hold well-formed TF32 values
+// (to_tf32) and stay untouched until the MMA's group has completed (wgmma_wait); ptxas keeps
+// them alive that long. After d: %128-%131 the fragment, %132 the descriptor of B.
+__device__ __forceinline__ void wgmma_m64n256k8_tf32_rs(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D128
+                 ", {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
+                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// fp32 -> TF32 (10 mantissa bits), rounded to nearest with ties away from zero, in a 32-bit register.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned r;
+    asm volatile("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
 #undef GEMMLAB_WGMMA_TAIL256
 #undef GEMMLAB_WGMMA_D128_OPERANDS
 #undef GEMMLAB_WGMMA_D128

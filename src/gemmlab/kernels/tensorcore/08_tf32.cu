@@ -1,64 +1,75 @@
 // Tensor-core step 08 -- TF32: tc07's machinery for fp32 matrices, when the caller asks for TF32.
 //
 // wgmma multiplies fp32 inputs as TF32 (10 mantissa bits; fp32 accumulation) at half the bf16
-// rate, but only with both operands K-major: it has no transposed TF32 form. A is K-major as it
-// comes; B ([K][N], N contiguous) is not, so gemm() hands this kernel Bt = B^T ([N][K], a copy made
-// by torch), and both tiles are loaded as K-major boxes of 32 fp32 (one 128-byte swizzle row).
+// rate, but reads TF32 operands from shared memory only K-major. A ([M][K]) is K-major as it
+// comes; B ([K][N], N contiguous) is not. The first version had torch transpose B before every
+// call: that copy alone cost a third of the call at 4096 (134 us on the H200). Here no copy is made:
+// the kernel computes D^T = B^T A^T. A's tile is the MMA's shared-memory operand (K-major, as
+// wgmma wants), and B's tile -- loaded as it lies in memory, N contiguous -- is the operand that
+// comes from registers, where layout does not matter: each consumer thread picks its fragment
+// of B^T out of shared memory with scalar loads. The accumulators hold a tile of D^T, which the
+// epilogue writes back transposed.
 //
-// Otherwise as tc07: persistent blocks walking grouped tiles, pairs of blocks sharing their Bt
-// tiles by TMA multicast, a producer warpgroup and two consumer warpgroups of m64n256k8 MMAs. The
-// epilogue writes fp32 pairs from registers (8-byte stores).
+// Otherwise as tc07: persistent blocks walking grouped tiles, pairs of blocks sharing a tile by
+// TMA multicast, a producer warpgroup and two consumer warpgroups of m64n256k8 MMAs.
 #include "common/tma.cuh"
 
-// BM x BN: one block's tile (BM / 64 consumer warpgroups, BN = 256). BK = 32 fp32 (128 bytes).
-// CM: blocks per cluster along M (1 or 2), sharing Bt. GROUP: cluster rows per scheduling group.
+// BM x BN: one block's tile of C. BM = 256 rows of C (the N of one m64n256k8 MMA); BN = 64
+// columns per consumer warpgroup (the MMA's M). BK = 32 fp32 (one 128-byte swizzle row).
+// CM, CN: blocks per cluster along M or along N (at most one of them 2). Along M the pair shares
+// its B tile, along N its A tile, each block loading half and multicasting it.
+// GROUP: cluster rows (columns, when CN = 2) per scheduling group.
 //
-// Shared layout of one stage (1024-byte aligned, 128-byte swizzled, K-major):
-//   A:  [BM][32]    one box of BM rows x 32 K-elements
-//   Bt: [BN][32]    rows n of Bt (columns of B), 32 K-elements each; CM boxes of BN / CM rows
-template <int BM, int BN, int BK, int STAGES, int CM, int GROUP>
-__global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
-tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmBt,
-        const float* A, const float* Bt, const float* C, float* D, int M, int N, int K, int lda, int ldbt, int ldc,
+// Shared layout of one stage (1024-byte aligned, 128-byte swizzled):
+//   A:  [BM][32]            K-major: rows m, 32 K-elements each (CN boxes of BM / CN rows)
+//   B:  [BN / 32][32][32]   as in memory: boxes of 32 rows k x 32 columns n
+template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP>
+__global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
+tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
+        const float* A, const float* B, const float* C, float* D, int M, int N, int K, int lda, int ldb, int ldc,
         int ldd, float alpha, float beta) {
-    constexpr int CONSUMERS = BM / 64;
-    constexpr int STAGE_A = BM * BK, STAGE_B = BN * BK;
+    constexpr int CONSUMERS = BN / 64, CL = CM * CN;
+    constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(float);
-    constexpr int MY_B_ROWS = BN / CM;  // rows of the Bt tile this block loads (and multicasts)
+    constexpr int MY_A_ROWS = BM / CN, MY_B_BOXES = BN / 32 / CM;  // this block's share of a stage
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 rows)");
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (BN = 64 or 128)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
-    static_assert(BN == 256, "one m64n256k8 MMA a warpgroup and k8 step");
+    static_assert(BM == 256, "BM is the N of one m64n256k8 MMA");
     static_assert(BK == 32, "a K stage is one 128-byte swizzle row: 32 fp32");
-    static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 blocks along M");
+    static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 blocks, along M or along N");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     float* sA = reinterpret_cast<float*>(smem);  // [STAGES][BM][32]
-    float* sB = sA + STAGES * STAGE_A;           // [STAGES][BN][32]
+    float* sB = sA + STAGES * STAGE_A;           // [STAGES][BN / 32][32][32]
     unsigned long long* full = reinterpret_cast<unsigned long long*>(sB + STAGES * STAGE_B);
     unsigned long long* empty = full + STAGES;
 
     const int tid = threadIdx.x, wg = tid / 128;
-    const unsigned rank = CM > 1 ? gemmlab::cluster_rank() : 0;
+    const int rank = CL > 1 ? static_cast<int>(gemmlab::cluster_rank()) : 0;
     const int KT = gemmlab::ceil_div(K, BK);
-    const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);
-    const int tiles = tiles_m * tiles_n, first = blockIdx.x / CM, stride = gridDim.x / CM;
+    const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN * CN);  // cluster tiles
+    const int tiles = tiles_m * tiles_n, first = blockIdx.x / CL, stride = gridDim.x / CL;
 
     auto tile_origin = [&](int t, int& row0, int& col0) {
-        gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, static_cast<int>(rank), BM, BN, row0, col0);
+        if constexpr (CN > 1)  // the same walk with the roles of rows and columns swapped
+            gemmlab::grouped_tile_origin(t, tiles_n, tiles_m, GROUP, CN, rank, BN, BM, col0, row0);
+        else
+            gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, rank, BM, BN, row0, col0);
     };
 
     if (tid == 0) {
         gemmlab::tma_prefetch_map(&tmA);
-        gemmlab::tma_prefetch_map(&tmBt);
-        gemmlab::init_ring(full, empty, STAGES, CONSUMERS * CM);  // every consumer of the cluster releases
+        gemmlab::tma_prefetch_map(&tmB);
+        gemmlab::init_ring(full, empty, STAGES, CONSUMERS * CL);  // every consumer of the cluster releases
     }
-    if constexpr (CM > 1) gemmlab::cluster_sync(); else __syncthreads();
+    if constexpr (CL > 1) gemmlab::cluster_sync(); else __syncthreads();
 
     if (wg == 0) {
         gemmlab::setmaxnreg_dec<PRODUCER_REGS>();
         if (tid == 0) {
+            constexpr unsigned short everyone = (1u << CL) - 1;
             int it = 0;
             for (int t = first; t < tiles; t += stride) {
                 int row0, col0;
@@ -67,24 +78,61 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
                     gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                    gemmlab::tma_load_2d(sA + stage * STAGE_A, &tmA, &full[stage], row0, k0);
-                    float* dst = sB + stage * STAGE_B + rank * MY_B_ROWS * BK;
-                    const int n0 = col0 + static_cast<int>(rank) * MY_B_ROWS;
-                    if constexpr (CM > 1)
-                        gemmlab::tma_load_2d_multicast(dst, &tmBt, &full[stage], n0, k0,
-                                                       static_cast<unsigned short>((1u << CM) - 1));
+                    float* a_dst = sA + stage * STAGE_A + (CN > 1 ? rank * MY_A_ROWS * BK : 0);
+                    const int a_row = row0 + (CN > 1 ? rank * MY_A_ROWS : 0);
+                    if constexpr (CN > 1)
+                        gemmlab::tma_load_2d_multicast(a_dst, &tmA, &full[stage], a_row, k0, everyone);
                     else
-                        gemmlab::tma_load_2d(dst, &tmBt, &full[stage], n0, k0);
+                        gemmlab::tma_load_2d(a_dst, &tmA, &full[stage], a_row, k0);
+#pragma unroll
+                    for (int j = 0; j < MY_B_BOXES; ++j) {
+                        const int box = (CM > 1 ? rank * MY_B_BOXES : 0) + j;
+                        float* b_dst = sB + stage * STAGE_B + box * B_BOX;
+                        if constexpr (CM > 1)
+                            gemmlab::tma_load_2d_multicast(b_dst, &tmB, &full[stage], k0, col0 + box * 32, everyone);
+                        else
+                            gemmlab::tma_load_2d(b_dst, &tmB, &full[stage], k0, col0 + box * 32);
+                    }
                 }
             }
         }
         __syncwarp();
     } else {
         gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
-        const int c = wg - 1;
-        // Both K-major with 128-byte rows: 8-row groups 1024 bytes apart; a k8 step is 32 bytes.
-        const unsigned long long desc_a0 = gemmlab::wgmma_desc(sA + c * 64 * BK, 16, 1024);
-        const unsigned long long desc_b0 = gemmlab::wgmma_desc(sB, 16, 1024);
+        const int c = wg - 1, lane = tid % 32, g = lane / 4, q = lane % 4;
+        // This thread's rows of B^T (columns n of the tile): 64 c + 16 warp + g, and 8 further.
+        const int n_lo = 64 * c + 16 * ((tid / 32) % 4) + g;
+        // Word offsets in a stage of the two columns' 32-row boxes, before the swizzle of row k:
+        // chunk (n % 32) / 4 of row k sits at chunk position ((n % 32) / 4) ^ (k % 8).
+        const int box_lo = (n_lo / 32) * B_BOX, chunk_lo = (n_lo % 32) / 4;
+        const int box_hi = ((n_lo + 8) / 32) * B_BOX, chunk_hi = ((n_lo + 8) % 32) / 4;
+        const int word = g % 4;
+        // One k8 step needs rows k = q and q + 4 of both columns. Odd lanes of a quad load q + 4
+        // first: the four lanes of a quad then hit rows whose swizzle (k % 8 = 0, 5, 2, 7, then
+        // 4, 1, 6, 3) spreads the warp's 32 loads over all 32 banks.
+        const int k_first = q + 4 * (q & 1), k_second = q + 4 * (1 - (q & 1));
+        const bool odd = q & 1;
+        auto at = [](int box, int chunk, int k, int w) { return box + k * 32 + ((chunk ^ (k & 7)) << 2) + w; };
+        // A's tile, the B of the MMA: K-major, 128-byte rows, 8-row groups 1024 bytes apart.
+        const unsigned long long desc0 = gemmlab::wgmma_desc(sA, 16, 1024);
+
+        // The fragments of one stage: 4 k8 steps x 4 registers, rounded to TF32.
+        auto load_fragments = [&](unsigned (&f)[16], const float* stage_b) {
+#pragma unroll
+            for (int s = 0; s < BK / 8; ++s) {
+                const int k1 = 8 * s + k_first, k2 = 8 * s + k_second;
+                const float lo1 = stage_b[at(box_lo, chunk_lo, k1, word)], lo2 = stage_b[at(box_lo, chunk_lo, k2, word)];
+                const float hi1 = stage_b[at(box_hi, chunk_hi, k1, word)], hi2 = stage_b[at(box_hi, chunk_hi, k2, word)];
+                f[4 * s + 0] = gemmlab::to_tf32(odd ? lo2 : lo1);  // (n_lo,     k = 8 s + q)
+                f[4 * s + 1] = gemmlab::to_tf32(odd ? hi2 : hi1);  // (n_lo + 8, k = 8 s + q)
+                f[4 * s + 2] = gemmlab::to_tf32(odd ? lo1 : lo2);  // (n_lo,     k = 8 s + q + 4)
+                f[4 * s + 3] = gemmlab::to_tf32(odd ? hi1 : hi2);  // (n_lo + 8, k = 8 s + q + 4)
+            }
+        };
+        // ptxas serialises every wgmma (C7513) if registers feeding one are written while an
+        // earlier group is still in flight, so a warpgroup waits for its stage's MMAs before it
+        // loads the next fragments; the two consumer warpgroups interleave, and the tensor cores
+        // run one's MMAs while the other loads.
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int row0, col0;
@@ -95,25 +143,24 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             for (int kt = 0; kt < KT; ++kt, ++it) {
                 const int stage = it % STAGES;
                 gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                const unsigned long long da = desc_a0 + (stage * STAGE_A * 4 >> 4);
-                const unsigned long long db = desc_b0 + (stage * STAGE_B * 4 >> 4);
+                unsigned f[16];
+                load_fragments(f, sB + stage * STAGE_B);
+                const unsigned long long db = desc0 + (stage * STAGE_A * 4 >> 4);
                 gemmlab::wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < BK; kk += 8)
-                    gemmlab::wgmma_m64n256k8_tf32(acc, da + ((kk * 4) >> 4), db + ((kk * 4) >> 4));
+                for (int s = 0; s < BK / 8; ++s) {
+                    const unsigned a[4] = {f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3]};
+                    gemmlab::wgmma_m64n256k8_tf32_rs(acc, a, db + ((s * 8 * 4) >> 4));
+                }
                 gemmlab::wgmma_commit();
-                gemmlab::wgmma_wait<1>();
+                gemmlab::wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+                gemmlab::release_stage<CL>(&empty[stage]);
             }
-            gemmlab::wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-            if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-            gemmlab::store_accumulators<float>(acc, C, D, row0 + c * 64, col0, M, N, ldc, ldd, alpha, beta);
+            gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
         }
     }
     __syncwarp();
-    if constexpr (CM > 1) gemmlab::cluster_sync();
+    if constexpr (CL > 1) gemmlab::cluster_sync();
 }
