@@ -129,35 +129,47 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                 f[4 * s + 3] = gemmlab::to_tf32(odd ? hi1 : hi2);  // (n_lo + 8, k = 8 s + q + 4)
             }
         };
-        // ptxas serialises every wgmma (C7513) if registers feeding one are written while an
-        // earlier group is still in flight, so a warpgroup waits for its stage's MMAs before it
-        // loads the next fragments; the two consumer warpgroups interleave, and the tensor cores
-        // run one's MMAs while the other loads.
+        float acc[128];
+        // One stage: its fragments into f, four MMAs, and the previous stage released once its
+        // MMAs are done (wait<1>: one group stays in flight). Two fragment arrays take turns, so
+        // a stage's loads never write registers an MMA in flight still reads -- on no path
+        // through the code, or ptxas serialises every wgmma (its warning C7513): hence the loop
+        // over pairs of stages and the odd stage after it, not a conditional second step.
+        auto step = [&](unsigned (&f)[16], int kt, int it) {
+            const int stage = it % STAGES;
+            gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+            load_fragments(f, sB + stage * STAGE_B);
+            const unsigned long long db = desc0 + (stage * STAGE_A * 4 >> 4);
+            gemmlab::wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < BK / 8; ++s) {
+                const unsigned a[4] = {f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3]};
+                gemmlab::wgmma_m64n256k8_tf32_rs(acc, a, db + ((s * 8 * 4) >> 4));
+            }
+            gemmlab::wgmma_commit();
+            gemmlab::wgmma_wait<1>();
+#pragma unroll
+            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+            if (kt > 0) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
+        };
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int row0, col0;
             tile_origin(t, row0, col0);
-            float acc[128];
 #pragma unroll
             for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-            for (int kt = 0; kt < KT; ++kt, ++it) {
-                const int stage = it % STAGES;
-                gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                unsigned f[16];
-                load_fragments(f, sB + stage * STAGE_B);
-                const unsigned long long db = desc0 + (stage * STAGE_A * 4 >> 4);
-                gemmlab::wgmma_fence();
-#pragma unroll
-                for (int s = 0; s < BK / 8; ++s) {
-                    const unsigned a[4] = {f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3]};
-                    gemmlab::wgmma_m64n256k8_tf32_rs(acc, a, db + ((s * 8 * 4) >> 4));
-                }
-                gemmlab::wgmma_commit();
-                gemmlab::wgmma_wait<0>();
-#pragma unroll
-                for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                gemmlab::release_stage<CL>(&empty[stage]);
+            unsigned f0[16], f1[16];
+            int kt = 0;
+#pragma unroll 1
+            for (; kt + 1 < KT; kt += 2, it += 2) {
+                step(f0, kt, it);
+                step(f1, kt + 1, it + 1);
             }
+            if (kt < KT) step(f0, kt++, it++);  // an odd count: the last stage after f1's
+            gemmlab::wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+            if (KT > 0) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
             gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
         }
     }
