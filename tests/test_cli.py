@@ -27,8 +27,13 @@ def test_compile_reports_every_kernel_for_sm90a(tmp_path, monkeypatch):
     report = json.loads(res.stdout[res.stdout.index("[") :])
     from gemmlab.configs import configs_in_use
 
-    expected = [k.id for k in KERNELS for _ in configs_in_use(k) for _ in (k.dtypes if k.type_param else [None])]
+    # the 16-bit kernels for each input type, writing it or float32
+    expected = [k.id for k in KERNELS for _ in configs_in_use(k) for _ in (k.dtypes if k.type_param else [None])
+                for _ in ((0, 1) if k.type_param else (0,))]  # fmt: skip
     assert [r["kernel"] for r in report] == expected
+    assert sum(", float, " in r["config"] for r in report) == sum(
+        len(configs_in_use(k)) * len(k.dtypes) for k in KERNELS if k.type_param
+    )
     assert all(r["registers"] > 0 and r["arch"] == "sm_90a" and not r["cached"] for r in report)
     again = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", "-k", "sgemm_01_naive"])
     assert json.loads(again.stdout[again.stdout.index("[") :])[0]["cached"] is True

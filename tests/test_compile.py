@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from gemmlab import jit, registry
 from gemmlab.registry import KERNELS
@@ -20,16 +21,27 @@ def fresh_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-COMPILE_CASES = [
-    pytest.param(k, d, id=f"{k.id}-{str(d).removeprefix('torch.')}" if d else k.id)
-    for k in KERNELS + registry.PENDING
-    for d in (k.dtypes if k.type_param else (None,))
-]
+def _types(k):
+    """(input, result) type pairs a kernel is instantiated for: the 16-bit kernels for each input
+    type, writing it or float32."""
+    if not k.type_param:
+        return [(None, None)]
+    return [(d, o) for d in k.dtypes for o in (d, torch.float32)]
 
 
-@pytest.mark.parametrize("spec,dtype", COMPILE_CASES)
-def test_compiles_for_hopper_with_resource_report(spec, dtype):
-    ck = jit.compile_kernel(spec, spec.default_config(), ARCH, dtype)
+def _case_id(k, d, o):
+    if d is None:
+        return k.id
+    name = f"{k.id}-{str(d).removeprefix('torch.')}"
+    return name + ("-fp32out" if o != d else "")
+
+
+COMPILE_CASES = [pytest.param(k, d, o, id=_case_id(k, d, o)) for k in KERNELS + registry.PENDING for d, o in _types(k)]
+
+
+@pytest.mark.parametrize("spec,dtype,out_dtype", COMPILE_CASES)
+def test_compiles_for_hopper_with_resource_report(spec, dtype, out_dtype):
+    ck = jit.compile_kernel(spec, spec.default_config(), ARCH, dtype, out_dtype)
     assert ck.cubin[:4] == b"\x7fELF"
     assert ck.arch == ARCH and ck.lowered_name.startswith("_Z")
     u = ck.usage

@@ -127,6 +127,30 @@ def test_strided_and_offset_views(kernel, dtype):
     assert out_big[:, : 4 * s].isnan().all() and out_big[:, 4 * s + N :].isnan().all(), "wrote outside out"
 
 
+SIXTEEN_BIT_CASES = [
+    pytest.param(k.id, d, id=f"{k.id}-{str(d).removeprefix('torch.')}")
+    for k in registry.kernels(pending=True) if k.type_param for d in k.dtypes
+]
+
+
+@pytest.mark.parametrize("kernel,dtype", SIXTEEN_BIT_CASES)
+@pytest.mark.parametrize("M,N,K", [(129, 71, 200), (1000, 257, 513)])
+def test_fp32_output_keeps_the_accumulators_unrounded(kernel, dtype, M, N, K):
+    """out_dtype=torch.float32 (or an fp32 out, with an fp32 c) writes the fp32 accumulators as
+    they are: against float64 it is far closer than the same product rounded to 16 bits."""
+    a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+    c, out = mat(kernel, M, N, torch.float32), mat(kernel, M, N, torch.float32, float("nan"))
+    label = f"M={M} N={N} K={K} kernel={kernel} fp32 out"
+    gemm_k(kernel, a, b, c, alpha=0.75, beta=-0.5, out=out)
+    assert_ok(out, a, b, c, 0.75, -0.5, label, kernel)
+    d32 = gemm_k(kernel, a, b, out_dtype=torch.float32)
+    d16 = gemm_k(kernel, a, b, out=out_for(kernel, M, N, dtype))
+    torch.cuda.synchronize()
+    assert d32.dtype == torch.float32 and d16.dtype == dtype
+    e32, e16 = check_result(d32, a, b), check_result(d16, a, b)
+    assert e32.passed and e32.rel_fro < e16.rel_fro / 10, f"{label}: fp32 {e32.summary()} vs 16-bit {e16.summary()}"
+
+
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 17, 13), (127, 1000, 513), (300, 257, 1022)])
 def test_tf32_reads_16_byte_padded_operands_in_place(M, N, K, monkeypatch):
     """tc08 takes float32 operands whose rows are padded to 16 bytes as they are -- no copy -- at
@@ -149,7 +173,7 @@ def test_tma_kernels_decline_what_tma_cannot_load_and_auto_goes_around(dtype):
     a, b = rand(64, 33, dtype=dtype), rand(33, 72, dtype=dtype)  # K = 33: rows of a are 66 bytes apart
     for spec in registry.kernels(pending=True):
         if spec.tma and not spec.staged and dtype in spec.dtypes:
-            with pytest.raises(ValueError, match="TMA needs a 16-byte aligned"):
+            with pytest.raises(ValueError, match="TMA needs operand a 16-byte aligned"):
                 gemmlab.gemm(a, b, kernel=spec.id)
     out = gemmlab.gemm(a, b)
     assert_ok(out, a, b, label="auto around TMA")

@@ -48,8 +48,8 @@ def test_spec_is_complete(spec):
         assert set(spec.dtypes) == {torch.float32} and spec.staged
     else:
         assert set(spec.dtypes) == set(dtypes)
-    if spec.type_param:  # the element type is the first template parameter
-        assert "template <typename T, int " in text, spec.entry
+    if spec.type_param:  # the element type, then the type of C and D, are the first template parameters
+        assert "template <typename T, typename TD, int " in text, spec.entry
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda k: k.id)
@@ -58,7 +58,8 @@ def test_default_config_and_geometry(spec):
     dtype = spec.dtypes[0] if spec.type_param else None
     assert spec.name_expression(cfg, dtype).startswith(spec.entry + "<")
     if spec.type_param:
-        assert spec.name_expression(cfg, torch.bfloat16).startswith(f"{spec.entry}<__nv_bfloat16, ")
+        assert spec.name_expression(cfg, torch.bfloat16).startswith(f"{spec.entry}<__nv_bfloat16, __nv_bfloat16, ")
+        assert spec.name_expression(cfg, torch.bfloat16, torch.float32).startswith(f"{spec.entry}<__nv_bfloat16, float, ")
         with pytest.raises(ValueError, match="templated on its element type"):
             spec.name_expression(cfg)
     bx, by, bz = spec.block(cfg)

@@ -132,3 +132,36 @@ def test_auto_takes_the_latest_step_that_serves():
     spec, cfg = select(big, device="cuda")
     assert spec.id == "sgemm_11_warp_tile" and (cfg["BM"], cfg["BN"], cfg["WM"], cfg["WN"]) == (256, 128, 64, 64)
     assert select(P(r(4, 3), r(3, 2)))[0].id == "cpu04_parallel"  # CPU tensors: the CPU ladder
+
+
+def test_fp32_output_for_16_bit_inputs_only():
+    bf = torch.bfloat16
+    a, b = r(4, 3, dtype=bf), r(3, 2, dtype=bf)
+    p = P(a, b, out_dtype=torch.float32)
+    assert p.dtype == bf and p.result_dtype == torch.float32
+    assert P(a, b, r(4, 2), beta=1.0, out_dtype=torch.float32).c is not None  # c in the result's type
+    assert P(a, b, out=r(4, 2)).result_dtype == torch.float32  # an fp32 out says it too
+    assert P(a, b).result_dtype == bf and P(a, b).out_dtype is None
+    with pytest.raises(TypeError, match="c and out must be torch.float32"):
+        P(a, b, r(4, 2, dtype=bf), beta=1.0, out_dtype=torch.float32)
+    with pytest.raises(TypeError, match="out is torch.float32 but out_dtype=torch.bfloat16"):
+        P(a, b, out=r(4, 2), out_dtype=bf)
+    with pytest.raises(TypeError, match=r"writes torch.bfloat16 or float32 \(out_dtype=torch.float32\), not torch.float16"):
+        P(a, b, out_dtype=torch.float16)
+    with pytest.raises(TypeError, match="a torch.float32 GEMM writes torch.float32, not torch.bfloat16"):
+        P(r(4, 3), r(3, 2), out_dtype=bf)
+    with pytest.raises(TypeError, match="out_dtype must be a torch.dtype, got str"):
+        P(a, b, out_dtype="float32")
+    with pytest.raises(ValueError, match="CPU ladder computes and writes fp32 only"):
+        gemmlab.gemm(r(4, 3), r(3, 2), device="cpu", out_dtype=bf)
+
+
+def test_fp32_output_is_a_16_bit_kernel_feature():
+    from gemmlab import registry
+
+    p = P(r(16, 8, dtype=torch.float16), r(8, 24, dtype=torch.float16), out_dtype=torch.float32)
+    assert registry.get("tc07_persistent_cluster").why_not(p) is None
+    spec = registry.get("tc04_wgmma")
+    assert spec.name_expression(spec.default_config(), torch.float16, torch.float32).startswith("tc_wgmma<__half, float, ")
+    with pytest.raises(ValueError, match="writes torch.float16 or float32 results, not torch.bfloat16"):
+        spec.name_expression(spec.default_config(), torch.float16, torch.bfloat16)

@@ -21,7 +21,8 @@ def kernels(dtype: torch.dtype | None = None, device: str = "cuda") -> list[Kern
     return registry.kernels(dtype, device)
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32"):
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",
+         out_dtype=None):  # fmt: skip
     """D = alpha * a @ b + beta * c on CUDA tensors, launched on torch's current stream.
 
     a: [M, K], b: [K, N], c: [M, N] or None (then beta must be 0), row-major (unit column
@@ -32,7 +33,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     precision: for float32 tensors, "fp32" (the default: FFMA, fp32 all the way) or "tf32" (the
     tensor cores, multiplying TF32-rounded inputs: ~1e-3 relative error, several times faster).
     TF32 is used only when asked for. bf16/fp16 tensors always run on the tensor cores with fp32
-    accumulation.
+    accumulation; their result is rounded to their own type, or written in fp32 with
+    out_dtype=torch.float32 (or an fp32 out), and c is then fp32 too.
 
     device="cpu" runs the CPU ladder instead (numba; numpy arrays or CPU tensors, result of the
     same kind as a); the default is the GPU, which rejects CPU tensors.
@@ -44,13 +46,13 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
             raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
         from .cpu.api import gemm_cpu
 
-        if precision != "fp32":
-            raise ValueError("the CPU ladder computes in fp32 only: drop precision= or use the GPU")
+        if precision != "fp32" or out_dtype not in (None, torch.float32):
+            raise ValueError("the CPU ladder computes and writes fp32 only: drop precision=/out_dtype= or use the GPU")
         return gemm_cpu(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
-    problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision)
+    problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision, out_dtype=out_dtype)
     plan = _plan(problem, kernel)
     if out is None:
-        out = torch.empty((problem.M, problem.N), dtype=problem.dtype, device=problem.device)
+        out = torch.empty((problem.M, problem.N), dtype=problem.result_dtype, device=problem.device)
     if problem.is_empty:
         return out
     _launch(plan, problem, a, b, out)
@@ -59,10 +61,11 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
 
 def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: GemmConfig | None = None,
             precision="fp32") -> Callable[[], None]:  # fmt: skip
-    """Validate once and return a function that relaunches the same GEMM (for benchmarks:
-    it skips validation and selection on every call; copies a staged kernel needs -- TF32's
-    operands whose layout TMA cannot take -- are still made on every call, as gemm() does). config: another config of
-    the chosen kernel (for tuning). The tensors must stay alive."""
+    """Validate once and return a function that relaunches the same GEMM (for benchmarks: it
+    skips validation and selection on every call; copies a staged kernel needs -- TF32's operands
+    whose layout TMA cannot take -- are still made on every call, as gemm() does). out's dtype is
+    the result's. config: another config of the chosen kernel (for tuning). The tensors must stay
+    alive."""
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision)
     spec, cfg = select(problem, kernel)
     if config is not None:
@@ -110,7 +113,8 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     M, N, K = problem.M, problem.N, problem.K
     if problem.is_empty:
         return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), (), None)
-    loaded = jit.load_kernel(spec, cfg, device_id, problem.dtype if spec.type_param else None)
+    types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
+    loaded = jit.load_kernel(spec, cfg, device_id, *types)
     ldd = problem.d.ld if problem.d is not None else N
     ldc = problem.c.ld if problem.c is not None else N
     i32, f32 = launch.i32, launch.f32
@@ -176,9 +180,10 @@ def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) 
 
 
 def _tma_store_ok(out: torch.Tensor, rows: int, cols: int, ld: int) -> bool:
-    """What tc07's epilogue checks before TMA stores: rows of whole, aligned 16-byte units."""
+    """What tc07's epilogue checks before TMA stores: a 16-bit result (fp32 results leave from
+    registers) in rows of whole, aligned 16-byte units."""
     per16 = 16 // out.element_size()
-    return cols % per16 == 0 and ld % per16 == 0 and out.data_ptr() % 16 == 0
+    return out.element_size() == 2 and cols % per16 == 0 and ld % per16 == 0 and out.data_ptr() % 16 == 0
 
 
 _PLACEHOLDERS: dict[tuple, torch.Tensor] = {}

@@ -50,6 +50,7 @@ class Variant:
     alpha: float
     beta: float
     c: str  # "none", "random", "nan" (C full of NaN, must not be read), "inplace" (out is c)
+    fp32_out: bool = False  # 16-bit inputs, C and D in float32 (out_dtype=torch.float32)
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -57,6 +58,12 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("a=1.5 b=-0.75", 1.5, -0.75, "random"),
     Variant("a=-1 b=0 C=NaN", -1.0, 0.0, "nan"),
     Variant("a=0.5 b=2 in-place", 0.5, 2.0, "inplace"),
+)
+
+# What the bf16/fp16 kernels add: their fp32 output.
+FP32_OUT_VARIANTS: tuple[Variant, ...] = (
+    Variant("fp32 out a=1.5 b=-0.75", 1.5, -0.75, "random", fp32_out=True),
+    Variant("fp32 out a=-1 b=0 C=NaN", -1.0, 0.0, "nan", fp32_out=True),
 )
 
 
@@ -124,16 +131,17 @@ def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cud
     pad = _tma_padding(kernel, dtype, M, N, K)
     a = _matrix(M, K, pad, None, device, dtype, gen)
     b = _matrix(K, N, pad, None, device, dtype, gen)
+    od = torch.float32 if v.fp32_out else dtype  # the type of C and D
     c = None
     if v.c in ("random", "inplace"):
-        c = _matrix(M, N, pad, None, device, dtype, gen)
+        c = _matrix(M, N, pad, None, device, od, gen)
     elif v.c == "nan":
-        c = _matrix(M, N, pad, float("nan"), device, dtype, gen)
+        c = _matrix(M, N, pad, float("nan"), device, od, gen)
     c_before = c.clone() if c is not None else None
     if v.c == "inplace":
         out = c
     else:
-        out = _matrix(M, N, pad, float("nan"), device, dtype, gen)  # poison
+        out = _matrix(M, N, pad, float("nan"), device, od, gen)  # poison
     try:
         gemm(a, b, c, alpha=v.alpha, beta=v.beta, kernel=kernel, out=out, device=device, precision=precision)
         if device == "cuda":
@@ -161,8 +169,15 @@ def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def cases(kernels: Iterable[str], shapes: Iterable[tuple[int, int, int]], variants=VARIANTS):
-    """(kernel, dtype, shape, variant) for every dtype each kernel takes."""
-    return [(k, d, s, v) for k in kernels for d in registry.get(k).dtypes for s in shapes for v in variants]
+    """(kernel, dtype, shape, variant) for every dtype each kernel takes; the bf16/fp16 kernels
+    also with fp32 output."""
+    out = []
+    for k in kernels:
+        spec = registry.get(k)
+        for d in spec.dtypes:
+            extra = FP32_OUT_VARIANTS if getattr(spec, "type_param", False) and variants is VARIANTS else ()
+            out += [(k, d, s, v) for s in shapes for v in (*variants, *extra)]
+    return out
 
 
 def default_shapes(device: str, n_random: int, seed: int | None) -> list[tuple[int, int, int]]:

@@ -115,21 +115,24 @@ def compile_cmd(
         from .launch import device_arch
 
         arch = device_arch(0)
+    import torch
+
     from .configs import configs_in_use
 
     ids = _kernel_ids(kernel)
     jobs = [
-        (spec, cfg, dt)
+        (spec, cfg, dt, od)
         for spec in (registry.get(kid) for kid in ids)
         for cfg in configs_in_use(spec)
         for dt in (spec.dtypes if spec.type_param else (None,))
+        for od in ((dt, torch.float32) if spec.type_param else (None,))  # 16-bit kernels: fp32 output too
     ]
     rows, failed = [], False
     with _progress() as prog:
         task = prog.add_task(f"compiling for {arch}", total=len(jobs))
-        for spec, cfg, dt in jobs:
+        for spec, cfg, dt, od in jobs:
             try:
-                ck = jit.compile_kernel(spec, cfg, arch, dt)
+                ck = jit.compile_kernel(spec, cfg, arch, dt, od)
             except jit.CompileError as exc:
                 err_console.print(str(exc))
                 failed = True

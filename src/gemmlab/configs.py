@@ -52,11 +52,11 @@ _CHOICES_MAX = 4096
 
 
 def _choice_key(problem: GemmProblem, kernel: str) -> tuple:
-    """Everything a kernel's constraints may look at: sizes, dtype and precision, leading
+    """Everything a kernel's constraints may look at: sizes, dtypes and precision, leading
     dimensions and the 16-byte alignment of every operand (not the addresses themselves)."""
     a, b, c, d = problem.a, problem.b, problem.c, problem.d
     return (
-        kernel, problem.dtype, problem.precision, problem.M, problem.N, problem.K,
+        kernel, problem.dtype, problem.out_dtype, problem.precision, problem.M, problem.N, problem.K,
         a.ld, a.ptr % 16, b.ld, b.ptr % 16,
         None if c is None else (c.ld, c.ptr % 16),
         None if d is None else (d.ld, d.ptr % 16),

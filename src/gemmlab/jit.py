@@ -251,12 +251,12 @@ def compile_source(
     return bytes(obj.code), lowered, log.getvalue()
 
 
-def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None) -> CompiledKernel:
-    """The cubin of one kernel, config (and element type, for kernels templated on it) for arch,
-    from the disk cache or NVRTC."""
+def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out_dtype=None) -> CompiledKernel:
+    """The cubin of one kernel, config (and element and result types, for kernels templated on
+    them; out_dtype None: the element type) for arch, from the disk cache or NVRTC."""
     main = spec.source
     sources = source_closure(spec.source_path())
-    name_expression = spec.name_expression(cfg, dtype)
+    name_expression = spec.name_expression(cfg, dtype, out_dtype)
     key = _cache_key(sources, name_expression, arch)
     path = cache_dir() / f"{spec.id}-{arch}-{key[:24]}.bin"
     entry = _read_entry(path)
@@ -331,12 +331,13 @@ _loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 
 
-def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None) -> LoadedKernel:
+def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None, out_dtype=None) -> LoadedKernel:
     """Compile (or fetch) and load a kernel for a device; cached for the life of the process."""
     from . import launch
 
     arch = launch.device_arch(device_id)
-    key = (spec.id, cfg.values, arch, dtype if spec.type_param else None)
+    types = (dtype, out_dtype if out_dtype != dtype else None) if spec.type_param else None
+    key = (spec.id, cfg.values, arch, types)
     hit = _loaded.get(key)
     if hit is None:
         with _lock:
@@ -344,7 +345,7 @@ def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None) -
             if hit is None:
                 from cuda.core import ObjectCode
 
-                compiled = compile_kernel(spec, cfg, arch, dtype)
+                compiled = compile_kernel(spec, cfg, arch, dtype, out_dtype)
                 obj = ObjectCode.from_cubin(
                     compiled.cubin, name=spec.id, symbol_mapping={compiled.name_expression: compiled.lowered_name.encode()}
                 )

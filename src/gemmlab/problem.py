@@ -43,6 +43,11 @@ class GemmProblem:
     alpha: float
     beta: float
     precision: str = "fp32"  # float32 inputs: "fp32" (FFMA) or "tf32" (TF32 tensor cores, asked for)
+    out_dtype: torch.dtype | None = None  # the type of C and D: dtype, or float32 for 16-bit inputs
+
+    @property
+    def result_dtype(self) -> torch.dtype:
+        return self.out_dtype or self.dtype
 
     @property
     def flops(self) -> int:
@@ -101,12 +106,15 @@ PRECISIONS = ("fp32", "tf32")
 
 
 def problem_from_tensors(
-    a, b, c=None, out=None, *, alpha=1.0, beta=0.0, device_type: str = "cuda", precision: str = "fp32"
-) -> GemmProblem:
+    a, b, c=None, out=None, *, alpha=1.0, beta=0.0, device_type: str = "cuda", precision: str = "fp32",
+    out_dtype: torch.dtype | None = None,
+) -> GemmProblem:  # fmt: skip
     """Validate the arguments of gemm() and describe the problem, or raise a clear error.
 
     device_type is the kind of device the tensors must live on ("cuda" for the GPU kernels,
-    "cpu" for the CPU ladder).
+    "cpu" for the CPU ladder). out_dtype: the type of the result (and of c): the inputs' type by
+    default, or float32 for bf16/fp16 inputs (fp32 accumulators written without rounding to 16
+    bits); an out tensor's dtype says it too.
     """
     present = [("a", a), ("b", b)]
     if c is not None:
@@ -118,11 +126,12 @@ def problem_from_tensors(
             raise TypeError(f"{n} must be a torch.Tensor, got {type(t).__name__}")
     device = a.device
     dtype = a.dtype
+    result = _result_dtype(dtype, out_dtype, out)
     if device.type != device_type:
-        _explain_mismatch(present, device_type)
+        _explain_mismatch(present, device_type, result)
     for n, t in present:
-        if t.device != device or t.dtype != dtype:
-            _explain_mismatch(present, device_type)
+        if t.device != device or t.dtype != (dtype if n in ("a", "b") else result):
+            _explain_mismatch(present, device_type, result)
     alpha_f, beta_f = _scalar("alpha", alpha), _scalar("beta", beta)
 
     oa, ob = _operand("a", a), _operand("b", b)
@@ -156,10 +165,30 @@ def problem_from_tensors(
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if precision == "tf32" and dtype != torch.float32:
         raise ValueError(f"precision='tf32' is for float32 inputs; {dtype} inputs use their own tensor-core math")
-    return GemmProblem(M, N, K, dtype, device, oa, ob, oc, od, alpha_f, beta_f, precision)
+    return GemmProblem(M, N, K, dtype, device, oa, ob, oc, od, alpha_f, beta_f, precision,
+                       result if result != dtype else None)  # fmt: skip
 
 
-def _explain_mismatch(present, device_type: str) -> None:
+SIXTEEN_BIT = (torch.bfloat16, torch.float16)
+
+
+def _result_dtype(dtype: torch.dtype, out_dtype, out) -> torch.dtype:
+    """The type of D (and C): out's dtype or out_dtype, the inputs' type when neither is given."""
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype, got {type(out_dtype).__name__}")
+    result = out.dtype if isinstance(out, torch.Tensor) else (out_dtype or dtype)
+    if out_dtype is not None and result != out_dtype:
+        raise TypeError(f"out is {result} but out_dtype={out_dtype}: pass one of them, or make them agree")
+    if result != dtype and not (dtype in SIXTEEN_BIT and result == torch.float32):
+        raise TypeError(
+            f"a {dtype} GEMM writes {dtype}"
+            + (" or float32 (out_dtype=torch.float32)" if dtype in SIXTEEN_BIT else "")
+            + f", not {result}"
+        )
+    return result
+
+
+def _explain_mismatch(present, device_type: str, result: torch.dtype) -> None:
     """Raise the error that says which tensor is on the wrong device or has the wrong dtype."""
     for n, t in present:
         if t.device.type != device_type:
@@ -169,4 +198,6 @@ def _explain_mismatch(present, device_type: str) -> None:
         where = ", ".join(f"{n} on {t.device}" for n, t in present)
         raise ValueError(f"all tensors must be on one device, got {where}")
     what = ", ".join(f"{n}: {t.dtype}" for n, t in present)
-    raise TypeError(f"all tensors must have one dtype, got {what}; cast them with .to(dtype)")
+    if present[0][1].dtype != present[1][1].dtype:
+        raise TypeError(f"a and b must have one dtype, got {what}; cast them with .to(dtype)")
+    raise TypeError(f"c and out must be {result} (the result's type), got {what}; cast them with .to(dtype)")

@@ -72,7 +72,9 @@ class KernelSpec:
     )
     tags: tuple[str, ...] = field(default_factory=tuple)
     device: str = "cuda"
-    type_param: bool = False  # the first template argument is the element type (bf16/fp16 kernels)
+    # the first two template arguments are the element type and the type of C and D (the same, or
+    # float for fp32 output): the bf16/fp16 kernels
+    type_param: bool = False
     # TMA kernels (tc05 on) take one tensor map per named operand ("a", "b", "d"), in that order,
     # before the pointers; tma_boxes gives each map's box (rows, cols) for a config.
     tma: tuple[str, ...] = ()
@@ -101,12 +103,18 @@ class KernelSpec:
             raise ValueError(f"{self.id} {cfg.as_dict()}: {bad}")
         return cfg
 
-    def name_expression(self, cfg: GemmConfig, dtype: torch.dtype | None = None) -> str:
+    def name_expression(self, cfg: GemmConfig, dtype: torch.dtype | None = None,
+                        out_dtype: torch.dtype | None = None) -> str:  # fmt: skip
+        """The template instance: for kernels templated on types, the input type then the type of
+        C and D (out_dtype: the input type, or float32 for fp32 output)."""
         args = [str(v) for _, v in cfg.values]
         if self.type_param:
             if dtype not in CPP_TYPES or dtype not in self.dtypes:
                 raise ValueError(f"{self.id} is templated on its element type: give one of {self.dtypes}, not {dtype}")
-            args.insert(0, CPP_TYPES[dtype])
+            out_dtype = out_dtype or dtype
+            if out_dtype not in (dtype, torch.float32):
+                raise ValueError(f"{self.id} writes {dtype} or float32 results, not {out_dtype}")
+            args[0:0] = [CPP_TYPES[dtype], CPP_TYPES[out_dtype]]
         return f"{self.entry}<{', '.join(args)}>" if args else self.entry
 
     def source_path(self) -> Path:
@@ -121,6 +129,8 @@ class KernelSpec:
         gx, gy, gz = self.grid(max(problem.M, 1), max(problem.N, 1), cfg)
         if gx > GRID_X_MAX or gy > GRID_YZ_MAX or gz > GRID_YZ_MAX:
             return f"{self.id} would need a grid of {(gx, gy, gz)} blocks for {problem.shape}, over the hardware limit"
+        if problem.result_dtype != problem.dtype and not self.type_param:
+            return f"{self.id} writes {str(problem.dtype).removeprefix('torch.')} results only"
         if problem.dtype == torch.float32 and problem.precision != self.math:
             if self.math == "tf32":
                 return f"{self.id} multiplies float32 as TF32: pass precision='tf32' to allow it"
@@ -163,7 +173,7 @@ def tma_constraints(problem: GemmProblem, operands: tuple[str, ...]) -> str | No
         if rows <= 1:
             ld = 0  # one row: its stride is never used (tma.tensor_map gives the map a valid one)
         if (ld * size) % 16 or ptr % 16:
-            return (f"TMA needs {name} 16-byte aligned with a row stride that is a multiple of {16 // size} "
+            return (f"TMA needs operand {name} 16-byte aligned with a row stride that is a multiple of {16 // size} "
                     f"elements (16 bytes); got row stride {ld}" + (f", address {ptr:#x}" if ptr % 16 else ""))
     return None
 
@@ -764,8 +774,10 @@ TC_08 = KernelSpec(
         Param("BN", 128, "columns of C a block: 64 per consumer warpgroup (64 or 128)"),
         Param("BK", 32, "K slice of one stage (32 fp32: one 128-byte swizzle row)"),
         _WS_STAGES,
-        Param("CM", 2, "blocks per cluster along M, sharing B tiles by multicast (1 or 2)"),
-        Param("CN", 1, "blocks per cluster along N, sharing A tiles by multicast (1 or 2; CM * CN <= 2)"),
+        Param("CM", 1, "blocks per cluster along M, sharing B tiles by multicast (1 or 2)"),
+        # CN = 2 measured best on an H100 (results/nvidia-h100-80gb-hbm3/tune-20261122T044930Z.json):
+        # sharing the 32 KB A tile moves fewer bytes than sharing the 16 KB B tile
+        Param("CN", 2, "blocks per cluster along N, sharing A tiles by multicast (1 or 2; CM * CN <= 2)"),
         _CLUSTER_GROUP,
     ),
     block=lambda c: ((c["BN"] // 64 + 1) * 128, 1, 1),

@@ -11,11 +11,12 @@
 
 #include "common/tc_common.cuh"
 
-// T: __nv_bfloat16 or __half. BM x BN: the block's tile of C; BK: the K slice staged in shared
-// memory per step (a multiple of 16); WM x WN: one warp's tile (multiples of 16).
-template <typename T, int BM, int BN, int BK, int WM, int WN>
+// T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: the block's tile
+// of C; BK: the K slice staged in shared memory per step (a multiple of 16); WM x WN: one warp's tile
+// (multiples of 16).
+template <typename T, typename TD, int BM, int BN, int BK, int WM, int WN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-tc_wmma(const T* __restrict__ A, const T* __restrict__ B, const T* C, T* D,
+tc_wmma(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D,
         int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     using namespace nvcuda;
     constexpr int WARPS_N = BN / WN;

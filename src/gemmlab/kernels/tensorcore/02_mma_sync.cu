@@ -9,11 +9,12 @@
 // from registers. The global-to-shared loads are tc01's, unchanged: that is tc03's idea.
 #include "common/tc_common.cuh"
 
-// T: __nv_bfloat16 or __half. BM x BN: the block's tile of C; BK: the K slice staged in shared
-// memory per step (a multiple of 16); WM x WN: one warp's tile (WM a multiple of 16, WN of 16).
-template <typename T, int BM, int BN, int BK, int WM, int WN>
+// T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: the block's tile
+// of C; BK: the K slice staged in shared memory per step (a multiple of 16); WM x WN: one warp's tile (WM a
+// multiple of 16, WN of 16).
+template <typename T, typename TD, int BM, int BN, int BK, int WM, int WN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-tc_mma_sync(const T* __restrict__ A, const T* __restrict__ B, const T* C, T* D,
+tc_mma_sync(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D,
             int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int WARPS_N = BN / WN;
     constexpr int THREADS = (BM / WM) * WARPS_N * 32;

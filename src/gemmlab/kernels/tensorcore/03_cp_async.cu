@@ -11,11 +11,12 @@
 // the fragment loads and mma.sync are tc02's.
 #include "common/tc_common.cuh"
 
-// T: __nv_bfloat16 or __half. BM x BN: the block's tile of C; BK: the K slice of one stage (a
-// multiple of 16); WM x WN: one warp's tile; STAGES: shared buffers in the ring (>= 2).
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES>
+// T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: the block's tile
+// of C; BK: the K slice of one stage (a multiple of 16); WM x WN: one warp's tile; STAGES: shared buffers in
+// the ring (>= 2).
+template <typename T, typename TD, int BM, int BN, int BK, int WM, int WN, int STAGES>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const T* C, T* D,
+tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D,
             int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int WARPS_N = BN / WN;
     constexpr int THREADS = (BM / WM) * WARPS_N * 32;

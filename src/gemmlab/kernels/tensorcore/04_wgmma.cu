@@ -7,18 +7,19 @@
 // wgmma.wait_group. Loads stay tc03's cp.async ring, into tiles in the descriptors' 128-byte swizzle.
 #include "common/wgmma.cuh"
 
-// T: __nv_bfloat16 or __half. BM x BN: the block's tile of C; one warpgroup (128 threads) for
-// each 64 rows, each warpgroup issuing BN / 128 m64n128k16 MMAs a k16 step. BK: the K slice of one
-// stage (a multiple of 64: one 128-byte swizzle row). STAGES: shared buffers in the ring (>= 2).
+// T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: the block's tile
+// of C; one warpgroup (128 threads) for each 64 rows, each warpgroup issuing BN / 128 m64n128k16 MMAs a k16
+// step. BK: the K slice of one stage (a multiple of 64: one 128-byte swizzle row). STAGES: shared buffers in
+// the ring (>= 2).
 //
 // Shared layout of one stage (every piece 1024-byte aligned, 128-byte swizzled, 64-element rows):
 //   A: [BK / 64][BM][64]  K-major -- row m holds A[m][64 kb .. 64 kb + 63]; wgmma trans-a = 0.
 //   B: [BN / 64][BK][64]  N-major -- row k holds B[k][64 nb .. 64 nb + 63], i.e. B stays as it is
 //      in global memory (row-major [K][N]) and wgmma reads it with trans-b = 1 (allowed for 16-bit
 //      types), so cp.async can copy it without a transpose.
-template <typename T, int BM, int BN, int BK, int STAGES>
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES>
 __global__ void __launch_bounds__(BM / 64 * 128)
-tc_wgmma(const T* __restrict__ A, const T* __restrict__ B, const T* C, T* D,
+tc_wgmma(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D,
          int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int THREADS = BM / 64 * 128;
     constexpr int NSUB = BN / 128;                      // m64n128 MMAs per warpgroup per k16 step

@@ -10,16 +10,17 @@
 // stays in flight while the next stage is waited for.
 #include "common/tma.cuh"
 
-// T: __nv_bfloat16 or __half. BM x BN: the block's tile of C, one warpgroup per 64 rows, each
-// issuing BN / 128 m64n128k16 MMAs a k16 step. BK = 64: one 128-byte swizzle row of K per stage.
+// T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: the block's tile
+// of C, one warpgroup per 64 rows, each issuing BN / 128 m64n128k16 MMAs a k16 step. BK = 64: one 128-byte
+// swizzle row of K per stage.
 //
 // Shared layout of one stage, as tc04 (1024-byte aligned, 128-byte swizzled):
 //   A: [BM][64]            one TMA box of BM rows x 64 K-elements (K-major, wgmma trans-a = 0)
 //   B: [BN / 64][BK][64]   BN / 64 boxes of BK rows (k) x 64 N-elements (N-major, trans-b = 1)
-template <typename T, int BM, int BN, int BK, int STAGES>
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES>
 __global__ void __launch_bounds__(BM / 64 * 128)
 tc_tma(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
-       const T* A, const T* B, const T* C, T* D, int M, int N, int K, int lda, int ldb, int ldc, int ldd,
+       const T* A, const T* B, const TD* C, TD* D, int M, int N, int K, int lda, int ldb, int ldc, int ldd,
        float alpha, float beta) {
     constexpr int WARPGROUPS = BM / 64;
     constexpr int NSUB = BN / 128;
@@ -109,5 +110,5 @@ tc_tma(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ g
 
 #pragma unroll
     for (int j = 0; j < NSUB; ++j)
-        gemmlab::store_accumulators<T>(acc[j], C, D, row0 + wg * 64, col0 + j * 128, M, N, ldc, ldd, alpha, beta);
+        gemmlab::store_accumulators<TD>(acc[j], C, D, row0 + wg * 64, col0 + j * 128, M, N, ldc, ldd, alpha, beta);
 }

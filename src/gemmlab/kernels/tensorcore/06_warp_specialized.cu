@@ -8,13 +8,13 @@
 // thread): a 128 x 256 tile a block, twice tc05's work per byte loaded from L2.
 #include "common/tma.cuh"
 
-// T: __nv_bfloat16 or __half. BM x BN: the block's tile of C, one consumer warpgroup per 64 rows
-// (BM / 64 of them, plus the producer); BN = 256, one m64n256k16 MMA per warpgroup and k16 step.
-// BK = 64. Shared stages are laid out as in tc05.
-template <typename T, int BM, int BN, int BK, int STAGES>
+// T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: the block's tile
+// of C, one consumer warpgroup per 64 rows (BM / 64 of them, plus the producer); BN = 256, one m64n256k16
+// MMA per warpgroup and k16 step. BK = 64. Shared stages are laid out as in tc05.
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_warp_specialized(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
-                    const T* A, const T* B, const T* C, T* D, int M, int N, int K, int lda, int ldb, int ldc,
+                    const T* A, const T* B, const TD* C, TD* D, int M, int N, int K, int lda, int ldb, int ldc,
                     int ldd, float alpha, float beta) {
     constexpr int CONSUMERS = BM / 64;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
@@ -90,5 +90,5 @@ tc_warp_specialized(const __grid_constant__ gemmlab::TensorMap tmA, const __grid
 #pragma unroll
     for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
 
-    gemmlab::store_accumulators<T>(acc, C, D, row0 + c * 64, col0, M, N, ldc, ldd, alpha, beta);
+    gemmlab::store_accumulators<TD>(acc, C, D, row0 + c * 64, col0, M, N, ldc, ldd, alpha, beta);
 }

@@ -18,14 +18,15 @@
 // matrix edge; where D's rows are not whole 16-byte units it stores from registers instead.
 #include "common/tma.cuh"
 
-// T: __nv_bfloat16 or __half. BM x BN: one block's tile (BM / 64 consumer warpgroups, BN = 256).
-// BK: 64, or 32 for twice the stages in the same memory (A then 64-byte swizzled).
-// CM: blocks per cluster along M (1, 2 or 4). GROUP: cluster-row pairs per scheduling group.
-// TMA_STORE: 1 the epilogue above (where D suits it), 0 registers straight to global memory (as tc06).
-template <typename T, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
+// T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
+// (BM / 64 consumer warpgroups, BN = 256). BK: 64, or 32 for twice the stages in the same memory (A then
+// 64-byte swizzled). CM: blocks per cluster along M (1, 2 or 4). GROUP: cluster-row pairs per scheduling
+// group. TMA_STORE: 1 the epilogue above (where D suits it), 0 registers straight to global memory (as
+// tc06).
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
-                      const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const T* C, T* D, int M,
+                      const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
                       int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int CONSUMERS = BM / 64;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
@@ -106,8 +107,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
         // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
         // 16-byte units and 16-byte aligned; otherwise the registers go straight to global memory.
-        constexpr int E16 = 16 / sizeof(T);
-        const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
+        // fp32 output (TD = float) always takes the register path: the staging is 16-bit.
+        constexpr int E16 = 16 / sizeof(TD);
+        const bool tma_store = TMA_STORE != 0 && sizeof(TD) == 2 && N % E16 == 0 && ldd % E16 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
@@ -139,41 +141,45 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
             // Epilogue: chunk j (columns 64 j .. 64 j + 63) through staging buffer j % 2.
             const int rows0 = row0 + c * 64, r_top = warp * 16 + lane / 4;
             if (!tma_store) {
-                gemmlab::store_accumulators<T>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
+                gemmlab::store_accumulators<TD>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
                 continue;
             }
+            if constexpr (sizeof(TD) == 2) {
 #pragma unroll
-            for (int j = 0; j < BN / 64; ++j) {
-                unsigned char* buf = out + (j % 2) * CHUNK * sizeof(T);
-                if (ctid == 0) gemmlab::bulk_wait_read<1>();  // the store that last read buf is done
-                gemmlab::named_barrier(1 + c, 128);
-                // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
-                // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.
+                for (int j = 0; j < BN / 64; ++j) {
+                    unsigned char* buf = out + (j % 2) * CHUNK * sizeof(T);
+                    if (ctid == 0) gemmlab::bulk_wait_read<1>();  // the store that last read buf is done
+                    gemmlab::named_barrier(1 + c, 128);
+                    // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
+                    // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.
 #pragma unroll
-                for (int q0 = 0; q0 < 8; q0 += 2) {
-                    unsigned packed[4];
+                    for (int q0 = 0; q0 < 8; q0 += 2) {
+                        unsigned packed[4];
 #pragma unroll
-                    for (int m = 0; m < 4; ++m) {
-                        const int q = q0 + m / 2, h = m % 2;
-                        const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
-                        float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
-                        if (use_c) {
-                            const int gr = rows0 + r_top + 8 * h, gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
-                            if (gr < M && gc < N) v0 += beta * gemmlab::to_float(C[gemmlab::offset(gr, gc, ldc)]);
-                            if (gr < M && gc + 1 < N) v1 += beta * gemmlab::to_float(C[gemmlab::offset(gr, gc + 1, ldc)]);
+                        for (int m = 0; m < 4; ++m) {
+                            const int q = q0 + m / 2, h = m % 2;
+                            const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
+                            float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+                            if (use_c) {
+                                const int gr = rows0 + r_top + 8 * h;
+                                const int gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
+                                const long long ci = gemmlab::offset(gr, gc, ldc);
+                                if (gr < M && gc < N) v0 += beta * gemmlab::to_float(C[ci]);
+                                if (gr < M && gc + 1 < N) v1 += beta * gemmlab::to_float(C[ci + 1]);
+                            }
+                            packed[m] = gemmlab::pack2<TD>(v0, v1);
                         }
-                        packed[m] = gemmlab::pack2<T>(v0, v1);
+                        // lane l addresses row l % 8 of block (q0 + (l / 8) / 2, (l / 8) % 2)
+                        const int m = lane / 8, row = warp * 16 + 8 * (m % 2) + lane % 8;
+                        gemmlab::stmatrix_x4(buf + gemmlab::swizzle128_offset(row, q0 + m / 2), packed[0],
+                                             packed[1], packed[2], packed[3]);
                     }
-                    // lane l addresses row l % 8 of block (q0 + (l / 8) / 2, (l / 8) % 2)
-                    const int m = lane / 8, row = warp * 16 + 8 * (m % 2) + lane % 8;
-                    gemmlab::stmatrix_x4(buf + gemmlab::swizzle128_offset(row, q0 + m / 2), packed[0], packed[1],
-                                         packed[2], packed[3]);
-                }
-                gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
-                gemmlab::named_barrier(1 + c, 128);
-                if (ctid == 0) {
-                    gemmlab::tma_store_2d(&tmD, buf, rows0, col0 + 64 * j);
-                    gemmlab::bulk_commit();
+                    gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
+                    gemmlab::named_barrier(1 + c, 128);
+                    if (ctid == 0) {
+                        gemmlab::tma_store_2d(&tmD, buf, rows0, col0 + 64 * j);
+                        gemmlab::bulk_commit();
+                    }
                 }
             }
         }
