@@ -6,7 +6,9 @@
 # Usage on the GPU machine, from the repo root:
 #   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
 # Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
-# when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder.
+# when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
+# STEPS, the parts to run (default "tests check overhead bench"): a device call is limited to 10
+# minutes, so a full run may need two calls, e.g. STEPS="tests check" then STEPS="overhead bench".
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -16,30 +18,40 @@ status=0
 LOG="$OUT/gpu_run.log"
 : > "$LOG"
 step() { echo "=== $*" | tee -a "$LOG"; }
+STEPS=${STEPS:-tests check overhead bench}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 step "environment and compile (resource report for the driver's arch)"
 { nvidia-smi
   python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
   python3 -m gemmlab compile; } 2>&1 | tee -a "$LOG" || status=1
 
-step "GPU tests"
-python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee -a "$LOG" || status=1
+if want tests; then
+  step "GPU tests"
+  python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee -a "$LOG" || status=1
+fi
 
-step "check"
-python3 -m gemmlab check --pending 2>&1 | tee -a "$LOG" || status=1
+if want check; then
+  step "check"
+  python3 -m gemmlab check --pending 2>&1 | tee -a "$LOG" || status=1
+fi
 
-step "overhead"
-python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
+if want overhead; then
+  step "overhead"
+  python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
+fi
 
-step "bench"
-python3 -m gemmlab bench --pending --out "$OUT/results" ${FP32_BENCH_ARGS:-} "$@" 2>&1 | tee -a "$LOG" || status=1
+if want bench; then
+  step "bench"
+  python3 -m gemmlab bench --pending --out "$OUT/results" ${FP32_BENCH_ARGS:-} "$@" 2>&1 | tee -a "$LOG" || status=1
 
-step "bench, tensor-core ladder (bf16, fp16, and float32 as TF32)"
-for dt in bf16 fp16 tf32; do
-  python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
-done
+  step "bench, tensor-core ladder (bf16, fp16, and float32 as TF32)"
+  for dt in bf16 fp16 tf32; do
+    python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
+  done
+fi
 
-if [ "${CPU_BENCH:-1}" != 0 ]; then
+if want bench && [ "${CPU_BENCH:-1}" != 0 ]; then
   step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
   python3 -m gemmlab bench --device cpu -s 2048x2048x1024 -k cpu02_reordered -k cpu03_blocked -k cpu04_parallel \
     --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
