@@ -89,10 +89,16 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
     return (
         f"{meta['gpu']}, driver {meta.get('driver')}, torch {v['torch']} (CUDA {v['torch_cuda']}), "
         f"cuda-core {v['cuda_core']}, NVRTC {v['nvrtc']}, {_commits(meta)}; {clock_txt}. "
-        f"Median of {recs[0]['reps']} event-timed runs with L2 flushed, {_arithmetic(recs[0].get('dtype', 'float32'))}; "
+        f"Median of {recs[0]['reps']} event-timed runs with L2 flushed{_held(meta)}, {_arithmetic(recs[0].get('dtype', 'float32'))}; "
         f"ratio = cuBLAS median time / kernel median time; cuBLAS = torch.mm, the better of the "
         f"cublas and cublasLt backends, timed in the same rounds (its median across kernels shown)."
     )
+
+
+def _held(meta: dict) -> str:
+    """How the timed window was kept free of host launch latency (runs from 2026-11-22 05:00 on)."""
+    cycles = meta.get("hold_cycles")
+    return f" and the stream held by a {cycles:,}-cycle spin before each start event" if cycles else ""
 
 
 def _arithmetic(dtype: str) -> str:

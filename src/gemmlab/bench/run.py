@@ -23,7 +23,7 @@ from ..configs import select
 from ..problem import problem_from_tensors
 from ..reference import check_result
 from . import environment
-from .timing import L2Flusher, interleaved, median
+from .timing import HOLD_CYCLES, L2Flusher, interleaved, median
 
 SQUARES = (1024, 2048, 3072, 4096, 5120, 6144, 8192)  # seeds 001-003
 ODD = (1022, 2044, 3135, 4088, 6132, 8176)  # seed 000's non-multiples of 32
@@ -215,6 +215,7 @@ def run_bench(
     else:
         meta = environment.describe(device_id)
         meta["kind"] = "bench"
+        meta["hold_cycles"] = HOLD_CYCLES  # the spin between flush and start event (bench.timing)
         meta["failures"] = []
         records = []
         path = results_path(out_root, meta, tag)

@@ -1,6 +1,12 @@
 """Event timing with a cold L2: every timed launch is preceded by a write over a buffer twice
 the size of L2, and the candidates are interleaved (their order rotating every round), so
-clock drift and thermal state hit all of them alike."""
+clock drift and thermal state hit all of them alike.
+
+Between the flush and the start event the stream is held by a spin kernel (HOLD_CYCLES): the host
+needs 10-25 us to queue a launch (gemm()'s Python path, torch's call into cuBLAS), and where the
+flush ended first the GPU sat idle inside the timed window waiting for it -- most of the time of a
+~25 us 2048^3 bf16 GEMM, on either side, by how far behind the host happened to be. Held, the
+start event, the launch and the end event are all queued before the GPU reaches them."""
 
 from __future__ import annotations
 
@@ -8,6 +14,14 @@ import statistics
 from typing import Callable
 
 import torch
+
+
+HOLD_CYCLES = 200_000  # ~100 us at the H100/H200's 1.6-2 GHz: several times a launch's host time
+
+
+def hold_stream(cycles: int = HOLD_CYCLES) -> None:
+    """Queue a kernel that spins for `cycles` clock cycles on the current stream."""
+    torch.cuda._sleep(cycles)
 
 
 class L2Flusher:
@@ -44,6 +58,7 @@ def interleaved(
             flush()
             before.get(n, lambda: None)()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            hold_stream()
             start.record()
             fns[n]()
             end.record()
