@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from gemmlab import registry
+from gemmlab.problem import problem_from_tensors
 from gemmlab.registry import KERNELS, PENDING
 
 # Registered kernels and those still waiting for a GPU check: both must be complete specs.
@@ -131,3 +132,22 @@ def test_tf32_only_when_asked_for():
         problem_from_tensors(a.bfloat16(), b.bfloat16(), device_type="cpu", precision="tf32")
     with pytest.raises(ValueError, match="precision must be"):
         problem_from_tensors(a, b, device_type="cpu", precision="fp16")
+
+
+def test_size_rules_pick_configs_by_the_size_of_c():
+    """configs.SIZE_RULES: bounded ranges of M * N, first match wins, the default elsewhere."""
+    from gemmlab.configs import config_for, configs_in_use
+
+    def cfg(kernel, M, N, dtype=torch.bfloat16):
+        a, b = torch.empty((M, 64), dtype=dtype), torch.empty((64, N), dtype=dtype)
+        return config_for(registry.get(kernel), problem_from_tensors(a, b, device_type="cpu"))
+
+    # tc07: single blocks up to 2560^2, clusters of two above (H200 tune records)
+    assert cfg("tc07_persistent_cluster", 2048, 2048)["CM"] == 1
+    assert cfg("tc07_persistent_cluster", 2560, 2560)["CM"] == 1
+    assert cfg("tc07_persistent_cluster", 2561, 2560)["CM"] == 2
+    assert cfg("tc07_persistent_cluster", 8192, 8192) == registry.get("tc07_persistent_cluster").default_config()
+    # sgemm_11: the larger tile from 2048^2 up
+    assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
+    assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
+    assert [c["CM"] for c in configs_in_use(registry.get("tc07_persistent_cluster"))] == [2, 1]

@@ -12,18 +12,25 @@ from .problem import GemmProblem
 from .registry import GemmConfig, KernelSpec
 
 
-# kernel id -> [(smallest M * N the rule applies to, overrides)], first match wins.
+# kernel id -> [(smallest M * N, largest M * N or None, overrides)]: a rule applies to problems
+# whose M * N lies in its range; first match wins, the registry default otherwise.
 # sgemm_11_warp_tile, H200 (results/nvidia-h200/tune-20261122T015612Z.json): 256 x 128 block
 # tiles with 64 x 64 warp tiles beat the 128 x 128 default at 2048 x 2048 x 1024 and at every
 # square from 4096 to 8192; below that the larger tile leaves SMs idle, so the default stays.
-SIZE_RULES: dict[str, list[tuple[int, dict[str, int]]]] = {
-    "sgemm_11_warp_tile": [(2048 * 2048, dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8))],
+# tc07_persistent_cluster, H200 (results/nvidia-h200/tune-20261122T050341Z.json): up to about
+# one and a half waves of 128 x 256 tiles (M * N <= 2560^2) single blocks beat clusters of two --
+# 0.98x cuBLAS instead of 0.93x at 2048^3, 0.96x instead of 0.91x at 2560^3 -- even at 3072^3,
+# and clusters win from 4096^2 on (0.97x against 0.96x).
+SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
+    "sgemm_11_warp_tile": [(2048 * 2048, None, dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8))],
+    "tc07_persistent_cluster": [(0, 2560 * 2560, dict(CM=1))],
 }
 
 
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
-    for min_mn, overrides in SIZE_RULES.get(spec.id, ()):
-        if problem.M * problem.N >= min_mn:
+    mn = problem.M * problem.N
+    for lo, hi, overrides in SIZE_RULES.get(spec.id, ()):
+        if lo <= mn and (hi is None or mn <= hi):
             return _rule_config(spec, tuple(sorted(overrides.items())))
     return spec.default_config()
 
@@ -31,7 +38,7 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     """Every config 'auto' can launch a kernel with: its default and those of its size rules."""
     out = [spec.default_config()]
-    for _, overrides in SIZE_RULES.get(spec.id, ()):
+    for _, _, overrides in SIZE_RULES.get(spec.id, ()):
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
     return out
 
