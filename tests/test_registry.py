@@ -119,8 +119,6 @@ def test_kernels_filter_by_dtype():
 
 
 def test_tf32_only_when_asked_for():
-    from gemmlab.problem import problem_from_tensors
-
     a, b = torch.empty(64, 32), torch.empty(32, 48)
     plain = problem_from_tensors(a, b, device_type="cpu")
     tf32 = problem_from_tensors(a, b, device_type="cpu", precision="tf32")
