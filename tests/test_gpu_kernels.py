@@ -151,6 +151,30 @@ def test_fp32_output_keeps_the_accumulators_unrounded(kernel, dtype, M, N, K):
     assert e32.passed and e32.rel_fro < e16.rel_fro / 10, f"{label}: fp32 {e32.summary()} vs 16-bit {e16.summary()}"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "M,N,K,cm",
+    [(3135, 3135, 1000, 2), (3072, 3072, 130, 2), (2560, 2047, 777, 1), (4000, 1500, 4100, 2), (2900, 2900, 200, 1)],
+)
+def test_stream_k_splits_the_last_wave_and_sums_it_right(dtype, M, N, K, cm):
+    """tc09 at sizes with more tiles than SMs and a partial last wave, whose tiles it splits along K
+    over every block (down to single K steps at K = 130): parts summed through the workspace, C
+    read once, fp32 output too, and every flag back at zero after the launch."""
+    kernel = "tc09_stream_k"
+    spec = registry.get(kernel)
+    cfg = spec.config(CM=cm)
+    for out_dtype in (dtype, torch.float32):
+        a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+        c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
+        run = gemmlab.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)
+        run()
+        assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel={kernel} CM={cm} out={out_dtype}", kernel)
+        run()  # again on the same flags: they were reset
+        assert_ok(out, a, b, c, 0.5, -1.0, f"second launch, M={M} N={N} K={K} CM={cm}", kernel)
+        flags = [ws[1] for key, ws in api._WORKSPACES.items() if key[0] == 0]
+        assert flags and all(int(f.count_nonzero()) == 0 for f in flags), "a flag was left raised"
+
+
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 17, 13), (127, 1000, 513), (300, 257, 1022)])
 def test_tf32_reads_16_byte_padded_operands_in_place(M, N, K, monkeypatch):
     """tc08 takes float32 operands whose rows are padded to 16 bytes as they are -- no copy -- at

@@ -135,7 +135,27 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, out) -> None:
     maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out)) if plan.spec.tma else ()
     c_ptr = problem.c.ptr if problem.c is not None else 0
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
-                  out.data_ptr(), *plan.tail, cluster=plan.cluster)  # fmt: skip
+                  out.data_ptr(), *_workspace_args(plan), *plan.tail, cluster=plan.cluster)  # fmt: skip
+
+
+# (device, stream) -> (fp32 parts, uint32 flags) of the stream-K kernels. Flags are zero between
+# launches (each is reset by the block that consumed it), so launches on one stream share them;
+# launches on other streams, which may overlap, get their own.
+_WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _workspace_args(plan: _Plan) -> tuple:
+    """The workspace pointers a kernel that takes them (stream-K) needs, on the current stream."""
+    if plan.spec.workspace is None:
+        return ()
+    floats, flags = plan.spec.workspace(plan.config, plan.grid[0])
+    key = (plan.device_id, torch.cuda.current_stream(plan.device_id).cuda_stream)
+    ws = _WORKSPACES.get(key)
+    if ws is None or ws[0].numel() < floats or ws[1].numel() < flags:
+        dev = torch.device("cuda", plan.device_id)
+        ws = _WORKSPACES[key] = (torch.empty(floats, dtype=torch.float32, device=dev),
+                                 torch.zeros(flags, dtype=torch.int32, device=dev))  # fmt: skip
+    return ws[0].data_ptr(), ws[1].data_ptr()
 
 
 def _operands(plan: _Plan, problem: GemmProblem, a, b, out) -> dict[str, tuple]:
@@ -206,5 +226,5 @@ def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, 
         return partial(_launch, plan, problem, a, b, out)  # the copies are part of every call
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out)) if spec.tma else ()
-    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *plan.tail)
+    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *_workspace_args(plan), *plan.tail)
     return partial(launch.launch, plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)

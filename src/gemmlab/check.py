@@ -23,6 +23,7 @@ FIXED_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1000, 1000, 1000),
     (1022, 1022, 1022),
     (2048, 2048, 1024),
+    (3135, 3135, 1000),  # more tiles than SMs and a partial last wave: tc09 splits it along K
     (0, 5, 3),  # empty output
     (5, 7, 0),  # K = 0: D = beta * C
 )

@@ -24,6 +24,7 @@ from .registry import GemmConfig, KernelSpec
 SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
     "sgemm_11_warp_tile": [(2048 * 2048, None, dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8))],
     "tc07_persistent_cluster": [(0, 2560 * 2560, dict(CM=1))],
+    "tc09_stream_k": [(0, 2560 * 2560, dict(CM=1))],  # tc07's schedule up to its last wave
 }
 
 

@@ -130,7 +130,10 @@ def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None)
     err, clusters = driver.cuOccupancyMaxActiveClusters(_function_handle(loaded, device_id), cfg)
     if err != driver.CUresult.CUDA_SUCCESS or clusters < 1:
         raise RuntimeError(f"cannot place a cluster of {loaded.spec.id} {loaded.config.as_dict()} on device {device_id}: {err}")
-    _CLUSTERS[key] = clusters * per_cluster
+    # Never more than one block an SM: these kernels' shared memory allows no more, and the query
+    # answered twice that under ncu -- a grid the stream-K kernel, whose blocks wait on each other,
+    # must not get (half its blocks would wait for the other half to start).
+    _CLUSTERS[key] = min(clusters * per_cluster, sm_count(device_id) // per_cluster * per_cluster)
     return _CLUSTERS[key]
 
 

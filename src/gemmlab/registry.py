@@ -89,6 +89,9 @@ class KernelSpec:
     # aligned buffer (TF32: a float32 caller cannot be asked to pad), so the caller's layout never
     # rules the kernel out; aligned operands are used as they are.
     staged: bool = False
+    # Kernels that pass partial results between blocks (stream-K) take a workspace after D: fp32
+    # elements and uint32 flags, their counts from the config and the number of blocks launched.
+    workspace: Callable[[GemmConfig, int], tuple[int, int]] | None = field(default=None, repr=False)
 
     def default_config(self) -> GemmConfig:
         return _default_config(self)
@@ -795,12 +798,36 @@ TC_08 = KernelSpec(
     staged=True,
 )
 
+TC_09 = KernelSpec(
+    id="tc09_stream_k",
+    step=9,
+    title="stream-K",
+    idea="tc07 with the last, partial wave split along K over every cluster; split tiles summed in fp32 through a workspace",
+    source="tensorcore/09_stream_k.cu",
+    entry="tc_stream_k",
+    params=TC_07.params,
+    block=_WS_BLOCK,
+    grid=_CLUSTER_GRID,
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=_tc07_smem,
+    check_config=_check_07_tc,
+    seeds="issue 3: past tc07 -- stream-K (Osama et al., 2023) for the wave-quantisation loss measured in tc07",
+    type_param=True,
+    tma=("a", "b", "d"),
+    tma_boxes=TC_07.tma_boxes,
+    cluster=TC_07.cluster,
+    persistent=True,
+    min_capability=(9, 0),
+    # one 64 x 256 fp32 part and one flag per consumer warpgroup and block
+    workspace=lambda c, blocks: (blocks * (c["BM"] // 64) * 64 * 256, blocks * (c["BM"] // 64)),
+)
+
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01-tc04: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 # tc05-tc08: the GPU tests (366 cases of theirs) and check subsets on an H100, 2026-11-22; the full
 # check in the run whose records are committed.
 TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03, TC_04, TC_05, TC_06, TC_07, TC_08)
-TC_PENDING: tuple[KernelSpec, ...] = ()
+TC_PENDING: tuple[KernelSpec, ...] = (TC_09,)
 
 
 # ----------------------------------------------------------------------------------------------

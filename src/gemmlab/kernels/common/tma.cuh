@@ -108,6 +108,48 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
     col0 = (in_group / rows) * bn;
 }
 
+// The stream-K schedule of a persistent kernel with `slots` resident clusters: the first `dp`
+// cluster tiles go whole to the slots in turn (full waves); the K steps of the rest -- a last wave
+// that would leave slots idle -- are cut into `slots` equal runs, one a slot, so every slot
+// finishes at about the same time. A run covers the end of one tile and the start of the next (or
+// a middle part); each piece is (tile, first K step, one past the last). Stream-K only pays when
+// at least one full wave precedes the partial one, and needs two K steps to split.
+struct StreamK {
+    int tiles, slots, KT, dp;
+    long long sk_steps;  // K steps of the split tiles, all together
+
+    __device__ StreamK(int tiles_, int slots_, int KT_) : tiles(tiles_), slots(slots_), KT(KT_) {
+        dp = (KT > 1 && tiles > slots && tiles % slots != 0) ? tiles / slots * slots : tiles;
+        sk_steps = static_cast<long long>(tiles - dp) * KT;
+    }
+    // The first split K step (counted over the split tiles) of slot s's run; begin(slots) = the end.
+    __device__ long long begin(int s) const { return s * sk_steps / slots; }
+    // The last split K step + 1 of tile t (t >= dp).
+    __device__ long long tile_end(int t) const { return static_cast<long long>(t - dp + 1) * KT; }
+
+    template <typename F>
+    __device__ void for_each_piece(int slot, F&& piece) const {
+        for (int t = slot; t < dp; t += slots) piece(t, 0, KT);
+        for (long long it = begin(slot), end = begin(slot + 1); it < end;) {
+            const int t = static_cast<int>(it / KT), k0 = static_cast<int>(it % KT);
+            const int k1 = static_cast<int>(min(static_cast<long long>(KT), k0 + (end - it)));
+            piece(dp + t, k0, k1);
+            it += k1 - k0;
+        }
+    }
+};
+
+// Flags between blocks of one grid, in global memory: a release store after the data it publishes,
+// an acquire load before the data it guards is read.
+__device__ __forceinline__ void flag_release(unsigned* flag, unsigned value) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+__device__ __forceinline__ unsigned flag_acquire(const unsigned* flag) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+    return v;
+}
+
 // ---- TMA -----------------------------------------------------------------------------------
 
 // Bring the tensor map into the TMA unit's cache before its first use.

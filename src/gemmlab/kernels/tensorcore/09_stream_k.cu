@@ -1,0 +1,214 @@
+// Tensor-core step 09 -- stream-K: tc07, with the last, partial wave of tiles split along K over
+// every resident cluster, so no SM waits idle at the end.
+//
+// tc07's tiles come in waves of one tile a cluster: 4096^2 has 256 cluster tiles for 66 clusters,
+// 3.9 waves, so the fourth keeps 8 clusters idle; 3072^2 has 2.2 waves and the third keeps 54 idle
+// (tc07 reached 0.74x cuBLAS there). Here the full waves run as in tc07, and the K steps of the
+// remaining tiles are cut into one equal run per cluster (gemmlab::StreamK). A tile whose K steps
+// fall to several clusters is summed in fp32: the cluster holding its first K step keeps its
+// accumulators; each other cluster writes its part to a workspace in global memory and raises a
+// flag; the first waits for those flags, adds the parts, and writes the tile. Parts are written at
+// the start of a cluster's run and read at the end of the previous cluster's, so nobody waits long;
+// every block of the grid is resident (a persistent grid), so nobody waits forever.
+#include "common/tma.cuh"
+
+// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE: as tc07. WS: fp32 parts of split tiles, 64 x 256
+// a consumer warpgroup and block of the grid; FLAGS: one a consumer warpgroup and block, zero
+// between launches (the reader resets each it consumed).
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
+__global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
+tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
+            const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
+            unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+    constexpr int CONSUMERS = BM / 64;
+    constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
+    constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
+    constexpr int B_BOXES = BN / 64, MY_B_BOXES = B_BOXES / CM;  // 64-column boxes of B, this block's share
+    constexpr int CHUNK = 64 * 64;                                // elements of one 64 x 64 staging buffer
+    constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 rows)");
+    static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
+    static_assert(BN == 256, "one m64n256k16 MMA a warpgroup and k16 step");
+    static_assert(BK == 64 || BK == 32, "a K stage is one 128-byte (BK = 64) or 64-byte (BK = 32) swizzle row of A");
+    static_assert(CM == 1 || CM == 2 || CM == 4, "clusters of 1, 2 or 4 blocks along M (each loads BN / 64 / CM boxes of B)");
+    static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
+    static_assert(sizeof(T) == 2, "16-bit inputs");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
+    T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK]
+    T* sB = sA + STAGES * STAGE_A;         // [STAGES][BN / 64][BK][64]
+    T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][2][64][64], 128-byte swizzled
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * 2 * CHUNK);
+    unsigned long long* empty = full + STAGES;
+
+    const int tid = threadIdx.x, wg = tid / 128;
+    const unsigned rank = CM > 1 ? gemmlab::cluster_rank() : 0;
+    const int KT = gemmlab::ceil_div(K, BK);
+    const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);  // cluster tiles
+    const int tiles = tiles_m * tiles_n, slot = blockIdx.x / CM;
+    const gemmlab::StreamK sched(tiles, gridDim.x / CM, KT);
+
+    auto tile_origin = [&](int t, int& row0, int& col0) {
+        gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, static_cast<int>(rank), BM, BN, row0, col0);
+    };
+
+    if (tid == 0) {
+        gemmlab::tma_prefetch_map(&tmA);
+        gemmlab::tma_prefetch_map(&tmB);
+        gemmlab::tma_prefetch_map(&tmD);
+        gemmlab::init_ring(full, empty, STAGES, CONSUMERS * CM);  // every consumer of the cluster releases
+    }
+    // No block may signal a peer's barriers before the peer has initialised them.
+    if constexpr (CM > 1) gemmlab::cluster_sync(); else __syncthreads();
+
+    if (wg == 0) {
+        gemmlab::setmaxnreg_dec<PRODUCER_REGS>();
+        if (tid == 0) {
+            int it = 0;  // K steps issued by this block, over all its pieces: the ring position
+            sched.for_each_piece(slot, [&](int t, int k_begin, int k_end) {
+                int row0, col0;
+                tile_origin(t, row0, col0);
+                for (int kt = k_begin; kt < k_end; ++kt, ++it) {
+                    const int stage = it % STAGES, k0 = kt * BK;
+                    if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
+                    // A's box and every B box land here: ours and the peer's multicast half.
+                    gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
+                    gemmlab::tma_load_2d(sA + stage * STAGE_A, &tmA, &full[stage], row0, k0);
+#pragma unroll
+                    for (int j = 0; j < MY_B_BOXES; ++j) {
+                        const int nb = static_cast<int>(rank) * MY_B_BOXES + j;
+                        T* dst = sB + stage * STAGE_B + nb * BK * 64;
+                        if constexpr (CM > 1)
+                            gemmlab::tma_load_2d_multicast(dst, &tmB, &full[stage], k0, col0 + nb * 64,
+                                                           static_cast<unsigned short>((1u << CM) - 1));
+                        else
+                            gemmlab::tma_load_2d(dst, &tmB, &full[stage], k0, col0 + nb * 64);
+                    }
+                }
+            });
+        }
+        __syncwarp();
+    } else {
+        gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
+        const int c = wg - 1, ctid = tid % 128, lane = tid % 32, warp = ctid / 32;
+        // A: rows of BK elements, 8-row groups 8 * 2 BK bytes apart, swizzled over the row width.
+        const unsigned long long desc_a0 = gemmlab::wgmma_desc(
+            sA + c * 64 * BK, 16, 16 * BK, BK == 64 ? gemmlab::WGMMA_SWIZZLE_128B : gemmlab::WGMMA_SWIZZLE_64B);
+        const unsigned long long desc_b0 = gemmlab::wgmma_desc(sB, BK * 128, 1024);
+        unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
+        const bool use_c = beta != 0.0f;
+        // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
+        // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
+        // 16-byte units and 16-byte aligned; otherwise the registers go straight to global memory.
+        // fp32 output (TD = float) always takes the register path: the staging is 16-bit.
+        constexpr int E16 = 16 / sizeof(TD);
+        const bool tma_store = TMA_STORE != 0 && sizeof(TD) == 2 && N % E16 == 0 && ldd % E16 == 0 &&
+                               reinterpret_cast<unsigned long long>(D) % 16 == 0;
+        // This warpgroup's part buffer and flag in block b of the grid.
+        auto part = [&](int b) { return reinterpret_cast<float4*>(WS) + (b * CONSUMERS + c) * (128 * 128 / 4); };
+        auto flag = [&](int b) { return FLAGS + b * CONSUMERS + c; };
+        int it = 0;
+        sched.for_each_piece(slot, [&](int t, int k_begin, int k_end) {
+            int row0, col0;
+            tile_origin(t, row0, col0);
+            float acc[128];
+#pragma unroll
+            for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            for (int kt = k_begin; kt < k_end; ++kt, ++it) {
+                const int stage = it % STAGES;
+                gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
+                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
+                gemmlab::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < BK; kk += 16)
+                    gemmlab::wgmma_m64n256k16<T, 1>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
+                gemmlab::wgmma_commit();
+                gemmlab::wgmma_wait<1>();
+#pragma unroll
+                for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                if (kt > k_begin) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+            }
+            gemmlab::wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+            if (k_end > k_begin) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+
+            if (k_begin > 0) {  // a later part of a split tile: to the workspace, then the flag
+                float4* mine = part(blockIdx.x);
+#pragma unroll
+                for (int i = 0; i < 128; i += 4)
+                    __stcg(mine + (i / 4) * 128 + ctid, make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
+                __threadfence();
+                gemmlab::named_barrier(1 + c, 128);
+                if (ctid == 0) gemmlab::flag_release(flag(blockIdx.x), 1u);
+                return;
+            }
+            if (k_end < KT) {  // the first part of a split tile: add the others' parts
+                const long long last = sched.tile_end(t);
+                for (int s = slot + 1; s < sched.slots && sched.begin(s) < last; ++s) {
+                    if (sched.begin(s + 1) == sched.begin(s)) continue;  // an empty run holds no part
+                    const int b = s * CM + static_cast<int>(rank);
+                    if (ctid == 0)
+                        while (gemmlab::flag_acquire(flag(b)) == 0u) __nanosleep(64);
+                    gemmlab::named_barrier(1 + c, 128);
+                    const float4* theirs = part(b);
+#pragma unroll
+                    for (int i = 0; i < 128; i += 4) {
+                        const float4 p = __ldcg(theirs + (i / 4) * 128 + ctid);
+                        acc[i] += p.x, acc[i + 1] += p.y, acc[i + 2] += p.z, acc[i + 3] += p.w;
+                    }
+                    if (ctid == 0) *flag(b) = 0u;  // consumed: zero again for the next launch
+                }
+            }
+            // Epilogue: chunk j (columns 64 j .. 64 j + 63) through staging buffer j % 2.
+            const int rows0 = row0 + c * 64, r_top = warp * 16 + lane / 4;
+            if (!tma_store) {
+                gemmlab::store_accumulators<TD>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
+                return;
+            }
+            if constexpr (sizeof(TD) == 2) {
+#pragma unroll
+                for (int j = 0; j < BN / 64; ++j) {
+                    unsigned char* buf = out + (j % 2) * CHUNK * sizeof(T);
+                    if (ctid == 0) gemmlab::bulk_wait_read<1>();  // the store that last read buf is done
+                    gemmlab::named_barrier(1 + c, 128);
+                    // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
+                    // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.
+#pragma unroll
+                    for (int q0 = 0; q0 < 8; q0 += 2) {
+                        unsigned packed[4];
+#pragma unroll
+                        for (int m = 0; m < 4; ++m) {
+                            const int q = q0 + m / 2, h = m % 2;
+                            const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
+                            float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+                            if (use_c) {
+                                const int gr = rows0 + r_top + 8 * h;
+                                const int gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
+                                const long long ci = gemmlab::offset(gr, gc, ldc);
+                                if (gr < M && gc < N) v0 += beta * gemmlab::to_float(C[ci]);
+                                if (gr < M && gc + 1 < N) v1 += beta * gemmlab::to_float(C[ci + 1]);
+                            }
+                            packed[m] = gemmlab::pack2<TD>(v0, v1);
+                        }
+                        // lane l addresses row l % 8 of block (q0 + (l / 8) / 2, (l / 8) % 2)
+                        const int m = lane / 8, row = warp * 16 + 8 * (m % 2) + lane % 8;
+                        gemmlab::stmatrix_x4(buf + gemmlab::swizzle128_offset(row, q0 + m / 2), packed[0],
+                                             packed[1], packed[2], packed[3]);
+                    }
+                    gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
+                    gemmlab::named_barrier(1 + c, 128);
+                    if (ctid == 0) {
+                        gemmlab::tma_store_2d(&tmD, buf, rows0, col0 + 64 * j);
+                        gemmlab::bulk_commit();
+                    }
+                }
+            }
+        });
+        if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
+    }
+    // Peers may still multicast into this block or arrive on its barriers until they are done too.
+    __syncwarp();
+    if constexpr (CM > 1) gemmlab::cluster_sync();
+}
