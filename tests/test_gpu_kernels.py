@@ -166,7 +166,7 @@ def test_stream_k_splits_the_last_wave_and_sums_it_right(dtype, M, N, K, cm):
     for out_dtype in (dtype, torch.float32):
         a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
         c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
-        run = gemmlab.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)
+        run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)
         run()
         assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel={kernel} CM={cm} out={out_dtype}", kernel)
         run()  # again on the same flags: they were reset
