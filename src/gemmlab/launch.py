@@ -65,11 +65,18 @@ def torch_stream(device_id: int):
 
 @lru_cache(maxsize=4096)
 def launch_config(grid: tuple, block: tuple, smem: int, cluster: tuple | None = None):
+    """grid counts blocks, always. cuda.core's LaunchConfig counts clusters when a cluster shape is
+    given (so grid=132, cluster=2 launches 264 blocks): the grid is converted here. Until this was
+    found (2026-11-22), every clustered launch ran twice the blocks planned -- correct, as the
+    kernels split work by gridDim, but half the persistent blocks waited for an SM."""
     from cuda.core import LaunchConfig
 
     if cluster is None:
         return LaunchConfig(grid=grid, block=block, shmem_size=smem)
-    return LaunchConfig(grid=grid, block=block, shmem_size=smem, cluster=cluster)
+    if any(g % c for g, c in zip(grid, cluster)):
+        raise ValueError(f"a grid of {grid} blocks is not whole clusters of {cluster}")
+    clusters = tuple(g // c for g, c in zip(grid, cluster))
+    return LaunchConfig(grid=clusters, block=block, shmem_size=smem, cluster=cluster)
 
 
 @lru_cache(maxsize=None)
@@ -130,9 +137,8 @@ def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None)
     err, clusters = driver.cuOccupancyMaxActiveClusters(_function_handle(loaded, device_id), cfg)
     if err != driver.CUresult.CUDA_SUCCESS or clusters < 1:
         raise RuntimeError(f"cannot place a cluster of {loaded.spec.id} {loaded.config.as_dict()} on device {device_id}: {err}")
-    # Never more than one block an SM: these kernels' shared memory allows no more, and the query
-    # answered twice that under ncu -- a grid the stream-K kernel, whose blocks wait on each other,
-    # must not get (half its blocks would wait for the other half to start).
+    # Never more than one block an SM (these kernels' shared memory allows no more): the stream-K
+    # kernel's blocks wait on each other, so every block it launches must be resident at once.
     _CLUSTERS[key] = min(clusters * per_cluster, sm_count(device_id) // per_cluster * per_cluster)
     return _CLUSTERS[key]
 
