@@ -109,17 +109,19 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
 }
 
 // The stream-K schedule of a persistent kernel with `slots` resident clusters: the first `dp`
-// cluster tiles go whole to the slots in turn (full waves); the K steps of the rest -- a last wave
-// that would leave slots idle -- are cut into `slots` equal runs, one a slot, so every slot
-// finishes at about the same time. A run covers the end of one tile and the start of the next (or
-// a middle part); each piece is (tile, first K step, one past the last). Stream-K only pays when
-// at least one full wave precedes the partial one, and needs two K steps to split.
+// cluster tiles go whole to the slots in turn (full waves); the K steps of the rest -- the last
+// full wave and the partial one that would leave slots idle -- are cut into `slots` equal runs,
+// one a slot, so every slot finishes at about the same time. A run is longer than a tile's K
+// steps, so a tile falls to at most two runs: the end of one run holds its first steps, the start
+// of the next its last ones. Each piece is (tile, first K step, one past the last). Splitting only
+// the partial wave measured worse (tiles cut into many short pieces, their owners reading up to
+// six parts back); stream-K needs a full wave before the partial one, and two K steps to split.
 struct StreamK {
     int tiles, slots, KT, dp;
     long long sk_steps;  // K steps of the split tiles, all together
 
     __device__ StreamK(int tiles_, int slots_, int KT_) : tiles(tiles_), slots(slots_), KT(KT_) {
-        dp = (KT > 1 && tiles > slots && tiles % slots != 0) ? tiles / slots * slots : tiles;
+        dp = (KT > 1 && tiles > slots && tiles % slots != 0) ? (tiles / slots - 1) * slots : tiles;
         sk_steps = static_cast<long long>(tiles - dp) * KT;
     }
     // The first split K step (counted over the split tiles) of slot s's run; begin(slots) = the end.
