@@ -7,8 +7,9 @@
 #   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
 # Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
 # when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
-# STEPS, the parts to run (default "tests check overhead bench"): a device call is limited to 10
-# minutes, so a full run may need two calls, e.g. STEPS="tests check" then STEPS="overhead bench".
+# STEPS, the parts to run (default "tests check overhead bench"; "sanitize" adds compute-sanitizer):
+# a device call is limited to 10 minutes, so a full run may need two calls, e.g.
+# STEPS="tests check sanitize" then STEPS="overhead bench".
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -34,6 +35,17 @@ fi
 if want check; then
   step "check"
   python3 -m gemmlab check --pending 2>&1 | tee -a "$LOG" || status=1
+fi
+
+if want sanitize; then
+  # compute-sanitizer over the Hopper steps at small odd shapes (tc09's at shapes it splits):
+  # device-side errors only; the host-side cuGetProcAddress probes of cuda.core are filtered out.
+  step "compute-sanitizer: memcheck and racecheck, tc05-tc09"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --print-limit 20 python3 -m gemmlab check -k tc05_tma -k tc06_warp_specialized \
+      -k tc07_persistent_cluster -k tc08_tf32 -k tc09_stream_k -s 515x129x67 -s 1500x4000x300 -s 3072x3072x130 --random 0 2>&1 \
+      | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" | tee -a "$LOG" || status=1
+  done
 fi
 
 if want overhead; then

@@ -149,3 +149,22 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
     assert [c["CM"] for c in configs_in_use(registry.get("tc07_persistent_cluster"))] == [2, 1]
+
+
+def test_auto_takes_stream_k_only_where_the_last_wave_idles():
+    """tc09 serves every shape when named; 'auto' takes it where tc07's waves leave over 10% of the
+    cluster-time idle (3072^2, 5120^2 on 132 SMs), tc07 elsewhere (H200 records)."""
+    from gemmlab.configs import select
+
+    def auto(n):
+        a = torch.empty(n, n, dtype=torch.bfloat16)
+        return select(problem_from_tensors(a, a, device_type="cpu"), device="cuda")[0].id
+
+    assert [auto(n) for n in (2048, 3072, 4096, 5120, 6144, 8192)] == [
+        "tc07_persistent_cluster", "tc09_stream_k", "tc07_persistent_cluster",
+        "tc09_stream_k", "tc07_persistent_cluster", "tc07_persistent_cluster",
+    ]  # fmt: skip
+    a = torch.empty(4096, 4096, dtype=torch.bfloat16)
+    p = problem_from_tensors(a, a, device_type="cpu")
+    assert registry.get("tc09_stream_k").why_not(p) is None  # named, it serves
+    assert "idle" in registry.get("tc09_stream_k").auto_skip(p, registry.get("tc09_stream_k").default_config())

@@ -2,8 +2,9 @@
 
 Configs are data: a kernel runs its registry defaults unless a rule below, taken from a tuning
 run committed under results/<gpu>/tune-*.json, says otherwise for the problem's size. 'auto'
-takes the latest ladder step that can serve the problem, which the benchmark records show to be
-the fastest registered step at every default shape."""
+takes the latest ladder step that can serve the problem -- the benchmark records show it the
+fastest registered step at the default shapes -- except where the step's spec says it does not
+pay for this problem (KernelSpec.auto_skip: tc09's stream-K only where tc07's last wave idles)."""
 
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def _select(problem: GemmProblem, kernel: str, device: str) -> tuple[KernelSpec,
     ladder = registry.kernels(device=device)
     for spec in sorted(ladder, key=lambda k: -k.step):
         cfg = config_for(spec, problem)
-        reason = spec.why_not(problem, cfg)
+        reason = spec.why_not(problem, cfg) or getattr(spec, "auto_skip", lambda p, c: None)(problem, cfg)
         if reason is None:
             return spec, cfg
         reasons.append(reason)

@@ -92,6 +92,9 @@ class KernelSpec:
     # Kernels that pass partial results between blocks (stream-K) take a workspace after D: fp32
     # elements and uint32 flags, their counts from the config and the number of blocks launched.
     workspace: Callable[[GemmConfig, int], tuple[int, int]] | None = field(default=None, repr=False)
+    # 'auto' passes over a kernel for problems where this says it does not pay (the kernel still
+    # serves them when named): None, or a reason string, from the problem and the config.
+    auto_skip: Callable[[GemmProblem, GemmConfig], str | None] = field(default=lambda p, cfg: None, repr=False)
 
     def default_config(self) -> GemmConfig:
         return _default_config(self)
@@ -798,6 +801,36 @@ TC_08 = KernelSpec(
     staged=True,
 )
 
+def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
+    """tc09 against tc07 on an H200 (results/nvidia-h200/tune-20261122T052201Z.json): stream-K won
+    where tc07's waves of tiles leave clusters idle at the end -- 3072^3 0.84x cuBLAS against 0.75x
+    (27% of all cluster-time idle), 5120^3 0.98x against 0.90x (13%) -- and lost 1.5-5% where 3%
+    idles (4096^3, 6144^3) or none (2048^3). 'auto' takes it above 10%."""
+    slots = _sm_count(problem.device) // c["CM"]
+    tiles = cdiv(problem.M, c["BM"] * c["CM"]) * cdiv(problem.N, c["BN"])
+    if slots == 0 or tiles <= slots:
+        return "one wave of tiles or less: nothing to balance"
+    waves = -(-tiles // slots)
+    idle = (waves * slots - tiles) / (waves * slots)
+    return None if idle > 0.10 else f"tc07's waves leave {idle:.0%} of the cluster-time idle (stream-K pays above 10%)"
+
+
+_SM_COUNTS: dict = {}
+
+
+def _sm_count(device) -> int:
+    """SMs of a CUDA device, or 132 (an H100/H200) where none can be asked (compile-only machines)."""
+    key = (device.type, device.index)
+    if key not in _SM_COUNTS:
+        n = 132
+        if device.type == "cuda" and torch.cuda.is_available():
+            from .launch import sm_count
+
+            n = sm_count(device.index if device.index is not None else torch.cuda.current_device())
+        _SM_COUNTS[key] = n
+    return _SM_COUNTS[key]
+
+
 TC_09 = KernelSpec(
     id="tc09_stream_k",
     step=9,
@@ -820,14 +853,15 @@ TC_09 = KernelSpec(
     min_capability=(9, 0),
     # one 64 x 256 fp32 part and one flag per consumer warpgroup and block
     workspace=lambda c, blocks: (blocks * (c["BM"] // 64) * 64 * 256, blocks * (c["BM"] // 64)),
+    auto_skip=_stream_k_pays,
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01-tc04: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 # tc05-tc08: the GPU tests (366 cases of theirs) and check subsets on an H100, 2026-11-22; the full
 # check in the run whose records are committed.
-TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03, TC_04, TC_05, TC_06, TC_07, TC_08)
-TC_PENDING: tuple[KernelSpec, ...] = (TC_09,)
+TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03, TC_04, TC_05, TC_06, TC_07, TC_08, TC_09)
+TC_PENDING: tuple[KernelSpec, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------
