@@ -98,7 +98,7 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
 def _held(meta: dict) -> str:
     """How the timed window was kept free of host launch latency (runs from 2026-11-22 05:00 on)."""
     cycles = meta.get("hold_cycles")
-    return f" and the stream held by a {cycles:,}-cycle spin before each start event" if cycles else ""
+    return f" (runs from `113c584` on also hold the stream with a {cycles:,}-cycle spin before each start event)" if cycles else ""
 
 
 def _arithmetic(dtype: str) -> str:
