@@ -273,6 +273,61 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
     }
 }
 
+// The epilogue of the persistent steps (tc07, tc09): a consumer warpgroup's 64 x 256 accumulators
+// (top-left element D[rows0][col0]) leave as four 64 x 64 chunks through two 128-byte-swizzled
+// staging buffers of 64 x 64 16-bit elements (`staging`, 16 KB), chunk j through buffer j % 2:
+// stmatrix writes each warp's 8 x 8 blocks, one thread issues a TMA store a chunk, which clips at
+// the matrix edge. `barrier_id` is the warpgroup's named barrier. Where D cannot take TMA stores
+// (tma_store false: rows not whole, aligned 16-byte units, or an fp32 result) the registers go
+// straight to global memory. The caller waits for the last stores (bulk_wait<0>) before exiting.
+template <typename TD>
+__device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const TD* C, TD* D, const TensorMap* tmD,
+                                                  unsigned char* staging, bool tma_store, int barrier_id, int rows0,
+                                                  int col0, int M, int N, int ldc, int ldd, float alpha, float beta) {
+    if (!tma_store) {
+        store_accumulators<TD>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
+        return;
+    }
+    if constexpr (sizeof(TD) == 2) {
+        constexpr int CHUNK_BYTES = 64 * 64 * 2;
+        const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            unsigned char* buf = staging + (j % 2) * CHUNK_BYTES;
+            if (ctid == 0) bulk_wait_read<1>();  // the store that last read buf is done
+            named_barrier(barrier_id, 128);
+            // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
+            // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.
+#pragma unroll
+            for (int q0 = 0; q0 < 8; q0 += 2) {
+                unsigned packed[4];
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                    const int q = q0 + m / 2, h = m % 2;
+                    const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
+                    float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+                    if (beta != 0.0f) {
+                        const int gr = rows0 + r_top + 8 * h, gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
+                        const long long ci = offset(gr, gc, ldc);
+                        if (gr < M && gc < N) v0 += beta * to_float(C[ci]);
+                        if (gr < M && gc + 1 < N) v1 += beta * to_float(C[ci + 1]);
+                    }
+                    packed[m] = pack2<TD>(v0, v1);
+                }
+                // lane l addresses row l % 8 of block (q0 + (l / 8) / 2, (l / 8) % 2)
+                const int m = lane / 8, row = warp * 16 + 8 * (m % 2) + lane % 8;
+                stmatrix_x4(buf + swizzle128_offset(row, q0 + m / 2), packed[0], packed[1], packed[2], packed[3]);
+            }
+            fence_proxy_async_smem();  // the writes, visible to the TMA unit
+            named_barrier(barrier_id, 128);
+            if (ctid == 0) {
+                tma_store_2d(tmD, buf, rows0, col0 + 64 * j);
+                bulk_commit();
+            }
+        }
+    }
+}
+
 // The same for a warpgroup that computed the transpose: acc holds a 64 x N tile of D^T whose
 // top-left element is D^T[n0][m0], so its element (row r, column c) goes to D[m0 + c][n0 + r].
 // Scalar stores: for one register, the eight lanes of a quad column write eight consecutive

@@ -90,13 +90,12 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
         __syncwarp();
     } else {
         gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
-        const int c = wg - 1, ctid = tid % 128, lane = tid % 32, warp = ctid / 32;
+        const int c = wg - 1, ctid = tid % 128;
         // A: rows of BK elements, 8-row groups 8 * 2 BK bytes apart, swizzled over the row width.
         const unsigned long long desc_a0 = gemmlab::wgmma_desc(
             sA + c * 64 * BK, 16, 16 * BK, BK == 64 ? gemmlab::WGMMA_SWIZZLE_128B : gemmlab::WGMMA_SWIZZLE_64B);
         const unsigned long long desc_b0 = gemmlab::wgmma_desc(sB, BK * 128, 1024);
         unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
-        const bool use_c = beta != 0.0f;
         // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
         // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
         // 16-byte units and 16-byte aligned; otherwise the registers go straight to global memory.
@@ -161,50 +160,8 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                     if (ctid == 0) *flag(b) = 0u;  // consumed: zero again for the next launch
                 }
             }
-            // Epilogue: chunk j (columns 64 j .. 64 j + 63) through staging buffer j % 2.
-            const int rows0 = row0 + c * 64, r_top = warp * 16 + lane / 4;
-            if (!tma_store) {
-                gemmlab::store_accumulators<TD>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
-                return;
-            }
-            if constexpr (sizeof(TD) == 2) {
-#pragma unroll
-                for (int j = 0; j < BN / 64; ++j) {
-                    unsigned char* buf = out + (j % 2) * CHUNK * sizeof(T);
-                    if (ctid == 0) gemmlab::bulk_wait_read<1>();  // the store that last read buf is done
-                    gemmlab::named_barrier(1 + c, 128);
-                    // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
-                    // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.
-#pragma unroll
-                    for (int q0 = 0; q0 < 8; q0 += 2) {
-                        unsigned packed[4];
-#pragma unroll
-                        for (int m = 0; m < 4; ++m) {
-                            const int q = q0 + m / 2, h = m % 2;
-                            const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
-                            float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
-                            if (use_c) {
-                                const int gr = rows0 + r_top + 8 * h;
-                                const int gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
-                                const long long ci = gemmlab::offset(gr, gc, ldc);
-                                if (gr < M && gc < N) v0 += beta * gemmlab::to_float(C[ci]);
-                                if (gr < M && gc + 1 < N) v1 += beta * gemmlab::to_float(C[ci + 1]);
-                            }
-                            packed[m] = gemmlab::pack2<TD>(v0, v1);
-                        }
-                        // lane l addresses row l % 8 of block (q0 + (l / 8) / 2, (l / 8) % 2)
-                        const int m = lane / 8, row = warp * 16 + 8 * (m % 2) + lane % 8;
-                        gemmlab::stmatrix_x4(buf + gemmlab::swizzle128_offset(row, q0 + m / 2), packed[0],
-                                             packed[1], packed[2], packed[3]);
-                    }
-                    gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
-                    gemmlab::named_barrier(1 + c, 128);
-                    if (ctid == 0) {
-                        gemmlab::tma_store_2d(&tmD, buf, rows0, col0 + 64 * j);
-                        gemmlab::bulk_commit();
-                    }
-                }
-            }
+            gemmlab::store_tile_64x256<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
+                                           ldd, alpha, beta);
         });
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
     }
