@@ -403,7 +403,7 @@ def report_cmd(
 
 @app.command("profile")
 def profile_cmd(
-    kernels: list[str] = typer.Argument(..., help="one or two kernel ids"),
+    kernels: list[str] = typer.Argument(..., help="one or two kernel ids; 'cublas' is torch.mm in the other's dtype"),
     shape: str = typer.Option("2048", "--shape", "-s", help="MxNxK or N"),
     csv: Optional[Path] = typer.Option(None, help="keep ncu's CSV here"),
 ) -> None:
@@ -412,7 +412,7 @@ def profile_cmd(
 
     if not 1 <= len(kernels) <= 2:
         raise typer.BadParameter("give one kernel, or two to compare")
-    ids = _kernel_ids(kernels, "cuda", pending=True)
+    ids = [k if k == "cublas" else _kernel_ids([k], "cuda", pending=True)[0] for k in kernels]
     _require_gpu()
     path = csv or profile.default_csv_path()
     try:
