@@ -328,52 +328,20 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
     }
 }
 
-// The same for a warpgroup that computed the transpose, fp32 results: acc holds a 64 x N tile of
-// D^T whose top-left element is D^T[n0][m0] (n0 a multiple of 16), so its element (row r, column
-// c) goes to D[m0 + c][n0 + r]. A thread's registers hold D's elements down columns, so the four
-// lanes g % 4 = 0..3 (same g / 4, same lane % 4) trade registers -- a 4 x 4 transpose in two
-// rounds of shuffles -- after which each holds four consecutive elements of one row of D: one
-// 16-byte store (and load of C) in place of four, a warp writing eight 64-byte row pieces. Rows
-// of D or C that are not 16-byte units take element stores.
-template <int NACC>
-__device__ __forceinline__ void store_accumulators_transposed(const float (&acc)[NACC], const float* C, float* D,
-                                                              int m0, int n0, int M, int N, int ldc, int ldd,
-                                                              float alpha, float beta) {
+// The same for a warpgroup that computed the transpose: acc holds a 64 x N tile of D^T whose
+// top-left element is D^T[n0][m0], so its element (row r, column c) goes to D[m0 + c][n0 + r].
+// Scalar stores: for one register, the eight lanes of a quad column write eight consecutive
+// elements of a row of D (32 bytes), four rows an instruction.
+template <typename T, int NACC>
+__device__ __forceinline__ void store_accumulators_transposed(const float (&acc)[NACC], const T* C, T* D, int m0,
+                                                              int n0, int M, int N, int ldc, int ldd, float alpha,
+                                                              float beta) {
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-    const int t = lane % 4, q = (lane / 4) % 4, a = lane / 16;
-    const bool use_c = beta != 0.0f;
-    const bool vec = ldd % 4 == 0 && reinterpret_cast<unsigned long long>(D) % 16 == 0 &&
-                     (!use_c || (ldc % 4 == 0 && reinterpret_cast<unsigned long long>(C) % 16 == 0));
+    const int n_top = n0 + warp * 16 + lane / 4;
 #pragma unroll
-    for (int j = 0; j < NACC / 4; ++j) {
-        // x[r], r = 2 h + e: D[m0 + 8 j + 2 t + e][n0 + 16 warp + 4 a + q + 8 h]
-        float x[4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
-#pragma unroll
-        for (int b = 1; b <= 2; b *= 2) {  // lanes 4 b apart swap the slots whose bit b differs from q's
-            const bool hi = q & b;
-#pragma unroll
-            for (int r0 = 0; r0 < 4; ++r0) {
-                if (r0 & b) continue;
-                const int r1 = r0 | b;
-                const float got = __shfl_xor_sync(0xffffffffu, hi ? x[r0] : x[r1], 4 * b);
-                if (hi) x[r0] = got; else x[r1] = got;
-            }
-        }
-        // now x[k] = D[m][n + k]: the row and columns of quad slot q = 2 h + e
-        const int m = m0 + 8 * j + 2 * t + (q & 1), n = n0 + 16 * warp + 8 * (q >> 1) + 4 * a;
-        if (m >= M) continue;
-        if (vec && n + 3 < N) {
-            float4 v = make_float4(alpha * x[0], alpha * x[1], alpha * x[2], alpha * x[3]);
-            if (use_c) {
-                const float4 c4 = *reinterpret_cast<const float4*>(C + offset(m, n, ldc));
-                v.x += beta * c4.x, v.y += beta * c4.y, v.z += beta * c4.z, v.w += beta * c4.w;
-            }
-            *reinterpret_cast<float4*>(D + offset(m, n, ldd)) = v;
-        } else {
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                if (n + k < N) D[offset(m, n + k, ldd)] = epilogue16(x[k], alpha, beta, C, offset(m, n + k, ldc));
-        }
+    for (int i = 0; i < NACC; ++i) {
+        const int n = n_top + 8 * ((i / 2) % 2), m = m0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+        if (m < M && n < N) D[offset(m, n, ldd)] = epilogue16(acc[i], alpha, beta, C, offset(m, n, ldc));
     }
 }
 

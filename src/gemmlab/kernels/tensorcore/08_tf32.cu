@@ -8,7 +8,7 @@
 // wgmma wants), and B's tile -- loaded as it lies in memory, N contiguous -- is the operand that
 // comes from registers, where layout does not matter: each consumer thread picks its fragment
 // of B^T out of shared memory with scalar loads. The accumulators hold a tile of D^T, which the
-// epilogue writes back transposed (lanes trade registers so each stores 16 bytes of a row of D).
+// epilogue writes back transposed.
 //
 // Otherwise as tc07: persistent blocks walking grouped tiles, pairs of blocks sharing a tile by
 // TMA multicast, a producer warpgroup and two consumer warpgroups of m64n256k8 MMAs.
@@ -170,7 +170,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (KT > 0) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
-            gemmlab::store_accumulators_transposed(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
+            gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
         }
     }
     __syncwarp();
