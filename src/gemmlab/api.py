@@ -149,7 +149,7 @@ def _workspace_args(plan: _Plan) -> tuple:
     if plan.spec.workspace is None:
         return ()
     floats, flags = plan.spec.workspace(plan.config, plan.grid[0])
-    key = (plan.device_id, torch.cuda.current_stream(plan.device_id).cuda_stream)
+    key = (plan.device_id, launch.current_stream_handle(plan.device_id))
     ws = _WORKSPACES.get(key)
     if ws is None or ws[0].numel() < floats or ws[1].numel() < flags:
         dev = torch.device("cuda", plan.device_id)

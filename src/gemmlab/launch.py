@@ -55,12 +55,17 @@ def _raw_stream_getter():
 _current_raw_stream = None
 
 
-def torch_stream(device_id: int):
-    """torch's current stream on the device, as a cuda.core Stream."""
+def current_stream_handle(device_id: int) -> int:
+    """torch's current stream on the device, as its raw handle (an int)."""
     global _current_raw_stream
     if _current_raw_stream is None:
         _current_raw_stream = _raw_stream_getter()
-    return _stream(_current_raw_stream(device_id))
+    return _current_raw_stream(device_id)
+
+
+def torch_stream(device_id: int):
+    """torch's current stream on the device, as a cuda.core Stream."""
+    return _stream(current_stream_handle(device_id))
 
 
 @lru_cache(maxsize=4096)
