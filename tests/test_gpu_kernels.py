@@ -296,6 +296,39 @@ def test_dynamic_shared_memory_above_48k():
     assert torch.equal(y, x.flip(0))
 
 
+@pytest.mark.parametrize("width", [16, 32, 64, 128, 256])
+def test_xor_swizzle_is_a_conflict_free_permutation(width):
+    """tc03's shared layout (gemmlab::swizzled<W>), as the device computes it: every 16-byte chunk
+    of a 64-row tile gets its own slot, and the eight rows an ldmatrix phase reads at one logical
+    chunk land in eight different 16-byte slots of a 128-byte line (no bank conflict)."""
+    from gemmlab import jit, launch
+    from gemmlab.registry import KernelSpec, Param
+
+    rows, chunks = 64, width // 8
+    spec = KernelSpec(
+        id="selftest_swizzle",
+        step=0,
+        title="swizzle probe",
+        idea="not a GEMM",
+        source="selftest/swizzle_probe.cu",
+        entry="swizzle_probe",
+        params=(Param("W", width, "elements a row"),),
+        block=lambda c: (128, 1, 1),
+        grid=lambda M, N, c: (1, 1, 1),
+    )
+    loaded = jit.load_kernel(spec, spec.default_config(), 0)
+    out = torch.full((rows * chunks,), -1, dtype=torch.int32, device="cuda")
+    launch.launch(loaded, 0, (1, 1, 1), (128, 1, 1), out.data_ptr(), launch.i32(rows))
+    torch.cuda.synchronize()
+    offsets = out.cpu().view(rows, chunks)
+    assert (offsets % 8 == 0).all(), "chunks start on 16-byte boundaries"
+    assert sorted((offsets // 8).flatten().tolist()) == list(range(rows * chunks)), "a permutation of the chunks"
+    for r0 in range(0, rows, 8):
+        for c in range(chunks):
+            slots = {(int(o) * 2 // 16) % 8 for o in offsets[r0 : r0 + 8, c]}
+            assert len(slots) == 8, f"rows {r0}..{r0 + 7}, chunk {c}: 16-byte slots {sorted(slots)} collide"
+
+
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_driver_reports_no_local_memory(kernel, dtype):
     from gemmlab import jit

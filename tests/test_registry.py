@@ -94,6 +94,8 @@ def test_pending_kernels_are_never_chosen_by_auto():
         (registry.SGEMM_10, dict(BK=32), "exceed the 48 KB"),
         (registry.SGEMM_11, dict(WN=64), r"\(WM/TM\) \* \(WN/TN\) == 32"),
         (registry.SGEMM_11, dict(WM=48), "WM must divide BM"),
+        (registry.TC_03, dict(BK=48), "16, 32 or a multiple of 64"),
+        (registry.TC_03, dict(BN=96, WN=32), "16, 32 or a multiple of 64"),
     ],
     ids=lambda x: getattr(x, "id", None) or str(x),
 )

@@ -502,9 +502,15 @@ def _check_warp_tiles(c: GemmConfig) -> str | None:
     return None
 
 
-def _tile_bytes(c: GemmConfig) -> int:
-    """One stage of 16-bit A and B tiles, rows padded by 8 elements (16 bytes)."""
-    return 2 * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8))
+def _tile_bytes(c: GemmConfig, pad: int = 8) -> int:
+    """One stage of 16-bit A and B tiles, rows padded by `pad` elements (8: 16 bytes; 0: swizzled)."""
+    return 2 * (c["BM"] * (c["BK"] + pad) + c["BK"] * (c["BN"] + pad))
+
+
+def _check_swizzle_widths(c: GemmConfig) -> str | None:
+    """tc03's XOR swizzle permutes 16-byte chunks within 128-byte lines (gemmlab::swizzled)."""
+    ok = lambda w: w in (16, 32) or (w >= 64 and w % 64 == 0)  # noqa: E731
+    return None if ok(c["BK"]) and ok(c["BN"]) else "BK and BN must be 16, 32 or a multiple of 64 (the XOR swizzle)"
 
 
 def _warps(c: GemmConfig) -> int:
@@ -557,16 +563,17 @@ TC_03 = KernelSpec(
     id="tc03_cp_async",
     step=3,
     title="cp.async pipeline",
-    idea="16-byte cp.async copies into a ring of STAGES shared buffers: global loads overlap the MMAs",
+    idea="16-byte cp.async copies into a ring of STAGES XOR-swizzled shared buffers: global loads overlap the MMAs",
     source="tensorcore/03_cp_async.cu",
     entry="tc_cp_async",
     params=TC_01.params + (Param("STAGES", 3, "shared buffers in the cp.async ring"),),
     block=TC_01.block,
     grid=TC_01.grid,
     dtypes=(torch.bfloat16, torch.float16),
-    dynamic_smem=lambda c: c["STAGES"] * _tile_bytes(c),
+    dynamic_smem=lambda c: c["STAGES"] * _tile_bytes(c, pad=0),
     check_config=lambda c: _check_warp_tiles(c)
-    or ("STAGES must be at least 2" if c["STAGES"] < 2 else _smem_fits(c["STAGES"] * _tile_bytes(c), 227 * 1024)),
+    or _check_swizzle_widths(c)
+    or ("STAGES must be at least 2" if c["STAGES"] < 2 else _smem_fits(c["STAGES"] * _tile_bytes(c, pad=0), 227 * 1024)),
     seeds="the Ampere recipe (cp.async multistage)",
     type_param=True,
 )

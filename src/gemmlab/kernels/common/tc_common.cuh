@@ -70,6 +70,24 @@ template <> __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], con
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// ---- An XOR-swizzled shared tile of 16-bit elements ------------------------------------------
+//
+// A row-major shared tile W elements wide, unpadded, with each row's 16-byte chunks permuted: the
+// low three bits of chunk c of row r are XORed with a function of r. Shared memory serves 32 banks
+// of 4 bytes, one 128-byte line a cycle; an ldmatrix phase reads eight 16-byte rows at the same
+// logical chunk of eight consecutive rows, so it is conflict-free when those eight chunks land in
+// eight different 16-byte slots of the line. Rows of 128 bytes or more (W a multiple of 64): XOR
+// with r % 8. Narrower rows share a line (two 64-byte rows, four 32-byte rows): XOR with the
+// line's index r / (rows a line), over the chunks a row has, so the eight rows still cover the
+// eight slots. A 16-byte copy of one chunk stays one 16-byte copy. W: 16, 32 or a multiple of 64.
+template <int W>
+__device__ __forceinline__ int swizzled(int r, int k) {
+    static_assert(W == 16 || W == 32 || (W >= 64 && W % 64 == 0), "rows of 32 or 64 bytes, or whole 128-byte lines");
+    constexpr int CHUNKS = W / 8;  // 16-byte chunks a row
+    const int x = CHUNKS >= 8 ? r % 8 : (r / (8 / CHUNKS)) % CHUNKS;
+    return r * W + ((k / 8) ^ x) * 8 + k % 8;
+}
+
 // ---- cp.async (sm_80 and later): global -> shared without passing through registers -----------
 
 // Copy 16 bytes from global src to shared dst asynchronously; only the first src_bytes (0..16) are

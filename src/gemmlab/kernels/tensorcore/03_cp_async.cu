@@ -7,13 +7,15 @@
 // STAGES shared buffers: while the warps compute on tile kt, the copies of tiles kt+1 ..
 // kt+STAGES-1 are in flight. One barrier per tile. Rows that are not 16-byte aligned (a leading
 // dimension not a multiple of 8, an offset view) fall back to tc02's element loads for that
-// operand. Shared rows keep tc02's 16-byte padding, which already makes ldmatrix conflict-free;
-// the fragment loads and mma.sync are tc02's.
+// operand. The shared tiles are unpadded and XOR-swizzled (gemmlab::swizzled): the 16-byte chunks
+// of each row are permuted so the eight rows one ldmatrix phase reads sit in eight different bank
+// groups -- conflict-free like tc02's padded rows, without the padding's shared memory. The
+// fragment loads and mma.sync are otherwise tc02's.
 #include "common/tc_common.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: the block's tile
 // of C; BK: the K slice of one stage (a multiple of 16); WM x WN: one warp's tile; STAGES: shared buffers in
-// the ring (>= 2).
+// the ring (>= 2). BK and BN: 16, 32 or multiples of 64 (whole 128-byte lines for the swizzle).
 template <typename T, typename TD, int BM, int BN, int BK, int WM, int WN, int STAGES>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D,
@@ -21,16 +23,14 @@ tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D
     constexpr int WARPS_N = BN / WN;
     constexpr int THREADS = (BM / WM) * WARPS_N * 32;
     constexpr int MT = WM / 16, NT = WN / 8;  // m16 and n8 tiles per warp
-    constexpr int PAD = 8;                    // 16 bytes: ldmatrix rows land in distinct banks
-    constexpr int LDA_S = BK + PAD, LDB_S = BN + PAD;
-    constexpr int STAGE_A = BM * LDA_S, STAGE_B = BK * LDB_S;  // elements of one stage
+    constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;  // elements of one stage (swizzled, unpadded)
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must tile the block tile");
     static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "m16n8k16 tiles, B loaded 16 columns at a time");
     static_assert(THREADS >= 32 && THREADS <= 1024, "1..32 warps a block");
     static_assert(STAGES >= 2, "a pipeline needs at least two stages");
-    extern __shared__ __align__(16) unsigned char smem[];
-    T* sA = reinterpret_cast<T*>(smem);  // [STAGES][BM][LDA_S]
-    T* sB = sA + STAGES * STAGE_A;       // [STAGES][BK][LDB_S]
+    extern __shared__ __align__(128) unsigned char smem[];
+    T* sA = reinterpret_cast<T*>(smem);  // [STAGES][BM][BK]
+    T* sB = sA + STAGES * STAGE_A;       // [STAGES][BK][BN]
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
@@ -47,7 +47,7 @@ tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D
         for (int c = tid; c < BM * (BK / 8); c += THREADS) {
             const int r = c / (BK / 8), kc = c % (BK / 8) * 8;
             const int gr = row0 + r, gk = k0 + kc;
-            T* dst = a + r * LDA_S + kc;
+            T* dst = a + gemmlab::swizzled<BK>(r, kc);
             if (a_vec) {
                 const int valid = gr < M ? max(0, min(8, K - gk)) : 0;
                 gemmlab::cp_async_16(dst, valid > 0 ? A + gemmlab::offset(gr, gk, lda) : A, valid * 2);
@@ -59,7 +59,7 @@ tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D
         for (int c = tid; c < BK * (BN / 8); c += THREADS) {
             const int r = c / (BN / 8), nc = c % (BN / 8) * 8;
             const int gk = k0 + r, gn = col0 + nc;
-            T* dst = b + r * LDB_S + nc;
+            T* dst = b + gemmlab::swizzled<BN>(r, nc);
             if (b_vec) {
                 const int valid = gk < K ? max(0, min(8, N - gn)) : 0;
                 gemmlab::cp_async_16(dst, valid > 0 ? B + gemmlab::offset(gk, gn, ldb) : B, valid * 2);
@@ -92,11 +92,11 @@ tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D
             unsigned fa[MT][4], fb[NT][2];
 #pragma unroll
             for (int i = 0; i < MT; ++i)
-                gemmlab::ldmatrix_x4(fa[i], a + (wm + i * 16 + lane % 16) * LDA_S + kk + lane / 16 * 8);
+                gemmlab::ldmatrix_x4(fa[i], a + gemmlab::swizzled<BK>(wm + i * 16 + lane % 16, kk + lane / 16 * 8));
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 unsigned r[4];
-                gemmlab::ldmatrix_x4_trans(r, b + (kk + lane % 8 + (lane / 8) % 2 * 8) * LDB_S + wn + j * 8 + lane / 16 * 8);
+                gemmlab::ldmatrix_x4_trans(r, b + gemmlab::swizzled<BN>(kk + lane % 8 + (lane / 8) % 2 * 8, wn + j * 8 + lane / 16 * 8));
                 fb[j][0] = r[0], fb[j][1] = r[1], fb[j + 1][0] = r[2], fb[j + 1][1] = r[3];
             }
 #pragma unroll
