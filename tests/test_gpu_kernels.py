@@ -306,7 +306,7 @@ def test_xor_swizzle_is_a_conflict_free_permutation(width):
 
     rows, chunks = 64, width // 8
     spec = KernelSpec(
-        id="selftest_swizzle",
+        id=f"selftest_swizzle_{width}",  # one id a width: default configs are memoised by id
         step=0,
         title="swizzle probe",
         idea="not a GEMM",
