@@ -190,7 +190,7 @@ def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) 
     boxes = plan.spec.tma_boxes(plan.config)
     maps = []
     for name in plan.spec.tma:
-        if (problem.K == 0 and name != "d") or (name == "d" and not _tma_store_ok(*operands["d"])):
+        if (problem.K == 0 and name != "d") or (name == "d" and not _tma_store_ok(*operands["d"], boxes["d"])):
             # never read: no K step loads nothing; an out TMA cannot store to takes register stores
             t, rows, cols, ld = _placeholder(problem.device, problem.dtype), 1, 8, 8
         else:
@@ -199,11 +199,13 @@ def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) 
     return tuple(maps)
 
 
-def _tma_store_ok(out: torch.Tensor, rows: int, cols: int, ld: int) -> bool:
-    """What tc07's epilogue checks before TMA stores: a 16-bit result (fp32 results leave from
-    registers) in rows of whole, aligned 16-byte units."""
+def _tma_store_ok(out: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, int]) -> bool:
+    """What the TMA-store epilogues (tc07, tc09, tc08) check before storing through the map: a box
+    row the staging buffer's swizzle covers (tc07's 64 x 64 boxes are 16-bit: its fp32 results
+    leave from registers) and rows of D of whole, aligned 16-byte units."""
     per16 = 16 // out.element_size()
-    return out.element_size() == 2 and cols % per16 == 0 and ld % per16 == 0 and out.data_ptr() % 16 == 0
+    return (out.element_size() * box[1] in tma.SWIZZLES and cols % per16 == 0 and ld % per16 == 0
+            and out.data_ptr() % 16 == 0)  # fmt: skip
 
 
 _PLACEHOLDERS: dict[tuple, torch.Tensor] = {}

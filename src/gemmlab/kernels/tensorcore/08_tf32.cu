@@ -11,22 +11,61 @@
 // epilogue writes back transposed.
 //
 // Otherwise as tc07: persistent blocks walking grouped tiles, pairs of blocks sharing a tile by
-// TMA multicast, a producer warpgroup and two consumer warpgroups of m64n256k8 MMAs.
+// TMA multicast, a producer warpgroup and two consumer warpgroups of m64n256k8 MMAs. With
+// TMA_STORE the epilogue, as tc07's, leaves through shared memory: each consumer transposes its
+// tile in 64 x 64 chunks into a 128-byte-swizzled staging buffer and one thread hands each chunk to
+// TMA stores, so the threads do not wait on 128 scalar global stores each.
 #include "common/tma.cuh"
+
+// The TMA-store epilogue of a consumer warpgroup whose acc holds a 64 x 256 tile of D^T (top-left
+// D^T[n0][m0]): four chunks of 64 rows of D (m) x 64 columns (n), chunk j from registers i in
+// [32 j, 32 j + 32), each through `staging` (16 KB: two 128-byte-swizzled boxes of 64 rows x 32
+// fp32, n < 32 and n >= 32) and two TMA stores, which clip at the matrix edge. For one register, a
+// warp writes rows m, m + 2, m + 4, m + 6 at eight consecutive n -- two 16-byte units a row -- and
+// the swizzle (unit ^ m % 8) spreads the 32 words over all 32 banks.
+__device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], const float* C, const gemmlab::TensorMap* tmD,
+                                                     unsigned char* staging, int barrier_id, int m0, int n0, int M,
+                                                     int N, int ldc, float alpha, float beta) {
+    const int ctid = threadIdx.x % 128, lane = ctid % 32, n_top = (ctid / 32) * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        if (ctid == 0) gemmlab::bulk_wait_read<0>();  // the last chunk's stores have read the buffer
+        gemmlab::named_barrier(barrier_id, 128);
+#pragma unroll
+        for (int ii = 0; ii < 32; ++ii) {
+            const int i = 32 * j + ii;
+            const int n = n_top + 8 * ((i / 2) % 2), m = 8 * (ii / 4) + 2 * (lane % 4) + i % 2;  // in the chunk
+            float v = alpha * acc[i];
+            if (beta != 0.0f && m0 + 64 * j + m < M && n0 + n < N)
+                v += beta * C[gemmlab::offset(m0 + 64 * j + m, n0 + n, ldc)];
+            const int unit = (n % 32) / 4;
+            *reinterpret_cast<float*>(staging + (n / 32) * 8192 + m * 128 + ((unit ^ (m % 8)) << 4) + (n % 4) * 4) = v;
+        }
+        gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
+        gemmlab::named_barrier(barrier_id, 128);
+        if (ctid == 0) {
+            gemmlab::tma_store_2d(tmD, staging, m0 + 64 * j, n0);
+            gemmlab::tma_store_2d(tmD, staging + 8192, m0 + 64 * j, n0 + 32);
+            gemmlab::bulk_commit();
+        }
+    }
+}
 
 // BM x BN: one block's tile of C. BM = 256 rows of C (the N of one m64n256k8 MMA); BN = 64
 // columns per consumer warpgroup (the MMA's M). BK = 32 fp32 (one 128-byte swizzle row).
 // CM, CN: blocks per cluster along M or along N (at most one of them 2). Along M the pair shares
 // its B tile, along N its A tile, each block loading half and multicasting it.
-// GROUP: cluster rows (columns, when CN = 2) per scheduling group.
+// GROUP: cluster rows (columns, when CN = 2) per scheduling group. TMA_STORE: 1 the staged epilogue
+// (where D's rows are whole, aligned 16-byte units), 0 scalar stores from registers.
 //
 // Shared layout of one stage (1024-byte aligned, 128-byte swizzled):
 //   A:  [BM][32]            K-major: rows m, 32 K-elements each (CN boxes of BM / CN rows)
 //   B:  [BN / 32][32][32]   as in memory: boxes of 32 rows k x 32 columns n
-template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP>
+// then, with TMA_STORE, a 16 KB staging buffer per consumer (two boxes of 64 rows x 32 columns of D).
+template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE>
 __global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
-        const float* A, const float* B, const float* C, float* D, int M, int N, int K, int lda, int ldb, int ldc,
+        const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D, int M, int N, int K, int lda, int ldb, int ldc,
         int ldd, float alpha, float beta) {
     constexpr int CONSUMERS = BN / 64, CL = CM * CN;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
@@ -43,7 +82,8 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     float* sA = reinterpret_cast<float*>(smem);  // [STAGES][BM][32]
     float* sB = sA + STAGES * STAGE_A;           // [STAGES][BN / 32][32][32]
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(sB + STAGES * STAGE_B);
+    unsigned char* sOut = reinterpret_cast<unsigned char*>(sB + STAGES * STAGE_B);  // [CONSUMERS][16 KB], if TMA_STORE
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + (TMA_STORE ? CONSUMERS * 16384 : 0));
     unsigned long long* empty = full + STAGES;
 
     const int tid = threadIdx.x, wg = tid / 128;
@@ -62,6 +102,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     if (tid == 0) {
         gemmlab::tma_prefetch_map(&tmA);
         gemmlab::tma_prefetch_map(&tmB);
+        if constexpr (TMA_STORE != 0) gemmlab::tma_prefetch_map(&tmD);
         gemmlab::init_ring(full, empty, STAGES, CONSUMERS * CL);  // every consumer of the cluster releases
     }
     if constexpr (CL > 1) gemmlab::cluster_sync(); else __syncthreads();
@@ -115,6 +156,9 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         auto at = [](int box, int chunk, int k, int w) { return box + k * 32 + ((chunk ^ (k & 7)) << 2) + w; };
         // A's tile, the B of the MMA: K-major, 128-byte rows, 8-row groups 1024 bytes apart.
         const unsigned long long desc0 = gemmlab::wgmma_desc(sA, 16, 1024);
+        // As on the host (api._tma_store_ok): TMA stores only into rows of whole, aligned 16-byte units.
+        const bool tma_store = TMA_STORE != 0 && N % 4 == 0 && ldd % 4 == 0 &&
+                               reinterpret_cast<unsigned long long>(D) % 16 == 0;
 
         // The fragments of one stage: 4 k8 steps x 4 registers, rounded to TF32.
         auto load_fragments = [&](unsigned (&f)[16], const float* stage_b) {
@@ -170,8 +214,12 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (KT > 0) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
-            gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
+            if (tma_store)
+                store_transposed_tma(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
+            else
+                gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
         }
+        if (tma_store && tid % 128 == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
     }
     __syncwarp();
     if constexpr (CL > 1) gemmlab::cluster_sync();
