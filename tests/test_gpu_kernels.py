@@ -300,7 +300,8 @@ def test_dynamic_shared_memory_above_48k():
 def test_xor_swizzle_is_a_conflict_free_permutation(width):
     """tc03's shared layout (gemmlab::swizzled<W>), as the device computes it: every 16-byte chunk
     of a 64-row tile gets its own slot, and the eight rows an ldmatrix phase reads at one logical
-    chunk land in eight different 16-byte slots of a 128-byte line (no bank conflict)."""
+    chunk land in eight different 16-byte slots of a 128-byte line (no bank conflict); and row
+    r + 16 is laid out as row r, 16 rows further on."""
     from gemmlab import jit, launch
     from gemmlab.registry import KernelSpec, Param
 
@@ -327,6 +328,8 @@ def test_xor_swizzle_is_a_conflict_free_permutation(width):
         for c in range(chunks):
             slots = {(int(o) * 2 // 16) % 8 for o in offsets[r0 : r0 + 8, c]}
             assert len(slots) == 8, f"rows {r0}..{r0 + 7}, chunk {c}: 16-byte slots {sorted(slots)} collide"
+    # tc03 computes a thread's offsets once and reaches the rows 16, 32, ... further down by adding 16 * W
+    assert torch.equal(offsets[16:] - offsets[:-16], torch.full_like(offsets[16:], 16 * width))
 
 
 @pytest.mark.parametrize("kernel,dtype", CASES)

@@ -71,6 +71,15 @@ tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D
     };
 
     float acc[MT][NT][4] = {};
+    // Where this thread's ldmatrix rows start in a stage, worked out once: the swizzle makes them
+    // per-thread constants that are not affine in k, but moving 16 rows down never changes a row's
+    // XOR pattern (16 is a multiple of the rows it repeats over), so the warp's further m16 tiles
+    // of A and k16 steps of B are plain offsets of 16 rows.
+    int a_at[BK / 16], b_at[NT / 2];
+#pragma unroll
+    for (int s = 0; s < BK / 16; ++s) a_at[s] = gemmlab::swizzled<BK>(wm + lane % 16, 16 * s + lane / 16 * 8);
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) b_at[j / 2] = gemmlab::swizzled<BN>(lane % 8 + (lane / 8) % 2 * 8, wn + j * 8 + lane / 16 * 8);
 
     // Prologue: the first STAGES - 1 tiles in flight (one commit group each, empty past the end).
 #pragma unroll
@@ -92,11 +101,11 @@ tc_cp_async(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D
             unsigned fa[MT][4], fb[NT][2];
 #pragma unroll
             for (int i = 0; i < MT; ++i)
-                gemmlab::ldmatrix_x4(fa[i], a + gemmlab::swizzled<BK>(wm + i * 16 + lane % 16, kk + lane / 16 * 8));
+                gemmlab::ldmatrix_x4(fa[i], a + a_at[kk / 16] + i * 16 * BK);
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 unsigned r[4];
-                gemmlab::ldmatrix_x4_trans(r, b + gemmlab::swizzled<BN>(kk + lane % 8 + (lane / 8) % 2 * 8, wn + j * 8 + lane / 16 * 8));
+                gemmlab::ldmatrix_x4_trans(r, b + b_at[j / 2] + kk * BN);
                 fb[j][0] = r[0], fb[j][1] = r[1], fb[j + 1][0] = r[2], fb[j + 1][1] = r[3];
             }
 #pragma unroll
