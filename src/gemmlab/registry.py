@@ -772,7 +772,7 @@ def _check_08_tc(c: GemmConfig) -> str | None:
         (c["CM"] in (1, 2) and c["CN"] in (1, 2) and c["CM"] * c["CN"] <= 2,
          "CM and CN must be 1 or 2, at most one of them 2 (clusters of at most two blocks)"),
         (c["GROUP"] >= 1, "GROUP must be at least 1"),
-        (c["TMA_STORE"] in (0, 1, 2), "TMA_STORE must be 0, 1 or 2"),
+        (c["TMA_STORE"] in (0, 1), "TMA_STORE must be 0 or 1"),
         (_tc08_smem(c) <= 227 * 1024, f"shared memory {_tc08_smem(c)} B exceeds 227 KB"),
     )
 
@@ -794,7 +794,7 @@ TC_08 = KernelSpec(
         # sharing the 32 KB A tile moves fewer bytes than sharing the 16 KB B tile
         Param("CN", 2, "blocks per cluster along N, sharing A tiles by multicast (1 or 2; CM * CN <= 2)"),
         _CLUSTER_GROUP,
-        Param("TMA_STORE", 1, "epilogue via smem and TMA stores: 64-row pieces (1), 32-row in two buffers (2); 0: scalar"),
+        Param("TMA_STORE", 1, "1: the epilogue through shared memory and TMA stores; 0: scalar stores from registers"),
     ),
     block=lambda c: ((c["BN"] // 64 + 1) * 128, 1, 1),
     grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"] * c["CN"]) * c["CM"] * c["CN"], 1, 1),
@@ -806,7 +806,7 @@ TC_08 = KernelSpec(
     tma_boxes=lambda c: {
         "a": (c["BM"] // c["CN"], c["BK"]),
         "b": (c["BK"], 32),
-        "d": (32 if c["TMA_STORE"] == 2 else 64, 32),  # the epilogue's pieces: rows of D x 32 fp32
+        "d": (64, 32),  # the epilogue's pieces: 64 rows of D x 32 fp32
     },
     cluster=lambda c: (c["CM"] * c["CN"], 1, 1),
     persistent=True,

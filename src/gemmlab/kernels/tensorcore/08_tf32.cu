@@ -18,40 +18,34 @@
 #include "common/tma.cuh"
 
 // The TMA-store epilogue of a consumer warpgroup whose acc holds a 64 x 256 tile of D^T (top-left
-// D^T[n0][m0]): 256 / ROWS pieces of ROWS rows of D (m) x 64 columns (n), piece p from registers i
-// in [ROWS / 2 p, ROWS / 2 (p + 1)), each written into a staging buffer (two 128-byte-swizzled
-// boxes of ROWS rows x 32 fp32: n < 32 and n >= 32) and left to two TMA stores, which clip at the
-// matrix edge. `staging` is 16 KB: one 64-row buffer, or two 32-row buffers taking turns, so the
-// threads fill one while the TMA unit still reads the other. For one register, a warp writes rows
-// m, m + 2, m + 4, m + 6 at eight consecutive n -- two 16-byte units a row -- and the swizzle
-// (unit ^ m % 8) spreads the 32 words over all 32 banks.
-template <int ROWS>
+// D^T[n0][m0]): four chunks of 64 rows of D (m) x 64 columns (n), chunk j from registers i in
+// [32 j, 32 j + 32), each through `staging` (16 KB: two 128-byte-swizzled boxes of 64 rows x 32
+// fp32, n < 32 and n >= 32) and two TMA stores, which clip at the matrix edge. For one register, a
+// warp writes rows m, m + 2, m + 4, m + 6 at eight consecutive n -- two 16-byte units a row -- and
+// the swizzle (unit ^ m % 8) spreads the 32 words over all 32 banks.
 __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], const float* C, const gemmlab::TensorMap* tmD,
                                                      unsigned char* staging, int barrier_id, int m0, int n0, int M,
                                                      int N, int ldc, float alpha, float beta) {
-    static_assert(ROWS == 64 || ROWS == 32, "pieces of 64 rows (one buffer) or 32 (two)");
-    constexpr int BUFFERS = 64 / ROWS, BOX_BYTES = ROWS * 128, REGS = ROWS / 2;
     const int ctid = threadIdx.x % 128, lane = ctid % 32, n_top = (ctid / 32) * 16 + lane / 4;
 #pragma unroll
-    for (int p = 0; p < 256 / ROWS; ++p) {
-        unsigned char* buf = staging + (p % BUFFERS) * 2 * BOX_BYTES;
-        if (ctid == 0) gemmlab::bulk_wait_read<BUFFERS - 1>();  // the stores that last read buf are done
+    for (int j = 0; j < 4; ++j) {
+        if (ctid == 0) gemmlab::bulk_wait_read<0>();  // the last chunk's stores have read the buffer
         gemmlab::named_barrier(barrier_id, 128);
 #pragma unroll
-        for (int ii = 0; ii < REGS; ++ii) {
-            const int i = REGS * p + ii;
-            const int n = n_top + 8 * ((i / 2) % 2), m = 8 * (ii / 4) + 2 * (lane % 4) + i % 2;  // in the piece
-            const int gm = m0 + ROWS * p + m, gn = n0 + n;
+        for (int ii = 0; ii < 32; ++ii) {
+            const int i = 32 * j + ii;
+            const int n = n_top + 8 * ((i / 2) % 2), m = 8 * (ii / 4) + 2 * (lane % 4) + i % 2;  // in the chunk
             float v = alpha * acc[i];
-            if (beta != 0.0f && gm < M && gn < N) v += beta * C[gemmlab::offset(gm, gn, ldc)];
+            if (beta != 0.0f && m0 + 64 * j + m < M && n0 + n < N)
+                v += beta * C[gemmlab::offset(m0 + 64 * j + m, n0 + n, ldc)];
             const int unit = (n % 32) / 4;
-            *reinterpret_cast<float*>(buf + (n / 32) * BOX_BYTES + m * 128 + ((unit ^ (m % 8)) << 4) + (n % 4) * 4) = v;
+            *reinterpret_cast<float*>(staging + (n / 32) * 8192 + m * 128 + ((unit ^ (m % 8)) << 4) + (n % 4) * 4) = v;
         }
         gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
         gemmlab::named_barrier(barrier_id, 128);
         if (ctid == 0) {
-            gemmlab::tma_store_2d(tmD, buf, m0 + ROWS * p, n0);
-            gemmlab::tma_store_2d(tmD, buf + BOX_BYTES, m0 + ROWS * p, n0 + 32);
+            gemmlab::tma_store_2d(tmD, staging, m0 + 64 * j, n0);
+            gemmlab::tma_store_2d(tmD, staging + 8192, m0 + 64 * j, n0 + 32);
             gemmlab::bulk_commit();
         }
     }
@@ -61,9 +55,8 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
 // columns per consumer warpgroup (the MMA's M). BK = 32 fp32 (one 128-byte swizzle row).
 // CM, CN: blocks per cluster along M or along N (at most one of them 2). Along M the pair shares
 // its B tile, along N its A tile, each block loading half and multicasting it.
-// GROUP: cluster rows (columns, when CN = 2) per scheduling group. TMA_STORE: the staged epilogue
-// (where D's rows are whole, aligned 16-byte units) in pieces of 64 rows (1) or 32 rows through two
-// buffers (2); 0 scalar stores from registers.
+// GROUP: cluster rows (columns, when CN = 2) per scheduling group. TMA_STORE: 1 the staged epilogue
+// (where D's rows are whole, aligned 16-byte units), 0 scalar stores from registers.
 //
 // Shared layout of one stage (1024-byte aligned, 128-byte swizzled):
 //   A:  [BM][32]            K-major: rows m, 32 K-elements each (CN boxes of BM / CN rows)
@@ -90,7 +83,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     float* sA = reinterpret_cast<float*>(smem);  // [STAGES][BM][32]
     float* sB = sA + STAGES * STAGE_A;           // [STAGES][BN / 32][32][32]
     unsigned char* sOut = reinterpret_cast<unsigned char*>(sB + STAGES * STAGE_B);  // [CONSUMERS][16 KB], if TMA_STORE
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + (TMA_STORE != 0 ? CONSUMERS * 16384 : 0));
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + (TMA_STORE ? CONSUMERS * 16384 : 0));
     unsigned long long* empty = full + STAGES;
 
     const int tid = threadIdx.x, wg = tid / 128;
@@ -222,8 +215,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (KT > 0) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
             if (tma_store)
-                store_transposed_tma<TMA_STORE == 2 ? 32 : 64>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M,
-                                                                N, ldc, alpha, beta);
+                store_transposed_tma(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
             else
                 gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
         }
