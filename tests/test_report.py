@@ -93,3 +93,22 @@ def test_cpu_records_are_complete(path):
     for r in run["records"]:
         assert r["error"]["passed"] and len(r["times_ms"]) == r["reps"] >= 3
         assert r["ratio"] == pytest.approx(r["baseline_median_ms"] / r["median_ms"])
+
+
+def test_k_sweep_fit_recovers_a_line():
+    """The K-sweep table fits t = a + b K to the kernel and to cuBLAS (kernel time x ratio)."""
+    recs = [
+        {"kernel": "tc07_persistent_cluster", "dtype": "bfloat16", "M": 4096, "N": 4096, "K": k,
+         "median_ms": (10.0 + 0.04 * k) / 1e3, "ratio": (8.0 + 0.02 * k) / (10.0 + 0.04 * k)}
+        for k in (512, 1024, 2048, 4096, 8192)
+    ]  # fmt: skip
+    run = {"meta": {"gpu": "GPU", "gpu_slug": "gpu", "commit": "abc", "time": "t"}, "records": recs}
+    assert report.k_sweep_shape(run) == ("tc07_persistent_cluster", 4096, 4096)
+    row = report.k_sweep_table([run]).splitlines()[2]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "1024-8192"  # K below 1024 left out of the fit
+    assert float(cells[4]) == pytest.approx(10.0) and float(cells[5]) == pytest.approx(8.0)
+    assert float(cells[6]) == pytest.approx(0.04 * 1024) and float(cells[7]) == pytest.approx(0.02 * 1024)
+    assert float(cells[8]) == pytest.approx(0.5)
+    mixed = {"meta": run["meta"], "records": recs + [dict(recs[0], M=2048)]}
+    assert report.k_sweep_shape(mixed) is None  # not one M x N: no sweep

@@ -279,7 +279,56 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     pads = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "pad"))]
     if pads:
         sections["padding"] = "\n\n".join(pad_table(p) for p in pads)
+    sweeps = [run for run in map(load_run, find_runs(results_root, "tune")) if k_sweep_shape(run)]
+    by_gpu: dict[str, list[dict]] = {}
+    for run in sweeps:
+        by_gpu.setdefault(run["meta"]["gpu_slug"], []).append(run)
+    if by_gpu:
+        sections["k-sweep"] = "\n\n".join(k_sweep_table(runs) for _, runs in sorted(by_gpu.items()))
     return sections
+
+
+def k_sweep_shape(run: dict) -> tuple[str, int, int] | None:
+    """(kernel, M, N) when a run timed one kernel at one M x N and at least four K (a K sweep)."""
+    recs = run["records"]
+    keys = {(r["kernel"], r["M"], r["N"]) for r in recs}
+    return next(iter(keys)) if len(keys) == 1 and len({r["K"] for r in recs}) >= 4 else None
+
+
+def _line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a + b x: (a, b)."""
+    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def k_sweep_table(runs: list[dict], min_k: int = 1024) -> str:
+    """Time against K at fixed M x N on one GPU, kernel and cuBLAS fitted to t = a + b K over K >= min_k:
+    a is what does not grow with K (launch, pipeline fill, epilogues, the tail), b the main loop's
+    time per K step -- where a gap to cuBLAS comes from."""
+    lines = [
+        "| kernel | dtype | M x N | K fitted | fixed cost a (us) | cuBLAS a (us) | b (us per 1024 K) | cuBLAS b | main-loop ratio (cuBLAS b / b) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    notes = []
+    for run in runs:
+        kernel, M, N = k_sweep_shape(run)
+        recs = sorted((r for r in run["records"] if r["K"] >= min_k), key=lambda r: r["K"])
+        if len(recs) < 3:
+            continue
+        ks = [r["K"] for r in recs]
+        a, b = _line_fit(ks, [r["median_ms"] * 1e3 for r in recs])
+        ca, cb = _line_fit(ks, [r["median_ms"] * 1e3 * r["ratio"] for r in recs])
+        lines.append(
+            f"| {_title(kernel)} | {recs[0]['dtype']} | {M} x {N} | {ks[0]}-{ks[-1]} | {a:.1f} | {ca:.1f} | "
+            f"{b * 1024:.2f} | {cb * 1024:.2f} | {cb / b:.3f} |"
+        )
+        notes.append(f"`{run['meta']['commit'][:12]}` ({run['meta']['time']})")
+    gpu = runs[0]["meta"]["gpu"]
+    return "\n".join(lines) + (
+        f"\n\n{gpu}, runs {', '.join(notes)}; medians of event-timed runs with L2 flushed, cuBLAS timed in the same "
+        "rounds (its time = kernel time x ratio); least-squares fits over the K listed."
+    )
 
 
 def all_sections(results_root: Path) -> dict[str, str]:
