@@ -73,3 +73,14 @@ def test_fp16_subnormal_outputs_are_not_held_against_the_kernel():
     d = (a.float() @ b.float()).half()  # 1.2e-5: an fp16 subnormal, correctly rounded
     assert check_result(d, a, b).passed
     assert not check_result(d + 1e-4, a, b).passed  # a real error is still caught
+
+
+def test_cancelling_terms_are_judged_against_their_size():
+    """D = alpha A B + beta C where the two terms nearly cancel: rel_fro is taken over
+    ||alpha A B|| + ||beta C||, so a TF32-sized rounding of the product passes (it failed a 1 x 1 x 1
+    GPU test against ||D||), and an error of the size of D still fails."""
+    a, b, c = torch.tensor([[0.9794]]), torch.tensor([[0.8215]]), torch.tensor([[0.5234]])
+    exact = 0.5 * a.double() @ b.double() - c.double()
+    rounded = (exact + 0.5 * 0.8 * 6e-4).float()  # one TF32 rounding of the product
+    assert check_result(rounded, a, b, c, 0.5, -1.0, precision="tf32").passed
+    assert not check_result((exact * 1.05).float(), a, b, c, 0.5, -1.0, precision="tf32").passed
