@@ -493,7 +493,15 @@ def plot_cmd(
         slug = run["meta"]["gpu_slug"]
         written = [out / f"{slug}-ladder-{shape}.png", out / f"{slug}-vs-size.png"]
         plots.ladder_bars(run, parse_shape(shape), written[0])
-        plots.versus_size(run, ids, written[1])
+        # the default kernels a GPU's records hold (a run may have timed only some of the FP32
+        # ladder); kernels asked for by name must be there
+        fp32 = {r["kernel"] for r in run["records"] if r.get("dtype", "float32") == "float32" and r["M"] == r["N"] == r["K"]}
+        size_ids = ids if kernel else [k for k in ids if k in fp32]
+        if size_ids:
+            plots.versus_size(run, size_ids, written[1])
+        else:
+            written.remove(written[1])
+            console.print(f"{slug}: no square float32 records of {', '.join(ids)}; no size plot")
         import torch
 
         tc = [k.id for k in registry.kernels(torch.bfloat16)]
