@@ -112,3 +112,17 @@ def test_k_sweep_fit_recovers_a_line():
     assert float(cells[8]) == pytest.approx(0.5)
     mixed = {"meta": run["meta"], "records": recs + [dict(recs[0], M=2048)]}
     assert report.k_sweep_shape(mixed) is None  # not one M x N: no sweep
+
+
+def test_fp32_output_runs_get_their_own_name_and_note():
+    """--dtype bf16-fp32out records carry their own dtype, so the report gives them their own table
+    (a ratio against cuBLAS writing bf16 would compare unlike things) and says what was timed."""
+    import torch
+
+    from gemmlab.bench import run as bench_run
+
+    assert bench_run.dtype_name(torch.bfloat16, "fp32", torch.float32) == "bfloat16-fp32out"
+    assert bench_run.dtype_name(torch.bfloat16) == "bfloat16"
+    assert bench_run.dtype_name(torch.float32, "tf32") == "tf32"
+    assert bench_run.DTYPES["fp16-fp32out"] is torch.float16 and bench_run.OUT_DTYPES["fp16-fp32out"] is torch.float32
+    assert "fp32 accumulation and output" in report._arithmetic("bfloat16-fp32out")

@@ -219,7 +219,7 @@ def bench_cmd(
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
     pending: bool = PENDING_OPTION,
     tag: str = typer.Option("bench", help="file name prefix; reports read 'bench' runs only (use 'tune' for config sweeps)"),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16), float16 (fp16), or tf32 (float32 tensors multiplied as TF32; cuBLAS with TF32 on)"),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16), float16 (fp16), tf32 (float32 tensors multiplied as TF32; cuBLAS with TF32 on), or bf16-fp32out / fp16-fp32out (16-bit inputs, fp32 result)"),
     sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes, dtypes (reps, warmup)"),
     resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
 ) -> None:
@@ -275,7 +275,8 @@ def bench_cmd(
             if torch_dtype not in spec.dtypes or (torch_dtype == torch.float32 and spec.math != precision):
                 raise typer.BadParameter(f"{spec.id} does not take {dtype}; it takes {spec.dtypes} ({spec.math} math for float32)")
         runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume,
-                                                  dtype=torch_dtype, precision=precision, **kw)  # fmt: skip
+                                                  dtype=torch_dtype, precision=precision,
+                                                  out_dtype=bench_run.OUT_DTYPES.get(dtype), **kw)  # fmt: skip
         title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''})", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
     for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):

@@ -105,6 +105,8 @@ def _arithmetic(dtype: str) -> str:
     return {
         "float32": "float32 (TF32 off)",
         "tf32": "float32 inputs multiplied as TF32 (cuBLAS with TF32 on); operands whose row stride TMA cannot take (odd sizes) are copied to padded rows inside the timed call",
+        "bfloat16-fp32out": "bfloat16 inputs, fp32 accumulation and output (cuBLAS: torch.mm with out_dtype float32)",
+        "float16-fp32out": "float16 inputs, fp32 accumulation and output (cuBLAS: torch.mm with out_dtype float32)",
     }.get(dtype, f"{dtype} inputs and output, fp32 accumulation")
 
 

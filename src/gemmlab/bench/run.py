@@ -71,8 +71,15 @@ def _cublas(a, b, out, backend: str):
     def pick():
         torch.backends.cuda.preferred_blas_library(backend)
 
-    def run():
-        torch.mm(a, b, out=out)
+    if out.dtype != a.dtype:  # 16-bit inputs, fp32 result: cuBLAS writes its fp32 accumulators too
+
+        def run():
+            torch.mm(a, b, out.dtype, out=out)
+
+    else:
+
+        def run():
+            torch.mm(a, b, out=out)
 
     return pick, run
 
@@ -95,18 +102,32 @@ def parse_kernel_config(text: str):
 
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16, "tf32": torch.float32}  # fmt: skip
+          "float16": torch.float16, "fp16": torch.float16, "tf32": torch.float32,
+          "bf16-fp32out": torch.bfloat16, "fp16-fp32out": torch.float16}  # fmt: skip
 # --dtype tf32: float32 tensors multiplied as TF32 (precision="tf32"), against cuBLAS with TF32 on
 PRECISIONS = {"tf32": "tf32"}
+# --dtype bf16-fp32out / fp16-fp32out: 16-bit inputs, the fp32 accumulators written as they are
+# (gemm's out_dtype=torch.float32), against torch.mm(a, b, torch.float32)
+OUT_DTYPES = {"bf16-fp32out": torch.float32, "fp16-fp32out": torch.float32}
+
+
+def dtype_name(dtype: torch.dtype, precision: str = "fp32", out_dtype: torch.dtype | None = None) -> str:
+    """The dtype a record carries (reports make one table per name)."""
+    if precision == "tf32":
+        return "tf32"
+    name = str(dtype).removeprefix("torch.")
+    return f"{name}-fp32out" if out_dtype not in (None, dtype) else name
 
 
 def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int, config=None,
-               dtype: torch.dtype = torch.float32, precision: str = "fp32") -> BenchRecord:  # fmt: skip
+               dtype: torch.dtype = torch.float32, precision: str = "fp32",
+               out_dtype: torch.dtype | None = None) -> BenchRecord:  # fmt: skip
     dev = f"cuda:{device_id}"
     a = (torch.rand((M, K), device=dev) * 2 - 1).to(dtype)
     b = (torch.rand((K, N), device=dev) * 2 - 1).to(dtype)
-    out = torch.full((M, N), float("nan"), device=dev, dtype=dtype)
-    ref_out = {be: torch.full((M, N), float("nan"), device=dev, dtype=dtype) for be in CUBLAS_BACKENDS}
+    result = out_dtype or dtype
+    out = torch.full((M, N), float("nan"), device=dev, dtype=result)
+    ref_out = {be: torch.full((M, N), float("nan"), device=dev, dtype=result) for be in CUBLAS_BACKENDS}
     problem = problem_from_tensors(a, b, None, out, precision=precision)
     spec, cfg = select(problem, kernel_id)
     cfg = config or cfg
@@ -139,14 +160,14 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
     med = median(times["kernel"])
     cub_med = {be: median(times[be]) for be in CUBLAS_BACKENDS}
     best = min(cub_med, key=cub_med.get)
-    loaded = jit.load_kernel(spec, cfg, device_id, dtype if spec.type_param else None)
+    loaded = jit.load_kernel(spec, cfg, device_id, *((dtype, result) if spec.type_param else (None, None)))
     return BenchRecord(
         kernel=kernel_id,
         config=cfg.as_dict(),
         M=M,
         N=N,
         K=K,
-        dtype="tf32" if precision == "tf32" else str(dtype).removeprefix("torch."),
+        dtype=dtype_name(dtype, precision, out_dtype),
         alpha=1.0,
         beta=0.0,
         times_ms=times["kernel"],
@@ -156,7 +177,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
         cublas_median_ms=cub_med,
         cublas_backend=best,
         cublas_tflops=tflops(M, N, K, cub_med[best]),
-        baseline=f"cuBLAS (torch.mm, {best} backend{', TF32' if precision == 'tf32' else ''})",
+        baseline=f"cuBLAS (torch.mm{', fp32 out' if result != dtype else ''}, {best} backend{', TF32' if precision == 'tf32' else ''})",
         baseline_tflops=tflops(M, N, K, cub_med[best]),
         ratio=cub_med[best] / med,
         error=asdict(err),
@@ -198,6 +219,7 @@ def run_bench(
     resume: Path | None = None,
     dtype: torch.dtype = torch.float32,
     precision: str = "fp32",
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[Path, list[dict]]:
     """kernels: ids, or 'id[NAME=VALUE,...]' for another config of a kernel (tuning; use another
     tag then, so such runs stay out of the reports). resume: a results file of an interrupted
@@ -219,7 +241,7 @@ def run_bench(
         meta["failures"] = []
         records = []
         path = results_path(out_root, meta, tag)
-    dname = "tf32" if precision == "tf32" else str(dtype).removeprefix("torch.")
+    dname = dtype_name(dtype, precision, out_dtype)
     done = {(r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) for r in records if r["dtype"] == dname}
     flusher = L2Flusher(device_id)
     for M, N, K in shapes:
@@ -231,7 +253,7 @@ def run_bench(
             if on_start:
                 on_start(kernel_id, (M, N, K))
             try:
-                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype, precision))
+                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype, precision, out_dtype))
                 rec["extra"]["request"] = request
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
                 declined = isinstance(exc, ValueError) and "TMA needs" in str(exc)  # a stated constraint
