@@ -59,8 +59,8 @@ if want bench; then
   step "bench"
   python3 -m gemmlab bench --pending --out "$OUT/results" ${FP32_BENCH_ARGS:-} "$@" 2>&1 | tee -a "$LOG" || status=1
 
-  step "bench, tensor-core ladder (bf16, fp16, and float32 as TF32)"
-  for dt in bf16 fp16 tf32; do
+  step "bench, tensor-core ladder (bf16, fp16, float32 as TF32, and 16-bit inputs with fp32 output)"
+  for dt in bf16 fp16 tf32 bf16-fp32out fp16-fp32out; do
     python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
   done
 fi
