@@ -192,6 +192,7 @@ def test_tf32_reads_16_byte_padded_operands_in_place(M, N, K, monkeypatch):
     sizes no tile divides: TMA's zero fill and the transposed epilogue's bounds make the edges."""
     copies, staged = [], api._staged
     monkeypatch.setattr(api, "_staged", lambda *args: copies.append(staged(*args)) or copies[-1])
+    monkeypatch.setattr(api, "_PLANS", {})  # fresh plans: no maps remembered from earlier tests
 
     def padded(rows, cols, fill=None):
         full = rand(rows, -(-cols // 4) * 4) if fill is None else torch.full((rows, -(-cols // 4) * 4), fill, device="cuda")
@@ -294,6 +295,24 @@ def test_dynamic_shared_memory_above_48k():
     launch.launch(loaded, 0, (1, 1, 1), (256, 1, 1), x.data_ptr(), y.data_ptr(), launch.i32(n))
     torch.cuda.synchronize()
     assert torch.equal(y, x.flip(0))
+
+
+def test_remembered_tensor_maps_follow_the_tensors():
+    """A plan remembers its TMA maps by the operands' addresses: a second output of the same shape,
+    or new inputs, get maps of their own -- each result lands where it was asked to, nothing else
+    is written."""
+    dt = torch.bfloat16
+    a1, b1, a2, b2 = rand(300, 200, dtype=dt), rand(200, 264, dtype=dt), rand(300, 200, dtype=dt), rand(200, 264, dtype=dt)
+    o1, o2 = torch.full((300, 264), float("nan"), dtype=dt, device="cuda"), torch.full((300, 264), float("nan"), dtype=dt, device="cuda")
+    gemmlab.gemm(a1, b1, out=o1, kernel="tc07_persistent_cluster")
+    before = o1.clone()
+    gemmlab.gemm(a2, b2, out=o2, kernel="tc07_persistent_cluster")
+    torch.cuda.synchronize()
+    assert torch.equal(o1, before), "the second call wrote into the first output"
+    assert_ok(o1, a1, b1, label="first output", kernel="tc07_persistent_cluster")
+    assert_ok(o2, a2, b2, label="second output", kernel="tc07_persistent_cluster")
+    gemmlab.gemm(a1, b2, out=o1, kernel="tc07_persistent_cluster")  # a map of each kind seen before, new mix
+    assert_ok(o1, a1, b2, label="mixed operands", kernel="tc07_persistent_cluster")
 
 
 @pytest.mark.parametrize("width", [16, 32, 64, 128, 256])

@@ -91,6 +91,7 @@ class _Plan(NamedTuple):
     block: tuple
     tail: tuple  # M, N, K, lda, ldb, ldc, ldd as int32; alpha, beta as float32
     cluster: tuple | None  # blocks per cluster, for kernels launched in clusters
+    maps: dict  # (address of a, b, out) -> the TMA maps for them: all else a map encodes is the plan's
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -112,7 +113,7 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     device_id = problem.device.index if problem.device.index is not None else torch.cuda.current_device()
     M, N, K = problem.M, problem.N, problem.K
     if problem.is_empty:
-        return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), (), None)
+        return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), (), None, {})
     types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
     loaded = jit.load_kernel(spec, cfg, device_id, *types)
     ldd = problem.d.ld if problem.d is not None else N
@@ -127,12 +128,27 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     grid = spec.grid(M, N, cfg)
     if spec.persistent:  # as many blocks as can be resident at once; each loops over tiles
         grid = (min(grid[0], launch.resident_blocks(loaded, device_id, spec.block(cfg), cluster)), grid[1], grid[2])
-    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster)
+    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {})
+
+
+_PLAN_MAPS_MAX = 64  # address triples remembered per plan
 
 
 def _launch(plan: _Plan, problem: GemmProblem, a, b, out) -> None:
-    """Launch a planned kernel on these tensors: TMA maps (and staged copies) first when it takes them."""
-    maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out)) if plan.spec.tma else ()
+    """Launch a planned kernel on these tensors: TMA maps (and staged copies) first when it takes them.
+    The plan fixes shapes, strides, dtypes and boxes, so a kernel reading the tensors in place
+    finds its maps by the three addresses alone (a staged kernel's copies are new every call)."""
+    maps = ()
+    if plan.spec.tma:
+        copies = plan.spec.staged and _copies_needed(problem)
+        key = (problem.a.ptr, problem.b.ptr, out.data_ptr())
+        maps = None if copies else plan.maps.get(key)
+        if maps is None:
+            maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out))
+            if not copies:
+                if len(plan.maps) >= _PLAN_MAPS_MAX:
+                    plan.maps.clear()
+                plan.maps[key] = maps
     c_ptr = problem.c.ptr if problem.c is not None else 0
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
                   out.data_ptr(), *_workspace_args(plan), *plan.tail, cluster=plan.cluster)  # fmt: skip
@@ -222,9 +238,14 @@ def _ld(t: torch.Tensor) -> int:
     return t.stride(0) if t.shape[0] > 1 else t.shape[1]
 
 
+def _copies_needed(problem: GemmProblem) -> bool:
+    """A staged kernel copies A or B first (TMA cannot read it as it lies)."""
+    return problem.K > 0 and any(registry.tma_constraints(problem, (n,)) for n in ("a", "b"))
+
+
 def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, b, out: torch.Tensor):
     plan = _make_plan(spec, cfg, problem)
-    if spec.staged and problem.K > 0 and any(registry.tma_constraints(problem, (n,)) for n in ("a", "b")):
+    if spec.staged and _copies_needed(problem):
         return partial(_launch, plan, problem, a, b, out)  # the copies are part of every call
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out)) if spec.tma else ()
