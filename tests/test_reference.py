@@ -84,3 +84,21 @@ def test_cancelling_terms_are_judged_against_their_size():
     rounded = (exact + 0.5 * 0.8 * 6e-4).float()  # one TF32 rounding of the product
     assert check_result(rounded, a, b, c, 0.5, -1.0, precision="tf32").passed
     assert not check_result((exact * 1.05).float(), a, b, c, 0.5, -1.0, precision="tf32").passed
+
+
+def test_a_cancelling_dot_product_is_judged_against_its_terms():
+    """A 1 x 1 x 64 product whose 64 terms nearly cancel: fp32 summation error relative to the tiny
+    result can exceed the fp32 bound (hypothesis found M=1 N=1 K=64 at rel_fro 5.5e-5 with
+    max_scaled 1.5e-8); over the size of the terms it is ordinary. A real error still fails."""
+    v = torch.linspace(1, 2, 64)
+    v[1::2] = v[0::2]
+    a = torch.tensor([[1.0, -1.0] * 32]) * v  # pairs +x, -x
+    b = v.clone().reshape(64, 1)
+    b[0] += 1e-3  # the pairs cancel but for ~1e-3; the terms are ~1-4 each
+    exact = a.double() @ b.double()
+    assert 1e-4 < abs(float(exact)) < 1e-2
+    tnorm = float((a.double().square().sum(0) * b.double().square().sum(1)).sum().sqrt())
+    off = exact + 2e-7 * tnorm  # summation-sized error: ~4e-3 of the result itself
+    assert float((off - exact).abs() / exact.abs()) > 1e-5  # the old rel_fro (over ||D||) failed this
+    assert check_result(off.float(), a, b).passed
+    assert not check_result((exact + 1e-3 * tnorm).float(), a, b).passed
