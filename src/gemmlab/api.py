@@ -203,7 +203,10 @@ def _staged(problem: GemmProblem, a, b) -> dict[str, tuple]:
 
 def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) -> tuple:
     """The TMA tensor maps a kernel takes, in its order, from name -> (tensor, rows, cols, ld)."""
-    boxes = plan.spec.tma_boxes(plan.config)
+    boxes = dict(plan.spec.tma_boxes(plan.config))
+    if "d" in boxes:  # the epilogues stage D in boxes of at most 128-byte rows (fp32: 32 columns)
+        out = operands["d"][0]
+        boxes["d"] = (boxes["d"][0], min(boxes["d"][1], 128 // out.element_size()))
     maps = []
     for name in plan.spec.tma:
         if (problem.K == 0 and name != "d") or (name == "d" and not _tma_store_ok(*operands["d"], boxes["d"])):
@@ -217,8 +220,7 @@ def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) 
 
 def _tma_store_ok(out: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, int]) -> bool:
     """What the TMA-store epilogues (tc07, tc09, tc08) check before storing through the map: a box
-    row the staging buffer's swizzle covers (tc07's 64 x 64 boxes are 16-bit: its fp32 results
-    leave from registers) and rows of D of whole, aligned 16-byte units."""
+    row the staging buffer's swizzle covers and rows of D of whole, aligned 16-byte units."""
     per16 = 16 // out.element_size()
     return (out.element_size() * box[1] in tma.SWIZZLES and cols % per16 == 0 and ld % per16 == 0
             and out.data_ptr() % 16 == 0)  # fmt: skip

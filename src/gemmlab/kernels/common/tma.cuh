@@ -277,9 +277,10 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
 // (top-left element D[rows0][col0]) leave as four 64 x 64 chunks through two 128-byte-swizzled
 // staging buffers of 64 x 64 16-bit elements (`staging`, 16 KB), chunk j through buffer j % 2:
 // stmatrix writes each warp's 8 x 8 blocks, one thread issues a TMA store a chunk, which clips at
-// the matrix edge. `barrier_id` is the warpgroup's named barrier. Where D cannot take TMA stores
-// (tma_store false: rows not whole, aligned 16-byte units, or an fp32 result) the registers go
-// straight to global memory. The caller waits for the last stores (bulk_wait<0>) before exiting.
+// the matrix edge. An fp32 result (TD = float) fills the whole 16 KB with one chunk -- two boxes
+// of 64 rows x 32 floats -- so each chunk waits for the last one's stores to have read it. Where D
+// cannot take TMA stores (tma_store false: rows not whole, aligned 16-byte units) the registers
+// go straight to global memory. The caller waits for the last stores (bulk_wait<0>) before exiting.
 template <typename TD>
 __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const TD* C, TD* D, const TensorMap* tmD,
                                                   unsigned char* staging, bool tma_store, int barrier_id, int rows0,
@@ -322,6 +323,39 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
             named_barrier(barrier_id, 128);
             if (ctid == 0) {
                 tma_store_2d(tmD, buf, rows0, col0 + 64 * j);
+                bulk_commit();
+            }
+        }
+    } else {
+        constexpr int BOX_BYTES = 64 * 128;  // 64 rows x 32 floats, 128-byte swizzled
+        const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (ctid == 0) bulk_wait_read<0>();  // the last chunk's stores have read the buffer
+            named_barrier(barrier_id, 128);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int i = (8 * j + q) * 4 + 2 * h;  // this thread's pair in column block q
+                    const int r = r_top + 8 * h, c = 8 * q + 2 * (lane % 4);  // in the chunk
+                    float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+                    if (beta != 0.0f) {
+                        const int gr = rows0 + r, gc = col0 + 64 * j + c;
+                        const long long ci = offset(gr, gc, ldc);
+                        if (gr < M && gc < N) v0 += beta * to_float(C[ci]);
+                        if (gr < M && gc + 1 < N) v1 += beta * to_float(C[ci + 1]);
+                    }
+                    const int cc = c % 32, unit = cc / 4;
+                    *reinterpret_cast<float2*>(staging + (c / 32) * BOX_BYTES + r * 128 + ((unit ^ (r % 8)) << 4) +
+                                               (cc % 4) * 4) = make_float2(v0, v1);
+                }
+            }
+            fence_proxy_async_smem();
+            named_barrier(barrier_id, 128);
+            if (ctid == 0) {
+                tma_store_2d(tmD, staging, rows0, col0 + 64 * j);
+                tma_store_2d(tmD, staging + BOX_BYTES, rows0, col0 + 64 * j + 32);
                 bulk_commit();
             }
         }

@@ -15,7 +15,8 @@
 //
 // The epilogue writes each consumer's 64 x 256 accumulators as four 64 x 64 chunks, through two
 // 128-byte-swizzled staging buffers (stmatrix), with one TMA store a chunk, which clips at the
-// matrix edge; where D's rows are not whole 16-byte units it stores from registers instead.
+// matrix edge (an fp32 result: one 64 x 64 chunk at a time through both buffers' 16 KB, as two
+// 32-float boxes); where D's rows are not whole 16-byte units it stores from registers instead.
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
@@ -106,9 +107,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
         // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
         // 16-byte units and 16-byte aligned; otherwise the registers go straight to global memory.
-        // fp32 output (TD = float) always takes the register path: the staging is 16-bit.
+        // An fp32 result (TD = float) goes through the same 16 KB, one 64 x 64 chunk at a time.
         constexpr int E16 = 16 / sizeof(TD);
-        const bool tma_store = TMA_STORE != 0 && sizeof(TD) == 2 && N % E16 == 0 && ldd % E16 == 0 &&
+        const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
         int it = 0;
         for (int t = first; t < tiles; t += stride) {

@@ -99,9 +99,9 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
         // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
         // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
         // 16-byte units and 16-byte aligned; otherwise the registers go straight to global memory.
-        // fp32 output (TD = float) always takes the register path: the staging is 16-bit.
+        // An fp32 result (TD = float) goes through the same 16 KB, one 64 x 64 chunk at a time.
         constexpr int E16 = 16 / sizeof(TD);
-        const bool tma_store = TMA_STORE != 0 && sizeof(TD) == 2 && N % E16 == 0 && ldd % E16 == 0 &&
+        const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
         // This warpgroup's part buffer and flag in block b of the grid.
         auto part = [&](int b) { return reinterpret_cast<float4*>(WS) + (b * CONSUMERS + c) * (128 * 128 / 4); };
