@@ -19,22 +19,23 @@ status=0
 LOG="$OUT/gpu_run.log"
 : > "$LOG"
 step() { echo "=== $*" | tee -a "$LOG"; }
+fail() { echo "FAILED STEP: $*" | tee -a "$LOG"; status=1; }  # names the command that set the status
 STEPS=${STEPS:-tests check overhead bench}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 step "environment and compile (resource report for the driver's arch)"
 { nvidia-smi
   python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
-  python3 -m gemmlab compile; } 2>&1 | tee -a "$LOG" || status=1
+  python3 -m gemmlab compile; } 2>&1 | tee -a "$LOG" || fail "environment and compile"
 
 if want tests; then
   step "GPU tests"
-  python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee -a "$LOG" || status=1
+  python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee -a "$LOG" || fail "GPU tests"
 fi
 
 if want check; then
   step "check"
-  python3 -m gemmlab check --pending 2>&1 | tee -a "$LOG" || status=1
+  python3 -m gemmlab check --pending 2>&1 | tee -a "$LOG" || fail "check"
 fi
 
 if want sanitize; then
@@ -46,29 +47,29 @@ if want sanitize; then
       -s 515x129x67 -s 1500x4000x300 -s 3072x3072x130 --random 0 2>&1 \
       | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" | tee -a "$LOG"
   }
-  sanitize memcheck -k tc05_tma -k tc06_warp_specialized -k tc07_persistent_cluster -k tc08_tf32 -k tc09_stream_k || status=1
-  sanitize racecheck -k tc08_tf32 -k tc09_stream_k || status=1
+  sanitize memcheck -k tc05_tma -k tc06_warp_specialized -k tc07_persistent_cluster -k tc08_tf32 -k tc09_stream_k || fail "memcheck"
+  sanitize racecheck -k tc08_tf32 -k tc09_stream_k || fail "racecheck"
 fi
 
 if want overhead; then
   step "overhead"
-  python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
+  python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "overhead"
 fi
 
 if want bench; then
   step "bench"
-  python3 -m gemmlab bench --pending --out "$OUT/results" ${FP32_BENCH_ARGS:-} "$@" 2>&1 | tee -a "$LOG" || status=1
+  python3 -m gemmlab bench --pending --out "$OUT/results" ${FP32_BENCH_ARGS:-} "$@" 2>&1 | tee -a "$LOG" || fail "bench float32"
 
   step "bench, tensor-core ladder (bf16, fp16, float32 as TF32, and 16-bit inputs with fp32 output)"
   for dt in bf16 fp16 tf32 bf16-fp32out fp16-fp32out; do
-    python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
+    python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench $dt"
   done
 fi
 
 if want bench && [ "${CPU_BENCH:-1}" != 0 ]; then
   step "CPU ladder on this machine's cores at seed 001's 2048x2048x1024 (against the GPU above)"
   python3 -m gemmlab bench --device cpu -s 2048x2048x1024 -k cpu02_reordered -k cpu03_blocked -k cpu04_parallel \
-    --out "$OUT/results" 2>&1 | tee -a "$LOG" || status=1
+    --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench cpu"
 fi
 
 echo "gpu_run status: $status" | tee -a "$LOG"
