@@ -161,12 +161,15 @@ def test_arch_for_capabilities():
 
 
 def test_every_config_auto_can_choose_compiles_without_spills():
+    """Size-rule configs, in every type pair the kernel is built for (tc09 with CM=1 and an fp32
+    result once spilled 16 bytes where its default config did not)."""
     from gemmlab.configs import configs_in_use
 
     for spec in KERNELS:
-        for cfg in configs_in_use(spec):
-            u = jit.compile_kernel(spec, cfg, ARCH, spec.dtypes[0] if spec.type_param else None).usage
-            assert u.spills == 0 and u.stack_frame == 0, f"{spec.name_expression(cfg)}: {u}"
+        for cfg in configs_in_use(spec)[1:]:  # the default is test_compiles_for_hopper_..., every type pair
+            for dtype, out_dtype in _types(spec):
+                u = jit.compile_kernel(spec, cfg, ARCH, dtype, out_dtype).usage
+                assert u.spills == 0 and u.stack_frame == 0, f"{spec.name_expression(cfg, dtype, out_dtype)}: {u}"
 
 
 def test_missing_ptxas_report_is_a_warning_not_a_failure(fresh_cache, monkeypatch):

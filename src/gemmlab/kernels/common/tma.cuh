@@ -233,6 +233,11 @@ __device__ __forceinline__ void stmatrix_x4(void* row, unsigned m0, unsigned m1,
                  : "memory");
 }
 
+// Two floats to 8 bytes of shared memory at a 32-bit shared address (8-byte aligned).
+__device__ __forceinline__ void st_shared_v2(unsigned addr, float x, float y) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
 // Two floats rounded to T and packed low-first into 32 bits (the element order in memory).
 template <typename T>
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
@@ -329,6 +334,7 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
     } else {
         constexpr int BOX_BYTES = 64 * 128;  // 64 rows x 32 floats, 128-byte swizzled
         const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;
+        const unsigned base = smem_addr(staging);  // 32-bit shared addresses: fewer registers than pointers
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             if (ctid == 0) bulk_wait_read<0>();  // the last chunk's stores have read the buffer
@@ -347,8 +353,7 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
                         if (gr < M && gc + 1 < N) v1 += beta * to_float(C[ci + 1]);
                     }
                     const int cc = c % 32, unit = cc / 4;
-                    *reinterpret_cast<float2*>(staging + (c / 32) * BOX_BYTES + r * 128 + ((unit ^ (r % 8)) << 4) +
-                                               (cc % 4) * 4) = make_float2(v0, v1);
+                    st_shared_v2(base + (c / 32) * BOX_BYTES + r * 128 + ((unit ^ (r % 8)) << 4) + (cc % 4) * 4, v0, v1);
                 }
             }
             fence_proxy_async_smem();
