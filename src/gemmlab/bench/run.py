@@ -71,15 +71,11 @@ def _cublas(a, b, out, backend: str):
     def pick():
         torch.backends.cuda.preferred_blas_library(backend)
 
-    if out.dtype != a.dtype:  # 16-bit inputs, fp32 result: cuBLAS writes its fp32 accumulators too
+    # 16-bit inputs with an fp32 result: cuBLAS writes its fp32 accumulators too (mm's out_dtype)
+    out_dtype = (out.dtype,) if out.dtype != a.dtype else ()
 
-        def run():
-            torch.mm(a, b, out.dtype, out=out)
-
-    else:
-
-        def run():
-            torch.mm(a, b, out=out)
+    def run():
+        torch.mm(a, b, *out_dtype, out=out)
 
     return pick, run
 
