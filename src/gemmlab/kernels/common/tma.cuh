@@ -278,83 +278,11 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
     }
 }
 
-// A consumer warpgroup's 64 x 256 accumulators (top-left element D[rows0][col0]) as 16-bit
-// results: packed[p] = the pair acc[2p], acc[2p + 1] -- alpha * acc + beta * C rounded to TD, the
-// lower column in the low half -- which is both a pair of adjacent columns of one row of D and
-// one register of an 8 x 8 block as stmatrix takes it. C is read only when beta != 0. Half the
-// registers of acc: a consumer can hold one tile's results while the next tile's MMAs overwrite acc.
-template <typename TD>
-__device__ __forceinline__ void pack_tile_64x256(const float (&acc)[128], unsigned (&packed)[64], const TD* C,
-                                                 int rows0, int col0, int M, int N, int ldc, float alpha, float beta) {
-    static_assert(sizeof(TD) == 2, "16-bit results");
-    const int lane = threadIdx.x % 32, r_top = (threadIdx.x % 128) / 32 * 16 + lane / 4;
-#pragma unroll
-    for (int p = 0; p < 64; ++p) {
-        float v0 = alpha * acc[2 * p], v1 = alpha * acc[2 * p + 1];
-        if (beta != 0.0f) {
-            const int gr = rows0 + r_top + 8 * (p % 2), gc = col0 + 8 * (p / 2) + 2 * (lane % 4);
-            const long long ci = offset(gr, gc, ldc);
-            if (gr < M && gc < N) v0 += beta * to_float(C[ci]);
-            if (gr < M && gc + 1 < N) v1 += beta * to_float(C[ci + 1]);
-        }
-        packed[p] = pack2<TD>(v0, v1);
-    }
-}
-
-// The packed tile to D. tma_store: four 64 x 64 chunks through two 128-byte-swizzled staging
-// buffers of 8 KB (`staging`), chunk j through buffer j % 2 -- stmatrix writes each warp's 8 x 8
-// blocks, one thread issues a TMA store a chunk, which clips at the matrix edge; otherwise each
-// pair goes straight to global memory (one 32-bit store where D's rows allow, else two), nothing
-// outside M x N. Uses no accumulator register, so it can run while MMAs into acc are in flight.
-template <typename TD>
-__device__ __forceinline__ void store_packed_64x256(const unsigned (&packed)[64], TD* D, const TensorMap* tmD,
-                                                    unsigned char* staging, bool tma_store, int barrier_id, int rows0,
-                                                    int col0, int M, int N, int ldd) {
-    static_assert(sizeof(TD) == 2, "16-bit results");
-    const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32;
-    if (!tma_store) {
-        const int r_top = rows0 + warp * 16 + lane / 4;
-        const bool paired = ldd % 2 == 0 && reinterpret_cast<unsigned long long>(D) % 4 == 0;
-#pragma unroll
-        for (int p = 0; p < 64; ++p) {
-            const int r = r_top + 8 * (p % 2), c = col0 + 8 * (p / 2) + 2 * (lane % 4);
-            if (r >= M || c >= N) continue;
-            if (paired && c + 1 < N) {
-                *reinterpret_cast<unsigned*>(D + offset(r, c, ldd)) = packed[p];
-            } else {
-                D[offset(r, c, ldd)] = __builtin_bit_cast(TD, static_cast<unsigned short>(packed[p] & 0xFFFFu));
-                if (c + 1 < N) D[offset(r, c + 1, ldd)] = __builtin_bit_cast(TD, static_cast<unsigned short>(packed[p] >> 16));
-            }
-        }
-        return;
-    }
-    constexpr int CHUNK_BYTES = 64 * 64 * 2;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        unsigned char* buf = staging + (j % 2) * CHUNK_BYTES;
-        if (ctid == 0) bulk_wait_read<1>();  // the store that last read buf is done
-        named_barrier(barrier_id, 128);
-        // Four stmatrix per thread, two column blocks q0, q0 + 1 of the chunk at a time: lane l
-        // addresses row l % 8 of 8 x 8 block m = l / 8 -- column block q0 + m / 2, the upper (m
-        // even) or lower 8 rows of the warp's 16 -- whose register is packed[16 j + 2 q0 + m].
-#pragma unroll
-        for (int q0 = 0; q0 < 8; q0 += 2) {
-            const int m = lane / 8, row = warp * 16 + 8 * (m % 2) + lane % 8;
-            const unsigned* u = packed + 16 * j + 2 * q0;
-            stmatrix_x4(buf + swizzle128_offset(row, q0 + m / 2), u[0], u[1], u[2], u[3]);
-        }
-        fence_proxy_async_smem();  // the writes, visible to the TMA unit
-        named_barrier(barrier_id, 128);
-        if (ctid == 0) {
-            tma_store_2d(tmD, buf, rows0, col0 + 64 * j);
-            bulk_commit();
-        }
-    }
-}
-
 // The epilogue of the persistent steps (tc07, tc09): a consumer warpgroup's 64 x 256 accumulators
-// (top-left element D[rows0][col0]) leave as four 64 x 64 chunks through the 16 KB `staging`:
-// 16-bit results packed and stored as above. An fp32 result (TD = float) fills the whole 16 KB with one chunk -- two boxes
+// (top-left element D[rows0][col0]) leave as four 64 x 64 chunks through two 128-byte-swizzled
+// staging buffers of 64 x 64 16-bit elements (`staging`, 16 KB), chunk j through buffer j % 2:
+// stmatrix writes each warp's 8 x 8 blocks, one thread issues a TMA store a chunk, which clips at
+// the matrix edge. An fp32 result (TD = float) fills the whole 16 KB with one chunk -- two boxes
 // of 64 rows x 32 floats -- so each chunk waits for the last one's stores to have read it. Where D
 // cannot take TMA stores (tma_store false: rows not whole, aligned 16-byte units) the registers
 // go straight to global memory. The caller waits for the last stores (bulk_wait<0>) before exiting.
@@ -367,9 +295,42 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
         return;
     }
     if constexpr (sizeof(TD) == 2) {
-        unsigned packed[64];
-        pack_tile_64x256<TD>(acc, packed, C, rows0, col0, M, N, ldc, alpha, beta);
-        store_packed_64x256<TD>(packed, D, tmD, staging, true, barrier_id, rows0, col0, M, N, ldd);
+        constexpr int CHUNK_BYTES = 64 * 64 * 2;
+        const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            unsigned char* buf = staging + (j % 2) * CHUNK_BYTES;
+            if (ctid == 0) bulk_wait_read<1>();  // the store that last read buf is done
+            named_barrier(barrier_id, 128);
+            // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
+            // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.
+#pragma unroll
+            for (int q0 = 0; q0 < 8; q0 += 2) {
+                unsigned packed[4];
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                    const int q = q0 + m / 2, h = m % 2;
+                    const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
+                    float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+                    if (beta != 0.0f) {
+                        const int gr = rows0 + r_top + 8 * h, gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
+                        const long long ci = offset(gr, gc, ldc);
+                        if (gr < M && gc < N) v0 += beta * to_float(C[ci]);
+                        if (gr < M && gc + 1 < N) v1 += beta * to_float(C[ci + 1]);
+                    }
+                    packed[m] = pack2<TD>(v0, v1);
+                }
+                // lane l addresses row l % 8 of block (q0 + (l / 8) / 2, (l / 8) % 2)
+                const int m = lane / 8, row = warp * 16 + 8 * (m % 2) + lane % 8;
+                stmatrix_x4(buf + swizzle128_offset(row, q0 + m / 2), packed[0], packed[1], packed[2], packed[3]);
+            }
+            fence_proxy_async_smem();  // the writes, visible to the TMA unit
+            named_barrier(barrier_id, 128);
+            if (ctid == 0) {
+                tma_store_2d(tmD, buf, rows0, col0 + 64 * j);
+                bulk_commit();
+            }
+        }
     } else {
         constexpr int BOX_BYTES = 64 * 128;  // 64 rows x 32 floats, 128-byte swizzled
         const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;

@@ -172,48 +172,6 @@ __device__ __forceinline__ void wgmma_m64n256k16<__half, 1>(float (&d)[128], uns
                  : "l"(da), "l"(db));
 }
 
-// The same MMA with scale-d = 0: d = A * B, whatever d held before -- a tile's first MMA, so its
-// accumulators need no zeroing and may hold the last tile's values (already copied out) until then.
-#define GEMMLAB_WGMMA_TAIL256_OVERWRITE(trans_b) " %128, %129, 0, 1, 1, 0, " #trans_b ";\n"
-
-template <typename T, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n256k16_overwrite(float (&d)[128], unsigned long long da,
-                                                           unsigned long long db);
-
-template <>
-__device__ __forceinline__ void wgmma_m64n256k16_overwrite<__nv_bfloat16, 1>(float (&d)[128], unsigned long long da,
-                                                                             unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " GEMMLAB_WGMMA_D128
-                 "," GEMMLAB_WGMMA_TAIL256_OVERWRITE(1)
-                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_m64n256k16_overwrite<__half, 1>(float (&d)[128], unsigned long long da,
-                                                                      unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " GEMMLAB_WGMMA_D128
-                 "," GEMMLAB_WGMMA_TAIL256_OVERWRITE(1)
-                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
-
-// One K stage of a warpgroup's 64 x 256 tile: BK / 16 m64n256k16 MMAs over the stage's A (64 x BK,
-// descriptor da) and B (BK x 256, N-major, descriptor db), committed as one group. FIRST: the
-// stage starts a tile, so its first MMA overwrites the accumulators instead of adding to them.
-template <typename T, int BK, bool FIRST>
-__device__ __forceinline__ void mma_stage_64x256(float (&acc)[128], unsigned long long da, unsigned long long db) {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-        if (FIRST && kk == 0)
-            wgmma_m64n256k16_overwrite<T, 1>(acc, da, db);
-        else
-            wgmma_m64n256k16<T, 1>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
-    }
-    wgmma_commit();
-}
-
 // ---- wgmma.mma_async m64n256k8 TF32: fp32 inputs, both operands K-major ------------------------
 //
 // The tensor cores read fp32 elements from shared memory and multiply their TF32 part (sign, 8

@@ -17,21 +17,14 @@
 // 128-byte-swizzled staging buffers (stmatrix), with one TMA store a chunk, which clips at the
 // matrix edge (an fp32 result: one 64 x 64 chunk at a time through both buffers' 16 KB, as two
 // 32-float boxes); where D's rows are not whole 16-byte units it stores from registers instead.
-//
-// With OVERLAP (16-bit results) a tile's epilogue runs while the tensor cores already work on the
-// next tile: the consumer rounds its accumulators to 16-bit pairs (half the registers), issues
-// the next tile's first K stage -- whose first MMA overwrites the accumulators -- and stores the
-// pairs while those MMAs run. Without it the tensor cores idle while both consumers store.
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
 // (BM / 64 consumer warpgroups, BN = 256). BK: 64, or 32 for twice the stages in the same memory (A then
 // 64-byte swizzled). CM: blocks per cluster along M (1, 2 or 4). GROUP: cluster-row pairs per scheduling
 // group. TMA_STORE: 1 the epilogue above (where D suits it), 0 registers straight to global memory (as
-// tc06). OVERLAP: 1 a tile's stores overlap the next tile's first MMAs (16-bit results; fp32 results
-// are stored as with 0).
-template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE,
-          int OVERLAP>
+// tc06).
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
                       const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
@@ -118,79 +111,35 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         constexpr int E16 = 16 / sizeof(TD);
         const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
-        const unsigned long long stage_a = STAGE_A * 2 >> 4, stage_b = STAGE_B * 2 >> 4;  // in descriptor units
-        int it = 0;  // K steps consumed by this block, over all its tiles: the ring position
-        float acc[128];
-        if constexpr (OVERLAP != 0 && sizeof(TD) == 2) {
-            if (KT == 0) {  // K = 0: D = beta C, no MMA to overlap
-                for (int t = first; t < tiles; t += stride) {
-                    int row0, col0;
-                    tile_origin(t, row0, col0);
+        int it = 0;
+        for (int t = first; t < tiles; t += stride) {
+            int row0, col0;
+            tile_origin(t, row0, col0);
+            float acc[128];
 #pragma unroll
-                    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-                    gemmlab::store_tile_64x256<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N,
-                                                   ldc, ldd, alpha, beta);
-                }
-            } else {
-                // (Only this branch issues MMAs: one whose first stage were conditional would have
-                // ptxas serialise every wgmma of the kernel, its warning C7518.)
-                unsigned packed[64];                // the last tile's results, waiting to be stored
-                int prev_row0 = -1, prev_col0 = 0;  // their origin (-1: none yet)
-                for (int t = first; t < tiles; t += stride) {
-                    int row0, col0;
-                    tile_origin(t, row0, col0);
-                    int stage = it % STAGES;  // the first K stage overwrites the accumulators
-                    gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                    gemmlab::mma_stage_64x256<T, BK, true>(acc, desc_a0 + stage * stage_a, desc_b0 + stage * stage_b);
-                    ++it;
-                    // The last tile leaves while those MMAs run (they use acc only, the stores packed only).
-                    if (prev_row0 >= 0)
-                        gemmlab::store_packed_64x256<TD>(packed, D, &tmD, out, tma_store, 1 + c, prev_row0, prev_col0,
-                                                         M, N, ldd);
-                    for (int kt = 1; kt < KT; ++kt, ++it) {
-                        stage = it % STAGES;
-                        gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                        gemmlab::mma_stage_64x256<T, BK, false>(acc, desc_a0 + stage * stage_a,
-                                                                desc_b0 + stage * stage_b);
-                        gemmlab::wgmma_wait<1>();
+            for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            for (int kt = 0; kt < KT; ++kt, ++it) {
+                const int stage = it % STAGES;
+                gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
+                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
+                gemmlab::wgmma_fence();
 #pragma unroll
-                        for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                        gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-                    }
-                    gemmlab::wgmma_wait<0>();
-#pragma unroll
-                    for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                    gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-                    prev_row0 = row0 + c * 64, prev_col0 = col0;
-                    gemmlab::pack_tile_64x256<TD>(acc, packed, C, prev_row0, prev_col0, M, N, ldc, alpha, beta);
-                }
-                if (prev_row0 >= 0)
-                    gemmlab::store_packed_64x256<TD>(packed, D, &tmD, out, tma_store, 1 + c, prev_row0, prev_col0, M,
-                                                     N, ldd);
-            }
-        } else {
-            for (int t = first; t < tiles; t += stride) {
-                int row0, col0;
-                tile_origin(t, row0, col0);
-#pragma unroll
-                for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-                for (int kt = 0; kt < KT; ++kt, ++it) {
-                    const int stage = it % STAGES;
-                    gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                    gemmlab::mma_stage_64x256<T, BK, false>(acc, desc_a0 + stage * stage_a, desc_b0 + stage * stage_b);
-                    gemmlab::wgmma_wait<1>();
-#pragma unroll
-                    for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                    if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-                }
-                gemmlab::wgmma_wait<0>();
+                for (int kk = 0; kk < BK; kk += 16)
+                    gemmlab::wgmma_m64n256k16<T, 1>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
+                gemmlab::wgmma_commit();
+                gemmlab::wgmma_wait<1>();
 #pragma unroll
                 for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-
-                gemmlab::store_tile_64x256<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
-                                               ldd, alpha, beta);
+                if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
             }
+            gemmlab::wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+            if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+
+            gemmlab::store_tile_64x256<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
+                                           ldd, alpha, beta);
         }
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
     }
