@@ -246,6 +246,26 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return static_cast<unsigned>(l) | static_cast<unsigned>(h) << 16;
 }
 
+// ---- fp32 staging of the TMA-store epilogues (tc07 and tc09 with fp32 results, tc08) -----------
+//
+// One 64 x 64 chunk of fp32 results in 16 KB: two boxes of 64 rows x 32 floats (the chunk's
+// columns 0-31, then 32-63), 128-byte rows whose 16-byte units are swizzled by the row (unit u of
+// row r at u ^ r % 8) -- the layout D's tensor map (128-byte swizzle, box of 32 floats) reads.
+constexpr int FP32_BOX_BYTES = 64 * 128;
+
+// Byte offset in the staging chunk of its element (row, col).
+__device__ __forceinline__ int staged_fp32_offset(int row, int col) {
+    return (col / 32) * FP32_BOX_BYTES + row * 128 + ((((col % 32) / 4) ^ (row % 8)) << 4) + (col % 4) * 4;
+}
+
+// The staged chunk to D at (row0, col0) as two TMA stores, one bulk group (clipped at D's edge).
+__device__ __forceinline__ void tma_store_fp32_chunk(const TensorMap* tmD, const unsigned char* staging, int row0,
+                                                     int col0) {
+    tma_store_2d(tmD, staging, row0, col0);
+    tma_store_2d(tmD, staging + FP32_BOX_BYTES, row0, col0 + 32);
+    bulk_commit();
+}
+
 // ---- The register epilogue of a warpgroup's m64nN accumulators ----------------------------------
 //
 // acc holds a 64 x N tile whose top-left element is D[row0][col0] (the layout of wgmma_m64n*k16).
@@ -332,7 +352,6 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
             }
         }
     } else {
-        constexpr int BOX_BYTES = 64 * 128;  // 64 rows x 32 floats, 128-byte swizzled
         const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;
         const unsigned base = smem_addr(staging);  // 32-bit shared addresses: fewer registers than pointers
 #pragma unroll
@@ -352,17 +371,12 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
                         if (gr < M && gc < N) v0 += beta * to_float(C[ci]);
                         if (gr < M && gc + 1 < N) v1 += beta * to_float(C[ci + 1]);
                     }
-                    const int cc = c % 32, unit = cc / 4;
-                    st_shared_v2(base + (c / 32) * BOX_BYTES + r * 128 + ((unit ^ (r % 8)) << 4) + (cc % 4) * 4, v0, v1);
+                    st_shared_v2(base + staged_fp32_offset(r, c), v0, v1);
                 }
             }
             fence_proxy_async_smem();
             named_barrier(barrier_id, 128);
-            if (ctid == 0) {
-                tma_store_2d(tmD, staging, rows0, col0 + 64 * j);
-                tma_store_2d(tmD, staging + BOX_BYTES, rows0, col0 + 64 * j + 32);
-                bulk_commit();
-            }
+            if (ctid == 0) tma_store_fp32_chunk(tmD, staging, rows0, col0 + 64 * j);
         }
     }
 }

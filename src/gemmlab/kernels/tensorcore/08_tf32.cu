@@ -19,8 +19,8 @@
 
 // The TMA-store epilogue of a consumer warpgroup whose acc holds a 64 x 256 tile of D^T (top-left
 // D^T[n0][m0]): four chunks of 64 rows of D (m) x 64 columns (n), chunk j from registers i in
-// [32 j, 32 j + 32), each through `staging` (16 KB: two 128-byte-swizzled boxes of 64 rows x 32
-// fp32, n < 32 and n >= 32) and two TMA stores, which clip at the matrix edge. For one register, a
+// [32 j, 32 j + 32), each through `staging` (tma.cuh's 16 KB fp32 staging: two 128-byte-swizzled
+// boxes of 64 rows x 32 fp32, n < 32 and n >= 32) and two TMA stores, which clip at the matrix edge. For one register, a
 // warp writes rows m, m + 2, m + 4, m + 6 at eight consecutive n -- two 16-byte units a row -- and
 // the swizzle (unit ^ m % 8) spreads the 32 words over all 32 banks.
 __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], const float* C, const gemmlab::TensorMap* tmD,
@@ -38,16 +38,11 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
             float v = alpha * acc[i];
             if (beta != 0.0f && m0 + 64 * j + m < M && n0 + n < N)
                 v += beta * C[gemmlab::offset(m0 + 64 * j + m, n0 + n, ldc)];
-            const int unit = (n % 32) / 4;
-            *reinterpret_cast<float*>(staging + (n / 32) * 8192 + m * 128 + ((unit ^ (m % 8)) << 4) + (n % 4) * 4) = v;
+            *reinterpret_cast<float*>(staging + gemmlab::staged_fp32_offset(m, n)) = v;
         }
         gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
         gemmlab::named_barrier(barrier_id, 128);
-        if (ctid == 0) {
-            gemmlab::tma_store_2d(tmD, staging, m0 + 64 * j, n0);
-            gemmlab::tma_store_2d(tmD, staging + 8192, m0 + 64 * j, n0 + 32);
-            gemmlab::bulk_commit();
-        }
+        if (ctid == 0) gemmlab::tma_store_fp32_chunk(tmD, staging, m0 + 64 * j, n0);
     }
 }
 
