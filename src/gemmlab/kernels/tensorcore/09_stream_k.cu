@@ -5,11 +5,12 @@
 // 3.9 waves, so the fourth keeps 8 clusters idle; 3072^2 has 2.2 waves and the third keeps 54 idle
 // (tc07 reached 0.74x cuBLAS there). Here the full waves run as in tc07, and the K steps of the
 // remaining tiles are cut into one equal run per cluster (gemmlab::StreamK). A tile whose K steps
-// fall to several clusters is summed in fp32: the cluster holding its first K step keeps its
-// accumulators; each other cluster writes its part to a workspace in global memory and raises a
-// flag; the first waits for those flags, adds the parts, and writes the tile. Parts are written at
-// the start of a cluster's run and read at the end of the previous cluster's, so nobody waits long;
-// every block of the grid is resident (a persistent grid), so nobody waits forever.
+// fall to two clusters is summed in fp32: the cluster holding its last K steps (the tail, which
+// it runs last) keeps its accumulators; the one holding its first steps (the head) writes its
+// part to a workspace in global memory and raises a flag; the owner waits for the flag, adds the
+// part, and writes the tile. A head is written before its run's last piece and read at the end of
+// the next cluster's run, so nobody waits long; every block of the grid is resident (a persistent
+// grid), so nobody waits forever.
 #include "common/tma.cuh"
 
 // T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE: as tc07. WS: fp32 parts of split tiles, 64 x 256
@@ -133,7 +134,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (k_end > k_begin) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-            if (k_begin > 0) {  // a later part of a split tile: to the workspace, then the flag
+            if (k_end < KT) {  // a tile's head: to the workspace, then the flag (the next slot owns the tile)
                 float4* mine = part(blockIdx.x);
 #pragma unroll
                 for (int i = 0; i < 128; i += 4)
@@ -143,9 +144,9 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                 if (ctid == 0) gemmlab::flag_release(flag(blockIdx.x), 1u);
                 return;
             }
-            if (k_end < KT) {  // the first part of a split tile: add the others' parts
-                const long long last = sched.tile_end(t);
-                for (int s = slot + 1; s < sched.slots && sched.begin(s) < last; ++s) {
+            if (k_begin > 0) {  // a tile's tail: its owner adds the head, from the slot(s) before
+                const long long first = sched.tile_begin(t);
+                for (int s = slot - 1; s >= 0 && sched.begin(s + 1) > first; --s) {
                     if (sched.begin(s + 1) == sched.begin(s)) continue;  // an empty run holds no part
                     const int b = s * CM + static_cast<int>(rank);
                     if (ctid == 0)
