@@ -7,10 +7,10 @@
 // remaining tiles are cut into one equal run per cluster (gemmlab::StreamK). A tile whose K steps
 // fall to two clusters is summed in fp32: the cluster holding its last K steps (the tail, which
 // it runs last) keeps its accumulators; the one holding its first steps (the head) writes its
-// part to a workspace in global memory and raises a flag; the owner waits for the flag, adds the
-// part, and writes the tile. A head is written before its run's last piece and read at the end of
-// the next cluster's run, so nobody waits long; every block of the grid is resident (a persistent
-// grid), so nobody waits forever.
+// part to a workspace in global memory and raises a flag once the next piece's first MMAs are
+// issued; the owner waits for the flag, adds the part, and writes the tile. A head is published
+// early in its run's last piece and read at the end of the next cluster's run, so nobody waits
+// long; every block of the grid is resident (a persistent grid), so nobody waits forever.
 #include "common/tma.cuh"
 
 // T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE: as tc07. WS: fp32 parts of split tiles, 64 x 256
@@ -107,6 +107,18 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
         // This warpgroup's part buffer and flag in block b of the grid.
         auto part = [&](int b) { return reinterpret_cast<float4*>(WS) + (b * CONSUMERS + c) * (128 * 128 / 4); };
         auto flag = [&](int b) { return FLAGS + b * CONSUMERS + c; };
+        // A head part is published (flag raised) only once the next piece's first MMAs are issued:
+        // its 64 KB of stores drain while the tensor cores work instead of stalling them in a fence.
+        // The named barrier orders every thread's stores before thread 0's fence and release.
+        bool unpublished = false;
+        auto publish = [&]() {
+            gemmlab::named_barrier(1 + c, 128);
+            if (ctid == 0) {
+                __threadfence();
+                gemmlab::flag_release(flag(blockIdx.x), 1u);
+            }
+            unpublished = false;
+        };
         int it = 0;
         sched.for_each_piece(slot, [&](int t, int k_begin, int k_end) {
             int row0, col0;
@@ -128,6 +140,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
 #pragma unroll
                 for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                 if (kt > k_begin) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+                if (unpublished) publish();  // (kt == k_begin: this stage's MMAs are in flight)
             }
             gemmlab::wgmma_wait<0>();
 #pragma unroll
@@ -139,9 +152,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
 #pragma unroll
                 for (int i = 0; i < 128; i += 4)
                     __stcg(mine + (i / 4) * 128 + ctid, make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
-                __threadfence();
-                gemmlab::named_barrier(1 + c, 128);
-                if (ctid == 0) gemmlab::flag_release(flag(blockIdx.x), 1u);
+                unpublished = true;  // published during the next piece, or after the last
                 return;
             }
             if (k_begin > 0) {  // a tile's tail: its owner adds the head, from the slot(s) before
@@ -164,6 +175,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
             gemmlab::store_tile_64x256<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
                                            ldd, alpha, beta);
         });
+        if (unpublished) publish();  // the head was this run's last piece
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
     }
     // Peers may still multicast into this block or arrive on its barriers until they are done too.
