@@ -122,8 +122,8 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
 // starts at K step 0, so the runs of all slots walk the same K steps at the same time for as long
 // as possible -- A's and B's tiles at one K step are read by every cluster at once and stay in L2
 // (starting each run at its own K offset, as range order does, made tc09 read 59% more from DRAM
-// than tc07). The tail's holder owns the tile: it adds the head's part, written by the slot before
-// it ahead of that slot's own tail, and writes the tile.
+// than tc07). The tail's holder owns the tile: it adds the head's part, which the slot before it
+// wrote before that slot's own tail, and writes the tile.
 struct StreamK {
     int tiles, slots, KT, dp;
     long long sk_steps;  // K steps of the split tiles, all together
