@@ -7,7 +7,8 @@
 #   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
 # Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
 # when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
-# STEPS, the parts to run (default "tests check overhead bench"; "sanitize" adds compute-sanitizer):
+# STEPS, the parts to run (default "tests check overhead bench"; "sanitize" adds compute-sanitizer,
+# "sustained" the back-to-back runs at the power limit):
 # a device call is limited to 10 minutes, so a full run may need two calls, e.g.
 # STEPS="tests check sanitize" then STEPS="overhead bench".
 set -uo pipefail
@@ -64,6 +65,15 @@ if want bench; then
   for dt in bf16 fp16 tf32 bf16-fp32out fp16-fp32out; do
     python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench $dt"
   done
+fi
+
+if want sustained; then
+  # back to back at the power limit: clock, power and throughput against cuBLAS (gemmlab sustained)
+  step "sustained: the Hopper steps at 4096 and 8192 with the card at its power limit"
+  python3 -m gemmlab sustained --dtype bf16 -k tc07_persistent_cluster -k tc09_stream_k -s 4096 -s 6144 -s 8192 \
+    --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "sustained bf16"
+  python3 -m gemmlab sustained --dtype tf32 -k tc08_tf32 -s 4096 -s 8192 --out "$OUT/results" 2>&1 | tee -a "$LOG" \
+    || fail "sustained tf32"
 fi
 
 if want bench && [ "${CPU_BENCH:-1}" != 0 ]; then

@@ -363,6 +363,46 @@ def overhead_cmd(
     console.print(f"record: {path}")
 
 
+@app.command("sustained")
+def sustained_cmd(
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id or id[NAME=VALUE,...] (repeatable); default auto"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK or N (repeatable); default 4096 and 8192"),
+    dtype: str = typer.Option("bf16", help="bf16, fp16 or tf32 (float32 inputs, TF32 math on both sides)"),
+    seconds: float = typer.Option(3.0, min=1.5, help="back-to-back running time per kernel and shape"),
+    out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/sustained-<time>.json"),
+) -> None:
+    """Throughput with the card at its power limit: each kernel back to back for seconds, cuBLAS
+    before and after it, with the SM clock, board power and clock-event reasons sampled."""
+    from .bench import sustained
+    from .bench.report import sustained_table
+    from .bench.run import DTYPES, OUT_DTYPES, PRECISIONS
+
+    if dtype not in DTYPES or dtype in OUT_DTYPES or (DTYPES[dtype] == DTYPES["float32"] and dtype not in PRECISIONS):
+        raise typer.BadParameter(f"--dtype {dtype!r}: one of bf16, fp16, tf32")
+    ids = list(kernel or ["auto"])
+    try:
+        sustained.check_kernels(ids, DTYPES[dtype], PRECISIONS.get(dtype, "fp32"))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    shapes = [parse_shape(s) for s in shape] if shape else [(4096, 4096, 4096), (8192, 8192, 8192)]
+    _require_gpu()
+    with _progress() as prog:
+        task = prog.add_task("sustained", total=len(shapes))
+
+        def on_start(s):
+            prog.update(task, description=f"{s[0]}x{s[1]}x{s[2]}: {len(ids) + 2} windows of {seconds:g} s")
+            prog.advance(task, 0)
+
+        path, recs = sustained.run_sustained(ids, shapes, out, DTYPES[dtype], PRECISIONS.get(dtype, "fp32"), dtype,
+                                             seconds, on_start=on_start)  # fmt: skip
+        prog.update(task, completed=len(shapes))
+    meta = json.loads(Path(path).read_text())["meta"]
+    console.print(sustained_table({"meta": meta, "records": recs}), markup=False, highlight=False)
+    if meta.get("sampling"):
+        err_console.print(meta["sampling"])
+    console.print(f"record: {path}")
+
+
 @app.command("peak")
 def peak_cmd(out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/peak-<time>.json")) -> None:
     """The GPU's theoretical and measured FP32/tensor/bandwidth ceilings, stored as a record."""

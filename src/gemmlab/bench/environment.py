@@ -39,14 +39,20 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
+def nvidia_smi_id(device_id: int = 0) -> str:
+    """The device as nvidia-smi -i takes it: its PCI bus id (torch's numbering can differ from
+    nvidia-smi's under CUDA_VISIBLE_DEVICES), else the index."""
+    try:
+        bus = torch.cuda.get_device_properties(device_id)
+        return f"{bus.pci_domain_id:08x}:{bus.pci_bus_id:02x}:{bus.pci_device_id:02x}.0"
+    except Exception:
+        return str(device_id)
+
+
 def clocks(device_id: int = 0) -> dict:
     """SM and memory clocks (MHz), temperature and power now, from nvidia-smi; {} if unavailable."""
     fields = ["clocks.sm", "clocks.mem", "clocks.max.sm", "temperature.gpu", "power.draw"]
-    try:
-        bus = torch.cuda.get_device_properties(device_id)
-        sel = f"{bus.pci_domain_id:08x}:{bus.pci_bus_id:02x}:{bus.pci_device_id:02x}.0"
-    except Exception:
-        sel = str(device_id)
+    sel = nvidia_smi_id(device_id)
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", sel],

@@ -287,7 +287,44 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
         by_gpu.setdefault(run["meta"]["gpu_slug"], []).append(run)
     if by_gpu:
         sections["k-sweep"] = "\n\n".join(k_sweep_table(runs) for _, runs in sorted(by_gpu.items()))
+    sustained = _newest_per_gpu_and(find_runs(results_root, "sustained"), lambda m: m.get("dtype"))
+    if sustained:
+        sections["sustained"] = "\n\n".join(sustained_table(load_run(p)) for p in sustained)
     return sections
+
+
+def _newest_per_gpu_and(paths: list[Path], key) -> list[Path]:
+    """The newest record per (GPU, key(meta)), in path order."""
+    newest: dict[tuple, Path] = {}
+    for p in sorted(paths):
+        meta = load_run(p)["meta"]
+        newest[(meta["gpu_slug"], key(meta))] = p
+    return sorted(newest.values())
+
+
+def sustained_table(run: dict) -> str:
+    """A `gemmlab sustained` run: per window, throughput, ratio to cuBLAS, clock, power, reasons."""
+    meta = run["meta"]
+    lines = [
+        "| kernel | M x N x K | TFLOP/s | ratio | SM clock (MHz) | power (W) | TFLOP/s per GHz | clock held by |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in run["records"]:
+        name = "cuBLAS" if r["name"] == "cublas" else _title(r["name"])
+        per_ghz = f"{r['tflops'] / (r['sm_mhz'] / 1000):.0f}" if r.get("sm_mhz") else ""
+        ratio = "" if r["name"] == "cublas" else f"{r['ratio']:.3f}"
+        lines.append(
+            f"| {name} | {r['M']} x {r['N']} x {r['K']} | {r['tflops']:.0f} | "
+            f"{ratio} | {r.get('sm_mhz', 0):.0f} | "
+            f"{r.get('power_w', 0):.0f} | {per_ghz} | {', '.join(r.get('reasons', [])) or 'nothing'} |"
+        )
+    sampling = f" {meta['sampling']}." if meta.get("sampling") else ""
+    return "\n".join(lines) + (
+        f"\n\n{meta['gpu']} ({meta.get('dtype', '?')}), commit `{meta['commit'][:12]}`, {meta['time']}; each kernel "
+        f"launched back to back for {meta['seconds']:g} s, cuBLAS before and after (ratio: against their mean); clock "
+        f"and power are medians of nvidia-smi samples every {meta['sample_ms']} ms after the first "
+        f"{meta['settle_s']:g} s of a window.{sampling}"
+    )
 
 
 def k_sweep_shape(run: dict) -> tuple[str, int, int] | None:
