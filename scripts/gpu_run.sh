@@ -82,5 +82,10 @@ if want bench && [ "${CPU_BENCH:-1}" != 0 ]; then
     --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench cpu"
 fi
 
+# The device tool brings back at most 8 files a call: past 7 records, one archive of them instead.
+if [ -d "$OUT/results" ] && [ "$(find "$OUT/results" -type f | wc -l)" -gt 7 ]; then
+  tar czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results" \
+    && echo "records packed into results.tar.gz (tar xzf it at the repo root)" | tee -a "$LOG"
+fi
 echo "gpu_run status: $status" | tee -a "$LOG"
 exit $status
