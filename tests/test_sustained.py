@@ -105,3 +105,24 @@ def test_a_short_sustained_run(tmp_path):
         assert r["tflops"] > 10 and r["calls"] > 10 and 0.3 < r["ratio"] < 3
         if "sampling" not in run["meta"]:
             assert r["samples"] >= 5 and 300 < r["sm_mhz"] < 3000 and r["power_w"] > 0
+
+
+SUSTAINED_RUNS = sorted((__import__("pathlib").Path(__file__).resolve().parents[1] / "results").glob("*/sustained-*.json"))
+
+
+@pytest.mark.parametrize("path", SUSTAINED_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_sustained_records_are_complete(path):
+    import json
+
+    run = json.loads(path.read_text())
+    meta, recs = run["meta"], run["records"]
+    assert meta["kind"] == "sustained" and meta["commit"] and meta["gpu"] and meta["versions"]["torch"]
+    shapes = sorted({(r["M"], r["N"], r["K"]) for r in recs})
+    for shape in shapes:
+        mine = [r for r in recs if (r["M"], r["N"], r["K"]) == shape]
+        assert mine[0]["name"] == mine[-1]["name"] == "cublas" and len(mine) >= 3
+        for r in mine:
+            assert r["tflops"] > 0 and r["calls"] > 0 and r["samples"] > 0 and r["sm_mhz"] > 0 and r["power_w"] > 0
+            assert r["ratio"] == pytest.approx(r["tflops"] / r["cublas_tflops"])
+    table = sustained_table(run)
+    assert table.count("\n| ") == len(recs)  # a row per window below the header line
