@@ -208,10 +208,11 @@ def _step(kernel_id: str) -> int:
         return 999
 
 
-def _newest_per_gpu(paths: list[Path]) -> list[Path]:
-    newest: dict[str, Path] = {}
+def _newest_per_gpu(paths: list[Path], key=None) -> list[Path]:
+    """The newest record per GPU folder -- per (GPU, key(meta)) when key is given -- in group order."""
+    newest: dict[tuple, Path] = {}
     for p in sorted(paths):
-        newest[p.parent.name] = p
+        newest[(p.parent.name, key(load_run(p)["meta"]) if key else "")] = p
     return [newest[k] for k in sorted(newest)]
 
 
@@ -287,19 +288,10 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
         by_gpu.setdefault(run["meta"]["gpu_slug"], []).append(run)
     if by_gpu:
         sections["k-sweep"] = "\n\n".join(k_sweep_table(runs) for _, runs in sorted(by_gpu.items()))
-    sustained = _newest_per_gpu_and(find_runs(results_root, "sustained"), lambda m: m.get("dtype"))
+    sustained = _newest_per_gpu(find_runs(results_root, "sustained"), key=lambda m: m.get("dtype", ""))
     if sustained:
         sections["sustained"] = "\n\n".join(sustained_table(load_run(p)) for p in sustained)
     return sections
-
-
-def _newest_per_gpu_and(paths: list[Path], key) -> list[Path]:
-    """The newest record per (GPU, key(meta)), in path order."""
-    newest: dict[tuple, Path] = {}
-    for p in sorted(paths):
-        meta = load_run(p)["meta"]
-        newest[(meta["gpu_slug"], key(meta))] = p
-    return sorted(newest.values())
 
 
 def sustained_table(run: dict) -> str:
