@@ -165,7 +165,7 @@ def test_auto_takes_stream_k_only_where_the_last_wave_idles():
 
     assert [auto(n) for n in (2048, 3072, 4096, 5120, 6144, 8192)] == [
         "tc07_persistent_cluster", "tc09_stream_k", "tc07_persistent_cluster",
-        "tc09_stream_k", "tc07_persistent_cluster", "tc09_stream_k",
+        "tc09_stream_k", "tc09_stream_k", "tc09_stream_k",
     ]  # fmt: skip
     a = torch.empty(4096, 4096, dtype=torch.bfloat16)
     p = problem_from_tensors(a, a, device_type="cpu")
