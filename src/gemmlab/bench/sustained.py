@@ -24,7 +24,7 @@ from ..configs import select
 from ..problem import problem_from_tensors
 from ..reference import check_result
 from . import environment
-from .run import parse_kernel_config, results_path, tflops, write_run
+from .run import parse_kernel_config, results_path, write_run
 
 SAMPLE_MS = 50
 SETTLE_S = 1.0  # left out of a window's clock and power figures
