@@ -120,13 +120,16 @@ def _window(name: str, config, fn, n_flops: float, seconds: float) -> dict:
     time.sleep(GAP_S)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t0 = time.time()
-    calls = 0
+    calls, batch = 0, 8
     start.record()
     while time.time() - t0 < seconds:
-        for _ in range(8):
+        t_batch = time.time()
+        for _ in range(batch):
             fn()
-        calls += 8
+        calls += batch
         torch.cuda.synchronize()  # keeps the queue short, so the window ends when the clock says
+        if time.time() - t_batch < 0.005 and batch < 4096:
+            batch *= 2  # small problems: more launches between waits, so the GPU never idles on the host
     end.record()
     torch.cuda.synchronize()
     ms = start.elapsed_time(end) / calls
