@@ -389,9 +389,11 @@ def sustained_cmd(
     with _progress() as prog:
         task = prog.add_task("sustained", total=len(shapes))
 
-        def on_start(s):
-            prog.update(task, description=f"{s[0]}x{s[1]}x{s[2]}: {len(ids) + 2} windows of {seconds:g} s")
-            prog.advance(task, 0)
+        started = []
+
+        def on_start(s):  # called as each shape begins: the ones before it are done
+            prog.update(task, completed=len(started), description=f"{s[0]}x{s[1]}x{s[2]}: {len(ids) + 2} windows of {seconds:g} s")
+            started.append(s)
 
         path, recs = sustained.run_sustained(ids, shapes, out, DTYPES[dtype], PRECISIONS.get(dtype, "fp32"), dtype,
                                              seconds, on_start=on_start)  # fmt: skip
