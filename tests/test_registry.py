@@ -171,3 +171,26 @@ def test_auto_takes_stream_k_only_where_the_last_wave_idles():
     p = problem_from_tensors(a, a, device_type="cpu")
     assert registry.get("tc09_stream_k").why_not(p) is None  # named, it serves
     assert "idle" in registry.get("tc09_stream_k").auto_skip(p, registry.get("tc09_stream_k").default_config())
+
+
+def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():
+    """Rows TMA cannot read (1022 bf16 = 2044 bytes, not a multiple of 16): tc07 and tc09 serve
+    them through padded copies; 'auto' takes them where the GEMM repays the copies, tc04 (which
+    reads any layout in place) below that or where the copy is large against the work."""
+    from gemmlab.configs import select
+
+    def auto(M, N, K):
+        a, b = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16)
+        return select(problem_from_tensors(a, b, device_type="cpu"), device="cuda")[0].id
+
+    assert [auto(n, n, n) for n in (7, 511, 1022, 2044, 6132)] == [
+        "tc04_wgmma", "tc04_wgmma", "tc07_persistent_cluster", "tc07_persistent_cluster", "tc09_stream_k",
+    ]  # fmt: skip
+    assert auto(1024, 1024, 1024) == "tc07_persistent_cluster"  # aligned: no copy, no threshold
+    assert auto(100_000, 8, 1022) == "tc04_wgmma"  # a 204 MB copy of A for 1.6 GFLOP
+    a = torch.empty(33, 33, dtype=torch.bfloat16)
+    p = problem_from_tensors(a, a, device_type="cpu")
+    for kernel in ("tc07_persistent_cluster", "tc09_stream_k"):
+        spec = registry.get(kernel)
+        assert spec.staged and spec.why_not(p) is None  # named, they serve it
+        assert "padded copy" in spec.auto_skip(p, spec.default_config())

@@ -86,8 +86,10 @@ class KernelSpec:
     # caller passes precision="tf32"). 16-bit kernels ignore it.
     math: str = "fp32"
     # True when gemm() copies an operand whose address or row stride TMA cannot take into a padded,
-    # aligned buffer (TF32: a float32 caller cannot be asked to pad), so the caller's layout never
-    # rules the kernel out; aligned operands are used as they are.
+    # aligned buffer, so the caller's layout never rules the kernel out; aligned operands are used
+    # as they are. TF32 (a float32 caller cannot be asked to pad) and the 16-bit steps 'auto' ends
+    # on (tc07, tc09: at odd sizes such as 1022 or 6132 a copy costs far less than tc04's cp.async
+    # loads would; 'auto' weighs that with _copies_pay).
     staged: bool = False
     # Kernels that pass partial results between blocks (stream-K) take a workspace after D: fp32
     # elements and uint32 flags, their counts from the config and the number of blocks launched.
@@ -718,6 +720,30 @@ TC_06 = KernelSpec(
 )
 
 
+# 16-bit problems whose A or B rows TMA cannot read (a row stride not a multiple of 8 elements:
+# 1022, 3135, 6132 ...) reach tc07/tc09 through padded copies (KernelSpec.staged). A copy is one
+# more launch and moves the operand's bytes twice, so 'auto' stages only where the GEMM is large
+# enough and dense enough for tc07's speed over tc04's (which reads any layout in place) to repay
+# it: at least STAGE_MIN_FLOPS, and STAGE_MIN_INTENSITY flops for every byte copied.
+STAGE_MIN_FLOPS = 2 * 640**3
+STAGE_MIN_INTENSITY = 256
+
+
+def _copies_pay(problem: GemmProblem, c: GemmConfig) -> str | None:
+    """None where tc07/tc09 read A and B in place or their copies pay for themselves; else why not."""
+    if problem.is_empty or problem.K == 0:
+        return None
+    copied = [n for n in ("a", "b") if tma_constraints(problem, (n,))]
+    if not copied:
+        return None
+    size = problem.dtype.itemsize
+    nbytes = sum(getattr(problem, n).rows * getattr(problem, n).cols * size for n in copied)
+    if problem.flops >= STAGE_MIN_FLOPS and problem.flops >= STAGE_MIN_INTENSITY * nbytes:
+        return None
+    return (f"{' and '.join(copied)} would need a padded copy for TMA, which costs more than it saves "
+            f"at {problem.shape}; tc04 reads them in place")
+
+
 def _tc07_smem(c: GemmConfig) -> int:
     staging = (c["BM"] // 64) * 2 * 64 * 64 * 2  # two 64 x 64 output buffers per consumer
     return c["STAGES"] * _tma_stage_bytes(c) + staging + _barriers(c) + 1024
@@ -755,6 +781,8 @@ TC_07 = KernelSpec(
     cluster=lambda c: (c["CM"], 1, 1),
     persistent=True,
     min_capability=(9, 0),
+    staged=True,
+    auto_skip=_copies_pay,
 )
 
 
@@ -879,7 +907,8 @@ TC_09 = KernelSpec(
     min_capability=(9, 0),
     # one 64 x 256 fp32 part and one flag per consumer warpgroup and block
     workspace=lambda c, blocks: (blocks * (c["BM"] // 64) * 64 * 256, blocks * (c["BM"] // 64)),
-    auto_skip=_stream_k_pays,
+    staged=True,
+    auto_skip=lambda p, c: _copies_pay(p, c) or _stream_k_pays(p, c),
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
