@@ -136,22 +136,28 @@ _PLAN_MAPS_MAX = 64  # address triples remembered per plan
 
 def _launch(plan: _Plan, problem: GemmProblem, a, b, out) -> None:
     """Launch a planned kernel on these tensors: TMA maps (and staged copies) first when it takes them.
-    The plan fixes shapes, strides, dtypes and boxes, so a kernel reading the tensors in place
-    finds its maps by the three addresses alone (a staged kernel's copies are new every call)."""
-    maps = ()
+    The plan fixes shapes, strides, dtypes and boxes, so a kernel finds its maps by the three
+    addresses it reads and writes alone -- the caller's, or a staged kernel's padded copies (torch's
+    caching allocator mostly hands the same blocks back, so their maps are found again too)."""
+    maps, copies = (), {}
     if plan.spec.tma:
-        copies = plan.spec.staged and _copies_needed(problem)
-        key = (problem.a.ptr, problem.b.ptr, out.data_ptr())
-        maps = None if copies else plan.maps.get(key)
+        if plan.spec.staged and _copies_needed(problem):
+            copies = _staged(problem, a, b)
+        key = (copies["a"][0].data_ptr() if "a" in copies else problem.a.ptr,
+               copies["b"][0].data_ptr() if "b" in copies else problem.b.ptr, out.data_ptr())  # fmt: skip
+        maps = plan.maps.get(key)
         if maps is None:
-            maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out))
-            if not copies:
-                if len(plan.maps) >= _PLAN_MAPS_MAX:
-                    plan.maps.clear()
-                plan.maps[key] = maps
+            maps = _tensor_maps(plan, problem, _operands(problem, a, b, out) | copies)
+            if len(plan.maps) >= _PLAN_MAPS_MAX:
+                plan.maps.clear()
+            plan.maps[key] = maps
     c_ptr = problem.c.ptr if problem.c is not None else 0
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
                   out.data_ptr(), *_workspace_args(plan), *plan.tail, cluster=plan.cluster)  # fmt: skip
+    # Only now may the copies go back to torch's allocator: the kernel is queued behind them on this
+    # stream. Freed before the launch, a block allocated in between (a stream-K workspace, created or
+    # grown on first use) could take their memory and be written while the kernel reads it.
+    del copies
 
 
 # (device, stream) -> (fp32 parts, uint32 flags) of the stream-K kernels. Flags are zero between
@@ -168,18 +174,20 @@ def _workspace_args(plan: _Plan) -> tuple:
     key = (plan.device_id, launch.current_stream_handle(plan.device_id))
     ws = _WORKSPACES.get(key)
     if ws is None or ws[0].numel() < floats or ws[1].numel() < flags:
+        # at least a block on every SM, so that problems of growing size do not reallocate it each time
+        most = plan.spec.workspace(plan.config, launch.sm_count(plan.device_id))
+        floats, flags = max(floats, most[0]), max(flags, most[1])
         dev = torch.device("cuda", plan.device_id)
         ws = _WORKSPACES[key] = (torch.empty(floats, dtype=torch.float32, device=dev),
                                  torch.zeros(flags, dtype=torch.int32, device=dev))  # fmt: skip
     return ws[0].data_ptr(), ws[1].data_ptr()
 
 
-def _operands(plan: _Plan, problem: GemmProblem, a, b, out) -> dict[str, tuple]:
+def _operands(problem: GemmProblem, a, b, out) -> dict[str, tuple]:
     """name -> (tensor, rows, cols, row stride) of what the kernel's tensor maps describe."""
-    ops = {"a": (a, problem.a.rows, problem.a.cols, problem.a.ld),
-           "b": (b, problem.b.rows, problem.b.cols, problem.b.ld),
-           "d": (out, problem.M, problem.N, _ld(out))}  # fmt: skip
-    return ops | _staged(problem, a, b) if plan.spec.staged else ops
+    return {"a": (a, problem.a.rows, problem.a.cols, problem.a.ld),
+            "b": (b, problem.b.rows, problem.b.cols, problem.b.ld),
+            "d": (out, problem.M, problem.N, _ld(out))}  # fmt: skip
 
 
 def _staged(problem: GemmProblem, a, b) -> dict[str, tuple]:
@@ -250,6 +258,6 @@ def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, 
     if spec.staged and _copies_needed(problem):
         return partial(_launch, plan, problem, a, b, out)  # the copies are part of every call
     c_ptr = problem.c.ptr if problem.c is not None else 0
-    maps = _tensor_maps(plan, problem, _operands(plan, problem, a, b, out)) if spec.tma else ()
+    maps = _tensor_maps(plan, problem, _operands(problem, a, b, out)) if spec.tma else ()
     args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *_workspace_args(plan), *plan.tail)
     return partial(launch.launch, plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)
