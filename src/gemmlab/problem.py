@@ -63,31 +63,32 @@ class GemmProblem:
 
 
 
-def _operand(name: str, t: torch.Tensor) -> Operand:
-    """Check that t is a 2-D row-major matrix with unit column stride; return its description."""
-    if t.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D matrix, got {t.dim()}-D shape {tuple(t.shape)}")
-    rows, cols = t.shape
+def _operand(name: str, t: torch.Tensor, itemsize: int) -> Operand:
+    """Check that t is a 2-D row-major matrix with unit column stride; return its description.
+    (gemm() runs this on every call: it reads each property of t once.)"""
+    shape = t.shape
+    if len(shape) != 2:
+        raise ValueError(f"{name} must be a 2-D matrix, got {len(shape)}-D shape {tuple(shape)}")
+    rows, cols = shape
     if t.is_conj() or t.is_neg():
         raise ValueError(f"{name} is a lazy conjugate/negative view; call .resolve_conj()/.resolve_neg()")
+    ptr = t.data_ptr()
     if rows == 0 or cols == 0:
-        ptr = t.data_ptr()
         return Operand(rows, cols, max(cols, 1), ptr, ptr)
     row_stride, col_stride = t.stride()
     if cols > 1 and col_stride != 1:
         raise ValueError(
             f"{name} must be row-major with unit column stride, got strides {t.stride()} for "
-            f"shape {tuple(t.shape)} (a transposed or sliced view?); pass {name}.contiguous()"
+            f"shape {tuple(shape)} (a transposed or sliced view?); pass {name}.contiguous()"
         )
     ld = row_stride if rows > 1 else cols
     if ld < cols:
         raise ValueError(
             f"{name} rows overlap: row stride {row_stride} < {cols} columns; pass {name}.contiguous()"
         )
-    if ld > INT32_MAX or rows > INT32_MAX or cols > INT32_MAX:
-        raise ValueError(f"{name} is too large for 32-bit indices: shape {tuple(t.shape)}, row stride {ld}")
-    ptr = t.data_ptr()
-    return Operand(rows, cols, ld, ptr, ptr + (ld * (rows - 1) + cols) * t.element_size())
+    if ld > INT32_MAX or rows > INT32_MAX:  # (cols <= ld)
+        raise ValueError(f"{name} is too large for 32-bit indices: shape {tuple(shape)}, row stride {ld}")
+    return Operand(rows, cols, ld, ptr, ptr + (ld * (rows - 1) + cols) * itemsize)
 
 
 def _scalar(name: str, value) -> float:
@@ -116,25 +117,23 @@ def problem_from_tensors(
     default, or float32 for bf16/fp16 inputs (fp32 accumulators written without rounding to 16
     bits); an out tensor's dtype says it too.
     """
-    present = [("a", a), ("b", b)]
-    if c is not None:
-        present.append(("c", c))
-    if out is not None:
-        present.append(("out", out))
-    for n, t in present:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{n} must be a torch.Tensor, got {type(t).__name__}")
+    Tensor = torch.Tensor
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and (c is None or isinstance(c, Tensor))
+            and (out is None or isinstance(out, Tensor))):  # fmt: skip
+        for n, t in _present(a, b, c, out):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{n} must be a torch.Tensor, got {type(t).__name__}")
     device = a.device
     dtype = a.dtype
-    result = _result_dtype(dtype, out_dtype, out)
-    if device.type != device_type:
-        _explain_mismatch(present, device_type, result)
-    for n, t in present:
-        if t.device != device or t.dtype != (dtype if n in ("a", "b") else result):
-            _explain_mismatch(present, device_type, result)
+    result = dtype if out is None and out_dtype is None else _result_dtype(dtype, out_dtype, out)
+    if not (device.type == device_type and b.device == device and b.dtype == dtype
+            and (c is None or (c.device == device and c.dtype == result))
+            and (out is None or (out.device == device and out.dtype == result))):  # fmt: skip
+        _explain_mismatch(_present(a, b, c, out), device_type, result)
     alpha_f, beta_f = _scalar("alpha", alpha), _scalar("beta", beta)
 
-    oa, ob = _operand("a", a), _operand("b", b)
+    size = dtype.itemsize
+    oa, ob = _operand("a", a, size), _operand("b", b, size)
     M, K = oa.rows, oa.cols
     if ob.rows != K:
         raise ValueError(
@@ -146,13 +145,13 @@ def problem_from_tensors(
     if c is not None:
         if tuple(c.shape) != (M, N):
             raise ValueError(f"c must have shape ({M}, {N}) = (a.shape[0], b.shape[1]), got {tuple(c.shape)}")
-        oc = _operand("c", c)
+        oc = _operand("c", c, result.itemsize)
     elif beta_f != 0.0:
         raise ValueError(f"beta={beta_f} needs c: pass c= or set beta=0")
     if out is not None:
         if tuple(out.shape) != (M, N):
             raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
-        od = _operand("out", out)
+        od = _operand("out", out, result.itemsize)
         for n, o in (("a", oa), ("b", ob)):
             if _overlaps(od, o):
                 raise ValueError(
@@ -186,6 +185,11 @@ def _result_dtype(dtype: torch.dtype, out_dtype, out) -> torch.dtype:
             + f", not {result}"
         )
     return result
+
+
+def _present(a, b, c, out) -> list:
+    """(name, value) of the arguments given, for error messages."""
+    return [(n, t) for n, t in (("a", a), ("b", b), ("c", c), ("out", out)) if n in "ab" or t is not None]
 
 
 def _explain_mismatch(present, device_type: str, result: torch.dtype) -> None:
