@@ -342,6 +342,7 @@ def overhead_cmd(
     size: int = typer.Option(64, help="M = N = K"),
     out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/overhead-<time>.json"),
     dtype: Optional[list[str]] = typer.Option(None, help="float32, bf16 or fp16 (repeatable; default float32 and bf16)"),
+    staged: bool = typer.Option(True, help="also bf16 at SIZE - 2 on tc07: rows TMA cannot read, copied on every call"),
 ) -> None:
     """Measure the per-call host overhead of gemm() on a cached kernel."""
     _require_gpu()
@@ -355,6 +356,8 @@ def overhead_cmd(
     meta = environment.describe(0)
     meta["kind"] = "overhead"
     recs = [overhead.measure(kernel=kernel, n=size, dtype=DTYPES[d]) for d in names]
+    if staged and size > 2:
+        recs.append(overhead.measure(kernel="tc07_persistent_cluster", n=size - 2, dtype=DTYPES["bf16"]))
     path = results_path(out, meta, "overhead")
     write_run(path, meta, recs)
     from .bench.report import overhead_table

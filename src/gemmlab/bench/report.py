@@ -101,13 +101,20 @@ def _held(meta: dict) -> str:
     return f" (runs from `113c584` on also hold the stream with a {cycles:,}-cycle spin before each start event)" if cycles else ""
 
 
+_STAGED = "operands whose row stride TMA cannot take (odd sizes) are copied to padded rows inside the timed call"
+
+
 def _arithmetic(dtype: str) -> str:
-    return {
-        "float32": "float32 (TF32 off)",
-        "tf32": "float32 inputs multiplied as TF32 (cuBLAS with TF32 on); operands whose row stride TMA cannot take (odd sizes) are copied to padded rows inside the timed call",
-        "bfloat16-fp32out": "bfloat16 inputs, fp32 accumulation and output (cuBLAS: torch.mm with out_dtype float32)",
-        "float16-fp32out": "float16 inputs, fp32 accumulation and output (cuBLAS: torch.mm with out_dtype float32)",
-    }.get(dtype, f"{dtype} inputs and output, fp32 accumulation")
+    """What a table of this dtype measured; the steps that stage copies (tc07-tc09) say so."""
+    if dtype == "float32":
+        return "float32 (TF32 off)"
+    if dtype == "tf32":
+        return f"float32 inputs multiplied as TF32 (cuBLAS with TF32 on); {_STAGED}"
+    if dtype.endswith("-fp32out"):
+        what = f"{dtype.removesuffix('-fp32out')} inputs, fp32 accumulation and output (cuBLAS: torch.mm with out_dtype float32)"
+    else:
+        what = f"{dtype} inputs and output, fp32 accumulation"
+    return f"{what}; for tc07 and tc09 {_STAGED}"
 
 
 def _commits(meta: dict) -> str:
