@@ -65,6 +65,10 @@ def interleaved(
             events[n].append((start, end))
         if mid_run is not None and r == reps // 2:
             mid_run()
+            # The queue drained while mid_run read the clocks; a longer hold lets the host get ahead
+            # again. Without it, calls with much host work (staged copies: ~65 us on an H100 host)
+            # reached the GPU late for the rest of the run (results/nvidia-h100-80gb-hbm3, 1022^3).
+            hold_stream(10 * HOLD_CYCLES)
     torch.cuda.synchronize()
     return {n: [s.elapsed_time(e) for s, e in evs] for n, evs in events.items()}
 
