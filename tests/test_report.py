@@ -126,3 +126,16 @@ def test_fp32_output_runs_get_their_own_name_and_note():
     assert bench_run.dtype_name(torch.float32, "tf32") == "tf32"
     assert bench_run.DTYPES["fp16-fp32out"] is torch.float16 and bench_run.OUT_DTYPES["fp16-fp32out"] is torch.float32
     assert "fp32 accumulation and output" in report._arithmetic("bfloat16-fp32out")
+
+
+def test_columns_follow_the_ladder_not_the_first_shape():
+    """tc05/tc06 cannot serve 1022^3 (rows TMA cannot read) while tc07 can, so a run that starts
+    there meets tc07 first; the columns must still read 04, 05, 06, 07."""
+    run = report.load_run(BENCH_RUNS[-1])
+    base = dict(run["records"][0], tflops=1.0, ratio=1.0, baseline_tflops=1.0, dtype="bfloat16")
+    recs = [dict(base, kernel=k, M=m, N=m, K=m) for m, ks in
+            ((1022, ("tc04_wgmma", "tc07_persistent_cluster")),
+             (1024, ("tc04_wgmma", "tc05_tma", "tc06_warp_specialized", "tc07_persistent_cluster")))
+            for k in ks]  # fmt: skip
+    header = report.bench_table({"meta": run["meta"], "records": recs}).splitlines()[2]
+    assert header.index("04 wgmma") < header.index("05 TMA") < header.index("06 warp") < header.index("07 persistent")

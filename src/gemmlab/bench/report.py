@@ -30,6 +30,14 @@ def _title(kernel_id: str) -> str:
         return kernel_id
 
 
+def _ladder_position(kernel_id: str) -> int:
+    """A kernel's step, for ordering columns; ids the registry no longer knows go last."""
+    try:
+        return registry.get(kernel_id).step
+    except ValueError:
+        return 1 << 30
+
+
 def _baseline_tflops(r: dict) -> float:
     return r["baseline_tflops"] if "baseline_tflops" in r else r["cublas_tflops"]
 
@@ -51,7 +59,9 @@ def bench_table(run: dict, peak: dict | None = None) -> str:
     cpu = meta.get("kind") == "bench-cpu"
     unit, scale = ("GFLOP/s", 1e3) if cpu else ("TFLOP/s", 1.0)
     base_name = "numpy (BLAS)" if cpu else "cuBLAS"
-    kernels = list(dict.fromkeys(r["kernel"] for r in recs))
+    # ladder order, not order of appearance: a step that serves only some shapes (tc05/tc06 skip
+    # the odd ones) must not land after the later steps
+    kernels = sorted(dict.fromkeys(r["kernel"] for r in recs), key=_ladder_position)
     shapes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in recs))
     cell = {(r["kernel"], (r["M"], r["N"], r["K"])): r for r in recs}
     top = peak["records"][0]["measured_ffma_tflops"] if peak and not cpu else None
