@@ -55,7 +55,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         out = torch.empty((problem.M, problem.N), dtype=problem.result_dtype, device=problem.device)
     if problem.is_empty:
         return out
-    _launch(plan, problem, a, b, out)
+    _launch(plan, problem, a, b, c, out)
     return out
 
 
@@ -77,7 +77,7 @@ def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: Ge
         cfg = config
     if problem.is_empty:
         return lambda: None
-    return _planned_launch(spec, cfg, problem, a, b, out)
+    return _planned_launch(spec, cfg, problem, a, b, c, out)
 
 
 class _Plan(NamedTuple):
@@ -92,6 +92,7 @@ class _Plan(NamedTuple):
     tail: tuple  # M, N, K, lda, ldb, ldc, ldd as int32; alpha, beta as float32
     cluster: tuple | None  # blocks per cluster, for kernels launched in clusters
     maps: dict  # (address of a, b, out) -> the TMA maps for them: all else a map encodes is the plan's
+    wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (see _wide_d), 0: in place
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -116,11 +117,12 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
         return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), (), None, {})
     types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
     loaded = jit.load_kernel(spec, cfg, device_id, *types)
-    ldd = problem.d.ld if problem.d is not None else N
-    ldc = problem.c.ld if problem.c is not None else N
+    wide = _wide_d(spec, problem)
+    ldd = wide or (problem.d.ld if problem.d is not None else N)
+    ldc = wide if wide and problem.beta != 0 else (problem.c.ld if problem.c is not None else N)
     i32, f32 = launch.i32, launch.f32
     tail = (
-        i32(M), i32(N), i32(K),
+        i32(M), i32(wide or N), i32(K),
         i32(problem.a.ld), i32(problem.b.ld), i32(ldc), i32(ldd),
         f32(problem.alpha), f32(problem.beta),
     )  # fmt: skip
@@ -128,36 +130,57 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     grid = spec.grid(M, N, cfg)
     if spec.persistent:  # as many blocks as can be resident at once; each loops over tiles
         grid = (min(grid[0], launch.resident_blocks(loaded, device_id, spec.block(cfg), cluster)), grid[1], grid[2])
-    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {})
+    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide)
+
+
+def _wide_d(spec: KernelSpec, problem: GemmProblem) -> int:
+    """For a staged kernel whose D cannot take TMA stores (rows not whole, aligned 16-byte units:
+    N = 6132 bf16), the width of the padded buffer it writes instead: N rounded up to 16 bytes.
+    The kernel then runs as if N were that wide -- B's map still ends at N, so the extra columns
+    are zeros that nobody reads -- and gemm() copies the N columns out. 0: D is written in place."""
+    if not (spec.staged and "d" in spec.tma):
+        return 0
+    per16 = 16 // problem.result_dtype.itemsize
+    ld, ptr = (problem.d.ld, problem.d.ptr) if problem.d is not None else (problem.N, 0)  # torch.empty: aligned
+    if problem.N % per16 == 0 and ld % per16 == 0 and ptr % 16 == 0:
+        return 0
+    return -(-problem.N // per16) * per16
 
 
 _PLAN_MAPS_MAX = 64  # address triples remembered per plan
 
 
-def _launch(plan: _Plan, problem: GemmProblem, a, b, out) -> None:
+def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out) -> None:
     """Launch a planned kernel on these tensors: TMA maps (and staged copies) first when it takes them.
     The plan fixes shapes, strides, dtypes and boxes, so a kernel finds its maps by the three
     addresses it reads and writes alone -- the caller's, or a staged kernel's padded copies (torch's
     caching allocator mostly hands the same blocks back, so their maps are found again too)."""
-    maps, copies = (), {}
+    maps, copies, d = (), {}, out
+    c_ptr = problem.c.ptr if problem.c is not None else 0
+    if plan.wide_d:  # D through a padded buffer (with C in it, when C is read), copied out after
+        d = torch.empty((problem.M, plan.wide_d), dtype=out.dtype, device=out.device)
+        if problem.beta != 0:
+            d[:, : problem.N].copy_(c)
+            c_ptr = d.data_ptr()
     if plan.spec.tma:
         if plan.spec.staged and _copies_needed(problem):
             copies = _staged(problem, a, b)
         key = (copies["a"][0].data_ptr() if "a" in copies else problem.a.ptr,
-               copies["b"][0].data_ptr() if "b" in copies else problem.b.ptr, out.data_ptr())  # fmt: skip
+               copies["b"][0].data_ptr() if "b" in copies else problem.b.ptr, d.data_ptr())  # fmt: skip
         maps = plan.maps.get(key)
         if maps is None:
-            maps = _tensor_maps(plan, problem, _operands(problem, a, b, out) | copies)
+            maps = _tensor_maps(plan, problem, _operands(problem, a, b, d) | copies)
             if len(plan.maps) >= _PLAN_MAPS_MAX:
                 plan.maps.clear()
             plan.maps[key] = maps
-    c_ptr = problem.c.ptr if problem.c is not None else 0
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
-                  out.data_ptr(), *_workspace_args(plan), *plan.tail, cluster=plan.cluster)  # fmt: skip
+                  d.data_ptr(), *_workspace_args(plan), *plan.tail, cluster=plan.cluster)  # fmt: skip
+    if plan.wide_d:
+        out.copy_(d[:, : problem.N])
     # Only now may the copies go back to torch's allocator: the kernel is queued behind them on this
     # stream. Freed before the launch, a block allocated in between (a stream-K workspace, created or
     # grown on first use) could take their memory and be written while the kernel reads it.
-    del copies
+    del copies, d
 
 
 # (device, stream) -> (fp32 parts, uint32 flags) of the stream-K kernels. Flags are zero between
@@ -183,11 +206,12 @@ def _workspace_args(plan: _Plan) -> tuple:
     return ws[0].data_ptr(), ws[1].data_ptr()
 
 
-def _operands(problem: GemmProblem, a, b, out) -> dict[str, tuple]:
-    """name -> (tensor, rows, cols, row stride) of what the kernel's tensor maps describe."""
+def _operands(problem: GemmProblem, a, b, d) -> dict[str, tuple]:
+    """name -> (tensor, rows, cols, row stride) of what the kernel's tensor maps describe (d: the
+    caller's out, or the whole of a padded buffer standing in for it)."""
     return {"a": (a, problem.a.rows, problem.a.cols, problem.a.ld),
             "b": (b, problem.b.rows, problem.b.cols, problem.b.ld),
-            "d": (out, problem.M, problem.N, _ld(out))}  # fmt: skip
+            "d": (d, problem.M, d.shape[1], _ld(d))}  # fmt: skip
 
 
 def _staged(problem: GemmProblem, a, b) -> dict[str, tuple]:
@@ -253,10 +277,10 @@ def _copies_needed(problem: GemmProblem) -> bool:
     return problem.K > 0 and any(registry.tma_constraints(problem, (n,)) for n in ("a", "b"))
 
 
-def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, b, out: torch.Tensor):
+def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, b, c, out: torch.Tensor):
     plan = _make_plan(spec, cfg, problem)
-    if spec.staged and _copies_needed(problem):
-        return partial(_launch, plan, problem, a, b, out)  # the copies are part of every call
+    if plan.wide_d or (spec.staged and _copies_needed(problem)):
+        return partial(_launch, plan, problem, a, b, c, out)  # the copies are part of every call
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(problem, a, b, out)) if spec.tma else ()
     args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *_workspace_args(plan), *plan.tail)
