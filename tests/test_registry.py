@@ -197,20 +197,22 @@ def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():
 
 
 def test_staged_steps_write_odd_d_through_a_padded_buffer():
-    """Where D's rows are not whole 16-byte units (N = 6132 bf16), tc07/tc09 (and TF32's tc08)
-    write a buffer N rounded up to 16 bytes wide with TMA stores, and gemm() copies N columns out;
-    aligned D is written in place, and unstaged steps never pad."""
+    """Where D's rows fit neither TMA stores nor paired register stores (an odd row stride: N =
+    3135 bf16), tc07/tc09 write a buffer N rounded up to 16 bytes wide with TMA stores and gemm()
+    copies N columns out; even rows (6132) keep the paired register stores, aligned ones TMA stores
+    in place; tc08 and the unstaged steps never pad."""
     from gemmlab.api import _wide_d
 
     def wide(kernel, N, dtype=torch.bfloat16, out_dtype=None, **kw):
         a, b = torch.empty(64, 32, dtype=dtype), torch.empty(32, N, dtype=dtype)
         return _wide_d(registry.get(kernel), problem_from_tensors(a, b, device_type="cpu", out_dtype=out_dtype, **kw))
 
-    assert wide("tc07_persistent_cluster", 6132) == 6136
-    assert wide("tc09_stream_k", 6144) == 0
-    assert wide("tc07_persistent_cluster", 6130, out_dtype=torch.float32) == 6132  # fp32 D: 4 a row unit
-    assert wide("tc08_tf32", 1022, dtype=torch.float32, precision="tf32") == 1024
-    assert wide("tc04_wgmma", 6132) == 0
-    out = torch.empty(64, 6144, dtype=torch.bfloat16)[:, :6140]  # rows 16-byte aligned, N not whole
-    a, b = torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(32, 6140, dtype=torch.bfloat16)
-    assert _wide_d(registry.get("tc07_persistent_cluster"), problem_from_tensors(a, b, None, out, device_type="cpu")) == 6144
+    assert wide("tc07_persistent_cluster", 3135) == 3136
+    assert wide("tc09_stream_k", 3135, out_dtype=torch.float32) == 3136  # fp32 D: 4 a 16-byte unit
+    assert wide("tc07_persistent_cluster", 6132) == 0  # pairs
+    assert wide("tc09_stream_k", 6144) == 0  # TMA stores
+    assert wide("tc08_tf32", 1021, dtype=torch.float32, precision="tf32") == 0
+    assert wide("tc04_wgmma", 3135) == 0
+    out = torch.empty(64, 3200, dtype=torch.bfloat16)[:, 1:3136]  # rows 3200 apart, starting at odd elements
+    a, b = torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(32, 3135, dtype=torch.bfloat16)
+    assert _wide_d(registry.get("tc07_persistent_cluster"), problem_from_tensors(a, b, None, out, device_type="cpu")) == 3136

@@ -134,16 +134,23 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
 
 
 def _wide_d(spec: KernelSpec, problem: GemmProblem) -> int:
-    """For a staged kernel whose D cannot take TMA stores (rows not whole, aligned 16-byte units:
-    N = 6132 bf16), the width of the padded buffer it writes instead: N rounded up to 16 bytes.
-    The kernel then runs as if N were that wide -- B's map still ends at N, so the extra columns
-    are zeros that nobody reads -- and gemm() copies the N columns out. 0: D is written in place."""
-    if not (spec.staged and "d" in spec.tma):
+    """For a staged 16-bit step (tc07, tc09) whose D the epilogue could only write element by
+    element -- rows not whole 16-byte units for TMA stores, nor pairs of elements for 4-byte
+    register stores (an odd row stride: N = 3135) -- the width of the padded buffer it writes
+    instead: N rounded up to 16 bytes. The kernel then runs as if N were that wide (B's map still
+    ends at N, so the extra columns are zeros nobody reads), and gemm() copies the N columns out.
+    0: D is written in place. Measured on an H100 (results/nvidia-h100-80gb-hbm3/tune-staged-d-*):
+    at 3135^3 bf16 tc07 +10%, tc09 +3%; where pairs were possible (1022, 2044, 6132) the extra copy
+    cost 1-10%, and TF32's tc08 lost 1-6% too, so they write D in place."""
+    if not (spec.staged and spec.type_param and "d" in spec.tma):
         return 0
-    per16 = 16 // problem.result_dtype.itemsize
+    size = problem.result_dtype.itemsize
+    per16 = 16 // size
     ld, ptr = (problem.d.ld, problem.d.ptr) if problem.d is not None else (problem.N, 0)  # torch.empty: aligned
     if problem.N % per16 == 0 and ld % per16 == 0 and ptr % 16 == 0:
-        return 0
+        return 0  # TMA stores in place
+    if ld % 2 == 0 and ptr % (2 * size) == 0:
+        return 0  # register stores of pairs (the epilogue's own test)
     return -(-problem.N // per16) * per16
 
 
