@@ -62,8 +62,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
 def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: GemmConfig | None = None,
             precision="fp32") -> Callable[[], None]:  # fmt: skip
     """Validate once and return a function that relaunches the same GEMM (for benchmarks: it
-    skips validation and selection on every call; copies a staged kernel needs -- TF32's operands
-    whose layout TMA cannot take -- are still made on every call, as gemm() does). out's dtype is
+    skips validation and selection on every call; copies a staged kernel needs -- operands whose
+    layout TMA cannot take, and an odd-strided D's padded buffer (tc07-tc09) -- are still made on
+    every call, as gemm() does). out's dtype is
     the result's. config: another config of the chosen kernel (for tuning). The tensors must stay
     alive."""
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision)
