@@ -9,8 +9,9 @@
 # when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
 # STEPS, the parts to run (default "tests check overhead bench"; "sanitize" adds compute-sanitizer,
 # "sustained" the back-to-back runs at the power limit):
-# a device call is limited to 10 minutes, so a full run may need two calls, e.g.
-# STEPS="tests check sanitize" then STEPS="overhead bench".
+# a device call is limited to 10 minutes, so a full run needs several calls, e.g.
+# STEPS="tests check" then STEPS="sanitize" then STEPS="overhead bench sustained" (on an H100 host
+# "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
