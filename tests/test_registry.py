@@ -188,6 +188,15 @@ def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():
     ]  # fmt: skip
     assert auto(1024, 1024, 1024) == "tc07_persistent_cluster"  # aligned: no copy, no threshold
     assert auto(100_000, 8, 1022) == "tc04_wgmma"  # a 204 MB copy of A for 1.6 GFLOP
+
+    def copied(M, N, K):
+        a, b = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16)
+        return registry.operands_to_copy(problem_from_tensors(a, b, device_type="cpu"))
+
+    # what gemm() copies, decided once per plan: rows of K (a) and of N (b) elements
+    assert [copied(64, 64, 1022), copied(64, 1022, 64), copied(1022, 1022, 1022), copied(64, 64, 64)] == [
+        ("a",), ("b",), ("a", "b"), ()]  # fmt: skip
+    assert copied(64, 1022, 0) == () and copied(0, 1022, 33) == ()  # nothing loaded, or nothing launched
     a = torch.empty(33, 33, dtype=torch.bfloat16)
     p = problem_from_tensors(a, a, device_type="cpu")
     for kernel in ("tc07_persistent_cluster", "tc09_stream_k"):

@@ -94,6 +94,7 @@ class _Plan(NamedTuple):
     cluster: tuple | None  # blocks per cluster, for kernels launched in clusters
     maps: dict  # (address of a, b, out) -> the TMA maps for them: all else a map encodes is the plan's
     wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (see _wide_d), 0: in place
+    copy: tuple = ()  # the inputs ("a", "b") a staged kernel copies on every call, for TMA to read
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -131,7 +132,8 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     grid = spec.grid(M, N, cfg)
     if spec.persistent:  # as many blocks as can be resident at once; each loops over tiles
         grid = (min(grid[0], launch.resident_blocks(loaded, device_id, spec.block(cfg), cluster)), grid[1], grid[2])
-    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide)
+    copy = registry.operands_to_copy(problem) if spec.staged and spec.tma else ()
+    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy)
 
 
 def _wide_d(spec: KernelSpec, problem: GemmProblem) -> int:
@@ -171,8 +173,8 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out) -> None:
             d[:, : problem.N].copy_(c)
             c_ptr = d.data_ptr()
     if plan.spec.tma:
-        if plan.spec.staged and _copies_needed(problem):
-            copies = _staged(problem, a, b)
+        if plan.copy:
+            copies = _staged(problem, a, b, plan.copy)
         key = (copies["a"][0].data_ptr() if "a" in copies else problem.a.ptr,
                copies["b"][0].data_ptr() if "b" in copies else problem.b.ptr, d.data_ptr())  # fmt: skip
         maps = plan.maps.get(key)
@@ -222,16 +224,14 @@ def _operands(problem: GemmProblem, a, b, d) -> dict[str, tuple]:
             "d": (d, problem.M, d.shape[1], _ld(d))}  # fmt: skip
 
 
-def _staged(problem: GemmProblem, a, b) -> dict[str, tuple]:
-    """For a staged kernel (TF32): a copy of A or B wherever its address or row stride does not
-    suit TMA, with rows padded to 16 bytes; operands that suit it are used as they are. torch
-    makes the copies, on the current stream."""
-    if problem.K == 0:
-        return {}
+def _staged(problem: GemmProblem, a, b, names: tuple[str, ...]) -> dict[str, tuple]:
+    """For a staged kernel: a copy of each named input (those whose address or row stride does not
+    suit TMA: the plan's `copy`) with rows padded to 16 bytes. torch makes the copies, on the
+    current stream."""
     per16 = 16 // a.element_size()
     copies = {}
     for name, t in (("a", a), ("b", b)):
-        if registry.tma_constraints(problem, (name,)) is None:
+        if name not in names:
             continue
         op = getattr(problem, name)
         pad = -(-op.cols // per16) * per16
@@ -280,14 +280,9 @@ def _ld(t: torch.Tensor) -> int:
     return t.stride(0) if t.shape[0] > 1 else t.shape[1]
 
 
-def _copies_needed(problem: GemmProblem) -> bool:
-    """A staged kernel copies A or B first (TMA cannot read it as it lies)."""
-    return problem.K > 0 and any(registry.tma_constraints(problem, (n,)) for n in ("a", "b"))
-
-
 def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, b, c, out: torch.Tensor):
     plan = _make_plan(spec, cfg, problem)
-    if plan.wide_d or (spec.staged and _copies_needed(problem)):
+    if plan.wide_d or plan.copy:
         return partial(_launch, plan, problem, a, b, c, out)  # the copies are part of every call
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(problem, a, b, out)) if spec.tma else ()

@@ -733,11 +733,16 @@ STAGE_MIN_FLOPS = 2 * 640**3
 STAGE_MIN_INTENSITY = 256
 
 
+def operands_to_copy(problem: GemmProblem) -> tuple[str, ...]:
+    """The inputs ("a", "b") a staged kernel must copy for TMA to read them; none without K steps."""
+    if problem.is_empty or problem.K == 0:
+        return ()
+    return tuple(n for n in ("a", "b") if tma_constraints(problem, (n,)))
+
+
 def _copies_pay(problem: GemmProblem, c: GemmConfig) -> str | None:
     """None where tc07/tc09 read A and B in place or their copies pay for themselves; else why not."""
-    if problem.is_empty or problem.K == 0:
-        return None
-    copied = [n for n in ("a", "b") if tma_constraints(problem, (n,))]
+    copied = operands_to_copy(problem)
     if not copied:
         return None
     size = problem.dtype.itemsize
