@@ -9,6 +9,7 @@ import gemmlab
 from gemmlab import api, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.check import precision_of
+from gemmlab.configs import configs_in_use
 from gemmlab.reference import check_result
 
 pytestmark = pytest.mark.gpu
@@ -184,6 +185,25 @@ def test_stream_k_splits_the_last_wave_and_sums_it_right(dtype, M, N, K, cm):
         assert_ok(out, a, b, c, 0.5, -1.0, f"second launch, M={M} N={N} K={K} CM={cm}", kernel)
         flags = [ws[1] for key, ws in api._WORKSPACES.items() if key[0] == 0]
         assert flags and all(int(f.count_nonzero()) == 0 for f in flags), "a flag was left raised"
+
+
+TC07_CONFIGS = [pytest.param(c, id=",".join(f"{k}={v}" for k, v in c.as_dict().items()))
+                for c in configs_in_use(registry.get("tc07_persistent_cluster"))]
+
+
+@pytest.mark.parametrize("cfg", TC07_CONFIGS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (65, 129, 70), (1022, 1022, 1022), (3000, 777, 300), (257, 3100, 2047)])
+def test_every_tc07_tile_against_float64(cfg, dtype, M, N, K):
+    """Each block tile 'auto' may give tc07 (128 x 256, 128 x 192, 128 x 128, 64 x 128), named
+    outright at sizes none of them divides -- odd rows staged, several waves, tiles cut at every
+    edge -- with alpha and beta, into poisoned D, in the input type and in fp32."""
+    kernel = "tc07_persistent_cluster"
+    for out_dtype in (dtype, torch.float32):
+        a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+        c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
+        api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)()
+        assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} {cfg.as_dict()} out={out_dtype}", kernel)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -29,7 +29,50 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 }
 
 
+# tc07's block tiles besides its 128 x 256 default, each with its rate: the area of C an SM
+# finishes per unit of time, against 128 x 256 (narrower tiles read more operand bytes per MMA).
+# A persistent run takes whole waves of tiles (one tile per block slot), so where 128 x 256 tiles
+# leave the last wave part-empty a narrower tile can finish first: 3072^2 is 2.2 waves of 128 x 256
+# (3 waves' time) but 2.9 waves of 128 x 192; 1024^2 is 32 tiles of 128 x 256 for 132 SMs, 128 of
+# 64 x 128. tile_time() models that; config_for takes the tile with the least time, the widest on a
+# tie. PROVISIONAL rates, to be replaced by measured ones.
+TC07_TILES: tuple[tuple[dict[str, int], float], ...] = (
+    (dict(BN=192, CM=1), 0.95),
+    (dict(BN=128, CM=1, STAGES=5), 0.90),
+    (dict(BM=64, BN=128, CM=1, STAGES=8), 0.75),
+)
+
+
+def tile_time(problem: GemmProblem, cfg: GemmConfig, rate: float = 1.0) -> float:
+    """A persistent run's time in whole waves of tiles, in units of one 128 x 256 tile at rate 1:
+    waves x (the tile's area against 128 x 256) / rate. The same K for every tile, so K drops out."""
+    slots = registry._sm_count(problem.device) // cfg["CM"]
+    tiles = registry.cdiv(problem.M, cfg["BM"] * cfg["CM"]) * registry.cdiv(problem.N, cfg["BN"])
+    waves = -(-tiles // slots) if slots else tiles
+    return waves * cfg["BM"] * cfg["BN"] / (128 * 256) / rate
+
+
+def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
+    """tc07's config for the problem, by tile_time, and that time: the size rule's 128 x 256
+    config unless one of TC07_TILES finishes first."""
+    spec = registry.get("tc07_persistent_cluster")
+    best = _size_rule_config(spec, problem)
+    best_time = tile_time(problem, best)
+    for overrides, rate in TC07_TILES:
+        cfg = _rule_config(spec, tuple(sorted(overrides.items())))
+        t = tile_time(problem, cfg, rate)
+        if t < best_time:
+            best, best_time = cfg, t
+    return best, best_time
+
+
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
+    if spec.id == "tc07_persistent_cluster":
+        return tc07_tile(problem)[0]
+    return _size_rule_config(spec, problem)
+
+
+def _size_rule_config(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     mn = problem.M * problem.N
     for lo, hi, overrides in SIZE_RULES.get(spec.id, ()):
         if lo <= mn and (hi is None or mn <= hi):
@@ -38,10 +81,13 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
 
 
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
-    """Every config 'auto' can launch a kernel with: its default and those of its size rules."""
+    """Every config 'auto' can launch a kernel with: its default, those of its size rules and, for
+    tc07, its other tiles."""
     out = [spec.default_config()]
     for _, _, overrides in SIZE_RULES.get(spec.id, ()):
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
+    if spec.id == "tc07_persistent_cluster":
+        out += [_rule_config(spec, tuple(sorted(o.items()))) for o, _ in TC07_TILES]
     return out
 
 

@@ -758,8 +758,13 @@ def _tc07_smem(c: GemmConfig) -> int:
     return c["STAGES"] * _tma_stage_bytes(c) + staging + _barriers(c) + 1024
 
 
-def _check_07_tc(c: GemmConfig) -> str | None:
-    return _check_tma_tiles(c, (256,), 128, _tc07_smem(c), bk=(64, 32)) or _check_cluster(c, (1, 2, 4))
+def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256)) -> str | None:
+    return (
+        _check_tma_tiles(c, bn, 128, _tc07_smem(c), bk=(64, 32))
+        or _check_cluster(c, (1, 2, 4))
+        or _first_failure((c["BN"] // 64 % c["CM"] == 0,
+                           f"BN / 64 = {c['BN'] // 64} boxes of B do not divide among CM = {c['CM']} blocks"))
+    )
 
 
 TC_07 = KernelSpec(
@@ -771,7 +776,7 @@ TC_07 = KernelSpec(
     entry="tc_persistent_cluster",
     params=(
         _WS_BM,
-        Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)"),
+        Param("BN", 256, "columns of C a block: 128, 192 or 256 (one m64nBNk16 MMA a warpgroup)"),
         Param("BK", 64, "K slice of one stage: 64 (128-byte swizzle rows of A) or 32 (64-byte, twice the stages)"),
         _WS_STAGES,
         _cluster_m((1, 2, 4)),
@@ -783,7 +788,7 @@ TC_07 = KernelSpec(
     dtypes=(torch.bfloat16, torch.float16),
     dynamic_smem=_tc07_smem,
     check_config=_check_07_tc,
-    seeds="issue 3: persistent tile scheduler, clusters with TMA multicast, TMA-store epilogue",
+    seeds="issue 3: persistent tile scheduler, clusters with TMA multicast, TMA-store epilogue; tile widths for whole waves",
     type_param=True,
     tma=("a", "b", "d"),
     tma_boxes=lambda c: {"a": (c["BM"], c["BK"]), "b": (c["BK"], 64), "d": (64, 64)},
@@ -866,15 +871,24 @@ def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     late (a52f9cf, 0c7f1ea) splitting costs less: at 6144^3 tc09 beat tc07 in all 12 H200
     comparisons from 3c42ca5 to c8c87c7 (four dtypes, three runs; by 0.1-1.5%, e.g. 1.003x against
     0.988x in bf16, results/nvidia-h200/bench-20261123T131819Z.json) and tied on the H100 (1bf5ab6);
-    4096^3 still loses (0.94x against 0.99x). 'auto' takes it where idle > 0.25 / waves."""
+    4096^3 still loses (0.94x against 0.99x). 'auto' takes it where idle > 0.25 / waves.
+    Since tc07 has narrower tiles for such sizes (configs.TC07_TILES), tc09 is weighed against
+    tc07's best tile: it pays where its whole-tile time plus the splitting cost, tiles / slots +
+    0.25 in units of one 128 x 256 tile, is less than configs.tile_time of tc07's choice -- with
+    tc07 on 128 x 256 tiles the rule above (idle > 0.25 / waves)."""
+    from .configs import tc07_tile
+
     slots = _sm_count(problem.device) // c["CM"]
     tiles = cdiv(problem.M, c["BM"] * c["CM"]) * cdiv(problem.N, c["BN"])
     if slots == 0 or tiles <= slots:
         return "one wave of tiles or less: nothing to balance"
+    tc07_cfg, tc07_time = tc07_tile(problem)
+    if tiles / slots + STREAM_K_COST < tc07_time:
+        return None
     waves = -(-tiles // slots)
     idle = (waves * slots - tiles) / (waves * slots)
-    if idle > STREAM_K_COST / waves:
-        return None
+    if tc07_cfg["BN"] != c["BN"]:
+        return f"tc07's {tc07_cfg['BM']} x {tc07_cfg['BN']} tiles fill their waves better than splitting would"
     return f"tc07's {waves} waves leave {idle:.0%} of the cluster-time idle, less than splitting costs (~{STREAM_K_COST / waves:.0%})"
 
 
@@ -901,12 +915,13 @@ TC_09 = KernelSpec(
     idea="tc07 with the last, partial wave split along K over every cluster; split tiles summed in fp32 through a workspace",
     source="tensorcore/09_stream_k.cu",
     entry="tc_stream_k",
-    params=TC_07.params,
+    params=tuple(Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)") if p.name == "BN" else p
+                 for p in TC_07.params),
     block=_WS_BLOCK,
     grid=_CLUSTER_GRID,
     dtypes=(torch.bfloat16, torch.float16),
     dynamic_smem=_tc07_smem,
-    check_config=_check_07_tc,
+    check_config=lambda c: _check_07_tc(c, bn=(256,)),
     seeds="issue 3: past tc07 -- stream-K (Osama et al., 2023) for the wave-quantisation loss measured in tc07",
     type_param=True,
     tma=("a", "b", "d"),

@@ -318,18 +318,21 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
     }
 }
 
-// The epilogue of the persistent steps (tc07, tc09): a consumer warpgroup's 64 x 256 accumulators
-// (top-left element D[rows0][col0]) leave as four 64 x 64 chunks through two 128-byte-swizzled
-// staging buffers of 64 x 64 16-bit elements (`staging`, 16 KB), chunk j through buffer j % 2:
+// The epilogue of the persistent steps (tc07, tc09): a consumer warpgroup's 64 x N accumulators
+// (NACC = N / 2 a thread, N = 128, 192 or 256; top-left element D[rows0][col0]) leave as N / 64
+// chunks of 64 x 64 through two 128-byte-swizzled staging buffers of 64 x 64 16-bit elements
+// (`staging`, 16 KB), chunk j through buffer j % 2:
 // stmatrix writes each warp's 8 x 8 blocks, one thread issues a TMA store a chunk, which clips at
 // the matrix edge. An fp32 result (TD = float) fills the whole 16 KB with one chunk -- two boxes
 // of 64 rows x 32 floats -- so each chunk waits for the last one's stores to have read it. Where D
 // cannot take TMA stores (tma_store false: rows not whole, aligned 16-byte units) the registers
 // go straight to global memory. The caller waits for the last stores (bulk_wait<0>) before exiting.
-template <typename TD>
-__device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const TD* C, TD* D, const TensorMap* tmD,
-                                                  unsigned char* staging, bool tma_store, int barrier_id, int rows0,
-                                                  int col0, int M, int N, int ldc, int ldd, float alpha, float beta) {
+template <typename TD, int NACC>
+__device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const TD* C, TD* D, const TensorMap* tmD,
+                                                unsigned char* staging, bool tma_store, int barrier_id, int rows0,
+                                                int col0, int M, int N, int ldc, int ldd, float alpha, float beta) {
+    static_assert(NACC % 32 == 0, "whole 64-column chunks");
+    constexpr int CHUNKS = NACC / 32;
     if (!tma_store) {
         store_accumulators<TD>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
         return;
@@ -338,7 +341,7 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
         constexpr int CHUNK_BYTES = 64 * 64 * 2;
         const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < CHUNKS; ++j) {
             unsigned char* buf = staging + (j % 2) * CHUNK_BYTES;
             if (ctid == 0) bulk_wait_read<1>();  // the store that last read buf is done
             named_barrier(barrier_id, 128);
@@ -375,7 +378,7 @@ __device__ __forceinline__ void store_tile_64x256(const float (&acc)[128], const
         const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;
         const unsigned base = smem_addr(staging);  // 32-bit shared addresses: fewer registers than pointers
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < CHUNKS; ++j) {
             if (ctid == 0) bulk_wait_read<0>();  // the last chunk's stores have read the buffer
             named_barrier(barrier_id, 128);
 #pragma unroll

@@ -172,6 +172,67 @@ __device__ __forceinline__ void wgmma_m64n256k16<__half, 1>(float (&d)[128], uns
                  : "l"(da), "l"(db));
 }
 
+// ---- wgmma.mma_async m64n192k16: 96 fp32 accumulators a thread ---------------------------------
+//
+// The layout of m64n128k16 over 24 column blocks of 8. A 128 x 192 block tile (two of these a k16
+// step) divides 3072, 6144 and 9216 into whole waves where 128 x 256 leaves the last one part-empty.
+#define GEMMLAB_WGMMA_D96 \
+    "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+    "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+    "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, " \
+    "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, " \
+    "%92, %93, %94, %95}"
+#define GEMMLAB_WGMMA_D96_OPERANDS(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+    "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+    "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+    "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+    "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+    "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+    "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), \
+    "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), \
+    "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), \
+    "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), \
+    "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+// After d: %96 descriptor of A, %97 descriptor of B, then the same immediates as above.
+#define GEMMLAB_WGMMA_TAIL192(trans_b) " %96, %97, 1, 1, 1, 0, " #trans_b ";\n"
+
+template <typename T, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], unsigned long long da, unsigned long long db);
+
+template <>
+__device__ __forceinline__ void wgmma_m64n192k16<__nv_bfloat16, 1>(float (&d)[96], unsigned long long da,
+                                                                   unsigned long long db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " GEMMLAB_WGMMA_D96
+                 "," GEMMLAB_WGMMA_TAIL192(1)
+                 : GEMMLAB_WGMMA_D96_OPERANDS(d)
+                 : "l"(da), "l"(db));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_m64n192k16<__half, 1>(float (&d)[96], unsigned long long da,
+                                                            unsigned long long db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " GEMMLAB_WGMMA_D96
+                 "," GEMMLAB_WGMMA_TAIL192(1)
+                 : GEMMLAB_WGMMA_D96_OPERANDS(d)
+                 : "l"(da), "l"(db));
+}
+
+// One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), B N-major:
+// the block-tile width as a template parameter of the persistent steps.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+    static_assert(N == 128 || N == 192 || N == 256, "m64n128, m64n192 or m64n256");
+    if constexpr (N == 128) wgmma_m64n128k16<T, 1>(d, da, db);
+    else if constexpr (N == 192) wgmma_m64n192k16<T, 1>(d, da, db);
+    else wgmma_m64n256k16<T, 1>(d, da, db);
+}
+
 // ---- wgmma.mma_async m64n256k8 TF32: fp32 inputs, both operands K-major ------------------------
 //
 // The tensor cores read fp32 elements from shared memory and multiply their TF32 part (sign, 8

@@ -13,15 +13,21 @@
 // memory, so each B byte crosses from L2 once per pair. A stage is refilled only once the
 // consumers of both blocks have released it (they arrive on both blocks' empty barriers).
 //
-// The epilogue writes each consumer's 64 x 256 accumulators as four 64 x 64 chunks, through two
+// The block tile is 128 x 256 by default. 128 x 192 and 128 x 128 tiles (BN) trade a little MMA
+// efficiency for whole waves: at 3072^2, 288 tiles of 128 x 256 fill 132 SMs 2.2 times -- the third
+// wave runs a fifth full -- where 384 tiles of 128 x 192 fill them 2.9 times; and a problem of one
+// part-full wave (1024^2: 32 tiles of 128 x 256) spreads over more SMs in smaller tiles.
+//
+// The epilogue writes each consumer's 64 x BN accumulators as BN / 64 chunks of 64 x 64, through two
 // 128-byte-swizzled staging buffers (stmatrix), with one TMA store a chunk, which clips at the
 // matrix edge (an fp32 result: one 64 x 64 chunk at a time through both buffers' 16 KB, as two
 // 32-float boxes); where D's rows are not whole 16-byte units it stores from registers instead.
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
-// (BM / 64 consumer warpgroups, BN = 256). BK: 64, or 32 for twice the stages in the same memory (A then
-// 64-byte swizzled). CM: blocks per cluster along M (1, 2 or 4). GROUP: cluster-row pairs per scheduling
+// (BM / 64 consumer warpgroups; BN = 128, 192 or 256: one m64nBNk16 MMA a warpgroup and k16 step).
+// BK: 64, or 32 for twice the stages in the same memory (A then 64-byte swizzled). CM: blocks per
+// cluster along M (1, 2 or 4; BN / 64 must divide among them). GROUP: cluster-row pairs per scheduling
 // group. TMA_STORE: 1 the epilogue above (where D suits it), 0 registers straight to global memory (as
 // tc06).
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
@@ -37,7 +43,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 rows)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
-    static_assert(BN == 256, "one m64n256k16 MMA a warpgroup and k16 step");
+    static_assert(BN == 128 || BN == 192 || BN == 256, "one m64nBNk16 MMA a warpgroup and k16 step");
+    static_assert(B_BOXES % CM == 0, "each block of a cluster loads as many 64-column boxes of B");
     static_assert(BK == 64 || BK == 32, "a K stage is one 128-byte (BK = 64) or 64-byte (BK = 32) swizzle row of A");
     static_assert(CM == 1 || CM == 2 || CM == 4, "clusters of 1, 2 or 4 blocks along M (each loads BN / 64 / CM boxes of B)");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
@@ -115,9 +122,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         for (int t = first; t < tiles; t += stride) {
             int row0, col0;
             tile_origin(t, row0, col0);
-            float acc[128];
+            float acc[BN / 2];
 #pragma unroll
-            for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
             for (int kt = 0; kt < KT; ++kt, ++it) {
                 const int stage = it % STAGES;
                 gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
@@ -126,19 +133,19 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                 gemmlab::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK; kk += 16)
-                    gemmlab::wgmma_m64n256k16<T, 1>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
+                    gemmlab::wgmma_m64nk16<T, BN>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
                 gemmlab::wgmma_commit();
                 gemmlab::wgmma_wait<1>();
 #pragma unroll
-                for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                 if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
             }
             gemmlab::wgmma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+            for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-            gemmlab::store_tile_64x256<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
+            gemmlab::store_tile_64xn<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
                                            ldd, alpha, beta);
         }
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits

@@ -172,7 +172,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                     if (ctid == 0) *flag(b) = 0u;  // consumed: zero again for the next launch
                 }
             }
-            gemmlab::store_tile_64x256<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
+            gemmlab::store_tile_64xn<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
                                            ldd, alpha, beta);
         });
         if (unpublished) publish();  // the head was this run's last piece
