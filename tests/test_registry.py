@@ -150,27 +150,55 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
-    assert [c["CM"] for c in configs_in_use(registry.get("tc07_persistent_cluster"))] == [2, 1]
+    assert [(c["BM"], c["BN"], c["CM"]) for c in configs_in_use(registry.get("tc07_persistent_cluster"))] == [
+        (128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1)]  # fmt: skip
+
+
+def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
+    """configs.tile_time on 132 SMs: 64 x 128 tiles where 128 x 256 ones would leave most SMs idle
+    (one part-full wave), 128 x 192 where they fill the last wave better (1536^2: 96 tiles in one
+    wave; 3072^2: 384 tiles in 3 waves against 144 cluster tiles in 3 waves of 66 clusters), 128 x
+    256 wherever it loses no wave (H100 tune record, tune-tiles-20261123T152942Z.json)."""
+    from gemmlab.configs import config_for, tile_time
+
+    def tile(M, N, K=512):
+        a, b = torch.empty((M, K), dtype=torch.bfloat16), torch.empty((K, N), dtype=torch.bfloat16)
+        cfg = config_for(registry.get("tc07_persistent_cluster"), problem_from_tensors(a, b, device_type="cpu"))
+        return cfg["BM"], cfg["BN"], cfg["CM"]
+
+    assert [tile(n, n) for n in (1, 512, 1024, 1536, 2048, 2560, 3072, 4096, 8192)] == [
+        (64, 128, 1), (64, 128, 1), (64, 128, 1), (128, 192, 1), (128, 256, 1), (128, 256, 1),
+        (128, 192, 1), (128, 256, 2), (128, 256, 2)]  # fmt: skip
+    assert tile(1, 8192) == (64, 128, 1) and tile(16384, 512) == (128, 256, 2)  # thin: fill the SMs / no wave lost
+    a = torch.empty((3072, 64), dtype=torch.bfloat16)
+    p = problem_from_tensors(a, a.T.contiguous(), device_type="cpu")
+    spec = registry.get("tc07_persistent_cluster")
+    assert tile_time(p, spec.config(CM=2)) == 3  # 144 cluster tiles over 66 clusters: 3 waves
+    assert tile_time(p, spec.config(BN=192, CM=1), 0.5) == 3 * 0.75 / 0.5  # 384 tiles, 3 waves, 3/4 the area
 
 
 def test_auto_takes_stream_k_only_where_the_last_wave_idles():
-    """tc09 serves every shape when named; 'auto' takes it where tc07's waves leave more of the
-    cluster-time idle than splitting costs (3072^2, 5120^2, 8192^2 on 132 SMs), tc07 elsewhere
-    (H200 records)."""
+    """tc09 serves every shape when named; 'auto' takes it where tc07's best tile leaves more of the
+    cluster-time idle than splitting costs (5120^2, 6144^2, 8192^2 on 132 SMs), tc07 elsewhere
+    (H200 and H100 records)."""
     from gemmlab.configs import select
 
     def auto(n):
         a = torch.empty(n, n, dtype=torch.bfloat16)
         return select(problem_from_tensors(a, a, device_type="cpu"), device="cuda")[0].id
 
-    assert [auto(n) for n in (2048, 3072, 4096, 5120, 6144, 8192)] == [
-        "tc07_persistent_cluster", "tc09_stream_k", "tc07_persistent_cluster",
+    assert [auto(n) for n in (2048, 2560, 3072, 4096, 5120, 6144, 8192)] == [
+        "tc07_persistent_cluster", "tc07_persistent_cluster", "tc07_persistent_cluster", "tc07_persistent_cluster",
         "tc09_stream_k", "tc09_stream_k", "tc09_stream_k",
     ]  # fmt: skip
     a = torch.empty(4096, 4096, dtype=torch.bfloat16)
     p = problem_from_tensors(a, a, device_type="cpu")
-    assert registry.get("tc09_stream_k").why_not(p) is None  # named, it serves
-    assert "idle" in registry.get("tc09_stream_k").auto_skip(p, registry.get("tc09_stream_k").default_config())
+    spec = registry.get("tc09_stream_k")
+    assert spec.why_not(p) is None  # named, it serves
+    assert "idle" in spec.auto_skip(p, spec.default_config())
+    a = torch.empty(3072, 3072, dtype=torch.bfloat16)  # tc07's 128 x 192 tiles beat splitting there
+    assert "128 x 192" in spec.auto_skip(problem_from_tensors(a, a, device_type="cpu"), spec.default_config())
+    assert [round(registry.stream_k_cost(w), 2) for w in (2, 3, 16)] == [0.7, 0.5, 0.17]
 
 
 def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():

@@ -30,16 +30,20 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 
 
 # tc07's block tiles besides its 128 x 256 default, each with its rate: the area of C an SM
-# finishes per unit of time, against 128 x 256 (narrower tiles read more operand bytes per MMA).
-# A persistent run takes whole waves of tiles (one tile per block slot), so where 128 x 256 tiles
-# leave the last wave part-empty a narrower tile can finish first: 3072^2 is 2.2 waves of 128 x 256
-# (3 waves' time) but 2.9 waves of 128 x 192; 1024^2 is 32 tiles of 128 x 256 for 132 SMs, 128 of
-# 64 x 128. tile_time() models that; config_for takes the tile with the least time, the widest on a
-# tie. PROVISIONAL rates, to be replaced by measured ones.
+# finishes per unit of time while busy, against the default tile (narrower tiles read more operand
+# bytes per MMA; one consumer warpgroup hides less latency than two). A persistent run takes whole
+# waves of tiles (one tile per block slot), so where 128 x 256 tiles leave the last wave part-empty
+# a narrower tile can finish first: 3072^2 is 2.2 waves of 128 x 256 (3 waves' time) but 2.9 of
+# 128 x 192; 1024^2 is 32 tiles of 128 x 256 for 132 SMs, 128 of 64 x 128. tile_time() models
+# that; config_for takes the tile with the least time, the widest on a tie.
+# Rates from an H100, bf16 (results/nvidia-h100-80gb-hbm3/tune-tiles-20261123T152942Z.json), busy
+# throughput per SM against 128 x 256 at 2048-8192: 128 x 192 0.80-0.90, 64 x 128 0.45-0.55.
+# Measured picks: 64 x 128 at 512-1024 (0.86-0.91x cuBLAS against 0.55-0.59x for 128 x 256), 128 x
+# 192 at 1536 (0.85x against 0.71x) and 3072 (0.86x against 0.75x, and tc09's 0.83x). 128 x 128
+# tiles (CM 1 or 2) never won a size there, so 'auto' does not use them.
 TC07_TILES: tuple[tuple[dict[str, int], float], ...] = (
-    (dict(BN=192, CM=1), 0.95),
-    (dict(BN=128, CM=1, STAGES=5), 0.90),
-    (dict(BM=64, BN=128, CM=1, STAGES=8), 0.75),
+    (dict(BN=192, CM=1), 0.85),
+    (dict(BM=64, BN=128, CM=1, STAGES=8), 0.45),
 )
 
 

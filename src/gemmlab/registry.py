@@ -857,7 +857,10 @@ TC_08 = KernelSpec(
     staged=True,
 )
 
-STREAM_K_COST = 0.25  # tc09's splitting costs about this many waves' time, spread over the run
+# tc09's splitting costs about this many waves' time over a run of `waves` whole-tile waves: more
+# where there are few waves to spread the split tiles' fix-up over (see _stream_k_pays)
+def stream_k_cost(waves: int) -> float:
+    return 0.1 + 1.2 / waves
 
 
 def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
@@ -872,24 +875,29 @@ def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     comparisons from 3c42ca5 to c8c87c7 (four dtypes, three runs; by 0.1-1.5%, e.g. 1.003x against
     0.988x in bf16, results/nvidia-h200/bench-20261123T131819Z.json) and tied on the H100 (1bf5ab6);
     4096^3 still loses (0.94x against 0.99x). 'auto' takes it where idle > 0.25 / waves.
-    Since tc07 has narrower tiles for such sizes (configs.TC07_TILES), tc09 is weighed against
-    tc07's best tile: it pays where its whole-tile time plus the splitting cost, tiles / slots +
-    0.25 in units of one 128 x 256 tile, is less than configs.tile_time of tc07's choice -- with
-    tc07 on 128 x 256 tiles the rule above (idle > 0.25 / waves)."""
+    An H100 run of every tc07 tile (results/nvidia-h100-80gb-hbm3/tune-tiles-20261123T152942Z.json)
+    put the cost, in units of one 128 x 256 tile's time, at 0.68 waves at 2560^2 (2 waves), 0.55
+    at 3072^2 (3), 0.32 at 4096^2, 0.33 at 5120^2, 0.23 at 6144^2 and 0.1 at 8192^2 (16): it
+    falls with the number of waves, so it is modelled as 0.1 + 1.2 / waves (stream_k_cost). That
+    run also showed the flat 0.25 taking tc09 at 2560^2 where it lost (0.89x against tc07's 0.98x).
+    And tc07 now has narrower tiles (configs.TC07_TILES), so tc09 is weighed against tc07's best:
+    it pays where tiles / slots + stream_k_cost(waves) is less than configs.tile_time of tc07's
+    choice (with 128 x 256 tiles that is waves)."""
     from .configs import tc07_tile
 
     slots = _sm_count(problem.device) // c["CM"]
     tiles = cdiv(problem.M, c["BM"] * c["CM"]) * cdiv(problem.N, c["BN"])
     if slots == 0 or tiles <= slots:
         return "one wave of tiles or less: nothing to balance"
-    tc07_cfg, tc07_time = tc07_tile(problem)
-    if tiles / slots + STREAM_K_COST < tc07_time:
-        return None
     waves = -(-tiles // slots)
+    cost = stream_k_cost(waves)
+    tc07_cfg, tc07_time = tc07_tile(problem)
+    if tiles / slots + cost < tc07_time:
+        return None
+    if tc07_cfg["BN"] != c["BN"] or tc07_cfg["BM"] != c["BM"]:
+        return f"tc07's {tc07_cfg['BM']} x {tc07_cfg['BN']} tiles finish sooner than splitting 128 x 256 ones would"
     idle = (waves * slots - tiles) / (waves * slots)
-    if tc07_cfg["BN"] != c["BN"]:
-        return f"tc07's {tc07_cfg['BM']} x {tc07_cfg['BN']} tiles fill their waves better than splitting would"
-    return f"tc07's {waves} waves leave {idle:.0%} of the cluster-time idle, less than splitting costs (~{STREAM_K_COST / waves:.0%})"
+    return f"tc07's {waves} waves leave {idle:.0%} of the cluster-time idle, less than splitting costs (~{cost / waves:.0%})"
 
 
 _SM_COUNTS: dict = {}

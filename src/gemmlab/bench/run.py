@@ -25,7 +25,7 @@ from ..reference import check_result
 from . import environment
 from .timing import HOLD_CYCLES, L2Flusher, interleaved, median
 
-SQUARES = (1024, 2048, 3072, 4096, 5120, 6144, 8192)  # seeds 001-003
+SQUARES = (512, 1024, 1536, 2048, 3072, 4096, 5120, 6144, 8192)  # seeds 001-003, and two smaller steps
 ODD = (1022, 2044, 3135, 4088, 6132, 8176)  # seed 000's non-multiples of 32
 DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = tuple(
     sorted({(n, n, n) for n in SQUARES + ODD} | {(2048, 2048, 1024)}, key=lambda s: (s[0] * s[1] * s[2], s))
