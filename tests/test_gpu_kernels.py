@@ -411,6 +411,35 @@ def test_peak_ffma_is_plausible():
         assert 0.3 * theory < measured <= 1.05 * theory
 
 
+def test_host_gate_holds_the_stream_until_opened_and_gives_up_after_its_limit():
+    """The benchmark's gate: work queued behind a closed gate does not run until the host opens
+    it, however long the host takes; a gate never opened lets go after its limit and says so."""
+    import time
+
+    from gemmlab.bench.timing import HostGate
+
+    gate = HostGate(0)
+    x = torch.zeros(1, device="cuda")
+    gate.close()
+    x += 1
+    done = torch.cuda.Event()
+    done.record()
+    time.sleep(0.05)  # a slow host: the GPU must still be waiting
+    assert not done.query(), "work behind a closed gate ran before the host opened it"
+    gate.open()
+    done.synchronize()
+    assert x.item() == 1 and not gate.timed_out()
+    gate.close()
+    gate.open()  # closed and opened again: the next ticket
+    torch.cuda.synchronize()
+    assert not gate.timed_out()
+
+    stuck = HostGate(0, limit_s=0.01)
+    stuck.close()  # never opened
+    torch.cuda.synchronize()
+    assert stuck.timed_out()
+
+
 def test_bench_resume_skips_measured_cases(tmp_path):
     from gemmlab.bench.run import run_bench
 

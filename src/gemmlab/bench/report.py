@@ -106,7 +106,11 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
 
 
 def _held(meta: dict) -> str:
-    """How the timed window was kept free of host launch latency (runs from 2026-11-22 05:00 on)."""
+    """How the timed window was kept free of host launch latency: a spin before each start event
+    (runs from 2026-11-22 05:00), then a gate the host opens once a round is queued (2026-11-23)."""
+    if meta.get("gate"):
+        return (" (runs from 2026-11-23 16:00 UTC on queue each round of launches before a gate kernel lets the"
+                " GPU start it; runs from `113c584` to then held the stream with a 200,000-cycle spin before each start event)")
     cycles = meta.get("hold_cycles")
     return f" (runs from `113c584` on also hold the stream with a {cycles:,}-cycle spin before each start event)" if cycles else ""
 

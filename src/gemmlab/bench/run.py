@@ -23,7 +23,7 @@ from ..configs import select
 from ..problem import problem_from_tensors
 from ..reference import check_result
 from . import environment
-from .timing import HOLD_CYCLES, L2Flusher, interleaved, median
+from .timing import HostGate, L2Flusher, interleaved, median
 
 SQUARES = (512, 1024, 1536, 2048, 3072, 4096, 5120, 6144, 8192)  # seeds 001-003, and two smaller steps
 ODD = (1022, 2044, 3135, 4088, 6132, 8176)  # seed 000's non-multiples of 32
@@ -117,7 +117,7 @@ def dtype_name(dtype: torch.dtype, precision: str = "fp32", out_dtype: torch.dty
 
 def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int, config=None,
                dtype: torch.dtype = torch.float32, precision: str = "fp32",
-               out_dtype: torch.dtype | None = None) -> BenchRecord:  # fmt: skip
+               out_dtype: torch.dtype | None = None, gate: HostGate | None = None) -> BenchRecord:  # fmt: skip
     dev = f"cuda:{device_id}"
     a = (torch.rand((M, K), device=dev) * 2 - 1).to(dtype)
     b = (torch.rand((K, N), device=dev) * 2 - 1).to(dtype)
@@ -149,7 +149,10 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
     before = {be: pick for be, (pick, run) in cublas.items()}
     clocks_start = environment.clocks(device_id)
     mid: dict = {}
-    times = interleaved(fns, reps, warmup, flusher, before, mid_run=lambda: mid.update(environment.clocks(device_id)))
+    times = interleaved(fns, reps, warmup, flusher, before, mid_run=lambda: mid.update(environment.clocks(device_id)),
+                        gate=gate)
+    if gate is not None and gate.timed_out():
+        raise RuntimeError(f"{kernel_id} M={M} N={N} K={K}: the host took over {gate.limit_s} s to queue a round of launches")
     torch.backends.cuda.preferred_blas_library("default")
     torch.backends.cuda.matmul.allow_tf32 = False
 
@@ -233,13 +236,13 @@ def run_bench(
     else:
         meta = environment.describe(device_id)
         meta["kind"] = "bench"
-        meta["hold_cycles"] = HOLD_CYCLES  # the spin between flush and start event (bench.timing)
+        meta["gate"] = "round"  # each round of timed launches queued behind a HostGate (bench.timing)
         meta["failures"] = []
         records = []
         path = results_path(out_root, meta, tag)
     dname = dtype_name(dtype, precision, out_dtype)
     done = {(r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) for r in records if r["dtype"] == dname}
-    flusher = L2Flusher(device_id)
+    flusher, gate = L2Flusher(device_id), HostGate(device_id)
     for M, N, K in shapes:
         for request, kernel_id, config in parsed:
             if (request, M, N, K) in done:
@@ -249,7 +252,8 @@ def run_bench(
             if on_start:
                 on_start(kernel_id, (M, N, K))
             try:
-                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype, precision, out_dtype))
+                rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype, precision, out_dtype,
+                                           gate))
                 rec["extra"]["request"] = request
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
                 declined = isinstance(exc, ValueError) and "TMA needs" in str(exc)  # a stated constraint
