@@ -420,14 +420,18 @@ def test_host_gate_holds_the_stream_until_opened_and_gives_up_after_its_limit():
 
     gate = HostGate(0)
     x = torch.zeros(1, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     gate.close()
     x += 1
-    done = torch.cuda.Event()
-    done.record()
+    end.record()
     time.sleep(0.05)  # a slow host: the GPU must still be waiting
-    assert not done.query(), "work behind a closed gate ran before the host opened it"
+    held = not end.query()
     gate.open()
-    done.synchronize()
+    end.synchronize()
+    assert held and start.elapsed_time(end) >= 45, (
+        f"work behind a closed gate ran before the host opened it ({start.elapsed_time(end):.3f} ms, "
+        f"timed out: {gate.timed_out()})")
     assert x.item() == 1 and not gate.timed_out()
     gate.close()
     gate.open()  # closed and opened again: the next ticket

@@ -73,8 +73,8 @@ class HostGate:
 
     def close(self) -> None:
         self.ticket += 1
-        launch.launch(self._loaded, self.device_id, (1, 1, 1), (1, 1, 1), int(self._dev), np.uint32(self.ticket),
-                      self._limit, self._timed_out.data_ptr())  # fmt: skip
+        launch.launch(self._loaded, self.device_id, (1, 1, 1), (1, 1, 1), int(self._dev), self._timed_out.data_ptr(),
+                      self._limit, np.uint32(self.ticket))  # fmt: skip
 
     def open(self) -> None:
         self._flag.value = self.ticket
