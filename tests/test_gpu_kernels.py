@@ -420,6 +420,8 @@ def test_host_gate_holds_the_stream_until_opened_and_gives_up_after_its_limit():
 
     gate = HostGate(0)
     x = torch.zeros(1, device="cuda")
+    x += 0  # loaded before: a kernel's first launch loads its module, which waits for the GPU
+    torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     gate.close()

@@ -51,7 +51,10 @@ class HostGate:
     """close() queues a gate on the current stream; open() lets the GPU past every gate queued so
     far. The flag lives in page-locked host memory mapped for the device (cuMemHostAlloc with
     DEVICEMAP), so the host's plain store is what the spinning thread reads. A gate left closed
-    longer than `limit_s` (at the GPU's clock) opens itself and counts in timed_out()."""
+    longer than `limit_s` (at the GPU's clock) opens itself and counts in timed_out().
+    What is queued behind a gate must have run once before (interleaved's warmup does that): CUDA
+    loads a kernel's module at its first launch, and that load waits for the GPU -- here for the
+    gate, until it gives up (seen on an H100: the host blocked 250 ms in a first `x += 1`)."""
 
     def __init__(self, device_id: int, limit_s: float = 0.25):
         from cuda.bindings import driver
