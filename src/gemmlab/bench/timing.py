@@ -126,6 +126,8 @@ def interleaved(
         for n in names:
             before.get(n, lambda: None)()
             fns[n]()
+    if gate is not None:
+        flush()  # run once outside a gate, like every fn (see HostGate), also when warmup is 0
     events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {n: [] for n in names}
     for r in range(reps):
         order = names[r % len(names) :] + names[: r % len(names)]
