@@ -29,6 +29,14 @@ from importlib import metadata, resources
 from .registry import GemmConfig, KernelSpec
 
 CACHE_FORMAT = b"GEMMLAB1"
+
+# NVRTC keeps its own cache of compiled programs (the CUDA compute cache); a program it has seen
+# before comes back without running ptxas, so without ptxas's -v report: on an H100 machine a
+# second compile of one kernel in a process returned an empty log, and the resource report read
+# -1 (the cause of "no ptxas resource report", cuda-python issue 1124). gemmlab caches cubins
+# itself (cache_dir), so NVRTC's cache is turned off for the process -- before NVRTC loads, the
+# only time it reads the variable. CUDA_CACHE_DISABLE=0 in the environment keeps it on.
+os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
@@ -269,9 +277,9 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
     try:
         usage = parse_ptxas(log, lowered, dynamic)
     except ValueError:
-        # Seen once on a GPU machine: a successful compile whose log lacked ptxas's report. The
-        # report is information, not a reason to fail a GEMM: -1 marks it unknown (the driver's
-        # attributes still give registers and local memory once the kernel is loaded).
+        # A successful compile whose log lacks ptxas's report (NVRTC's own cache, when the
+        # variable above came too late). The report is information, not a reason to fail a GEMM:
+        # -1 marks it unknown (the driver's attributes still give registers and local memory).
         warnings.warn(f"no ptxas resource report for {name_expression}; resources unknown", RuntimeWarning, stacklevel=2)
         usage = ResourceUsage(-1, -1, dynamic, -1, -1, -1, source="unknown")
     if usage.source == "unknown":  # not cached: the next process compiles again and may get the report
