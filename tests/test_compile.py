@@ -185,3 +185,24 @@ def test_missing_ptxas_report_is_a_warning_not_a_failure(fresh_cache, monkeypatc
         ck = jit.compile_kernel(spec, spec.default_config(), ARCH)
     assert ck.cubin[:4] == b"\x7fELF" and ck.usage.registers == -1 and ck.usage.source == "unknown"
     assert list(fresh_cache.glob("*.bin")) == []  # an incomplete report is not cached
+
+
+def test_nvrtc_program_cache_is_off_unless_the_user_set_it():
+    """NVRTC's own cache returns a program it has seen without ptxas's -v report (an empty log on
+    a warm H100 machine); gemmlab turns it off when it is imported, before NVRTC loads, and keeps
+    a value the user set."""
+    code = "import os, gemmlab.jit; print(os.environ['CUDA_CACHE_DISABLE'])"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_CACHE_DISABLE"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "1"
+    kept = subprocess.run([sys.executable, "-c", code], env=env | {"CUDA_CACHE_DISABLE": "0"}, capture_output=True, text=True)
+    assert kept.stdout.strip() == "0"
+
+
+def test_a_second_compile_of_one_program_still_reports_resources():
+    """The same source compiled twice in one process (gemmlab's own cache bypassed): ptxas's
+    report is in both logs. (It failed only on a GPU machine, where NVRTC's cache is live.)"""
+    spec = registry.get("sgemm_04_thread_tile_1d")
+    src = jit.source_closure(spec.source_path())
+    name = spec.name_expression(spec.default_config(), None, None)
+    logs = [jit.compile_source(src, spec.source, name, "sm_90a", spec.id)[2] for _ in range(2)]
+    assert all("Compiling entry function" in log and "Used" in log for log in logs)
