@@ -17,6 +17,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export GEMMLAB_CACHE_DIR=${GEMMLAB_CACHE_DIR:-/tmp/gemmlab-cache}
+export CUDA_CACHE_DISABLE=${CUDA_CACHE_DISABLE:-1}  # ptxas reports on every compile (gemmlab/jit.py)
 status=0
 LOG="$OUT/gpu_run.log"
 : > "$LOG"

@@ -1,8 +1,12 @@
 import os
 import tempfile
 
-import pytest
-import torch
+# NVRTC's program cache off before torch can initialise CUDA (gemmlab.jit sets it too, but the
+# variable is read once, and torch.cuda.is_available() below comes first): see gemmlab/jit.py.
+os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Every test session compiles into its own cache unless one is given, so tests never depend on
 # (or pollute) the user's cache.

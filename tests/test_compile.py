@@ -200,7 +200,8 @@ def test_nvrtc_program_cache_is_off_unless_the_user_set_it():
 
 def test_a_second_compile_of_one_program_still_reports_resources():
     """The same source compiled twice in one process (gemmlab's own cache bypassed): ptxas's
-    report is in both logs. (It failed only on a GPU machine, where NVRTC's cache is live.)"""
+    report is in both logs. (It failed only on a GPU machine, where NVRTC's cache is live: on an
+    H100 before conftest set CUDA_CACHE_DISABLE ahead of torch's CUDA init, passed after.)"""
     spec = registry.get("sgemm_04_thread_tile_1d")
     src = jit.source_closure(spec.source_path())
     name = spec.name_expression(spec.default_config(), None, None)

@@ -34,8 +34,12 @@ CACHE_FORMAT = b"GEMMLAB1"
 # before comes back without running ptxas, so without ptxas's -v report: on an H100 machine a
 # second compile of one kernel in a process returned an empty log, and the resource report read
 # -1 (the cause of "no ptxas resource report", cuda-python issue 1124). gemmlab caches cubins
-# itself (cache_dir), so NVRTC's cache is turned off for the process -- before NVRTC loads, the
-# only time it reads the variable. CUDA_CACHE_DISABLE=0 in the environment keeps it on.
+# itself (cache_dir), so NVRTC's cache is turned off for the process. The variable is read once,
+# by NVRTC's or CUDA's first use in the process: set here it is in time when gemmlab compiles before
+# anything initialises CUDA; the test suite (tests/conftest.py) and scripts/gpu_run.sh set it before
+# torch does, and a process that initialised CUDA first may still get the -1 report below
+# (measured on an H100 machine: set after torch.cuda.is_available(), 0 bytes of log on a second
+# compile; set before, the report every time). CUDA_CACHE_DISABLE=0 in the environment keeps it on.
 os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
