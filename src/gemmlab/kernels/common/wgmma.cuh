@@ -93,26 +93,23 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 // scale-a = scale-b = 1 (no negation), trans-a = 0 (A K-major), trans-b as given.
 #define GEMMLAB_WGMMA_TAIL(trans_b) " %64, %65, 1, 1, 1, 0, " #trans_b ";\n"
 
+// One specialisation of an m64nNk16 wrapper, A and B from shared memory, B N-major (trans-b 1):
+// wgmma_<SHAPE><T, 1>(d, da, db) for element type T (PTX type PTXT), NACC accumulators, with the
+// accumulator list REGS, its operands REGS##_OPERANDS and the descriptors' tail TAIL.
+#define GEMMLAB_WGMMA_SS(SHAPE, T, PTXT, NACC, REGS, TAIL)                                                \
+    template <>                                                                                        \
+    __device__ __forceinline__ void wgmma_##SHAPE<T, 1>(float (&d)[NACC], unsigned long long da,        \
+                                                        unsigned long long db) {                       \
+        asm volatile("wgmma.mma_async.sync.aligned." #SHAPE ".f32." #PTXT "." #PTXT " " REGS "," TAIL(1) \
+                     : REGS##_OPERANDS(d)                                                              \
+                     : "l"(da), "l"(db));                                                              \
+    }
+
 template <typename T, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long da, unsigned long long db);
 
-template <>
-__device__ __forceinline__ void wgmma_m64n128k16<__nv_bfloat16, 1>(float (&d)[64], unsigned long long da,
-                                                                   unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " GEMMLAB_WGMMA_D64
-                 "," GEMMLAB_WGMMA_TAIL(1)
-                 : GEMMLAB_WGMMA_D64_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_m64n128k16<__half, 1>(float (&d)[64], unsigned long long da,
-                                                            unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " GEMMLAB_WGMMA_D64
-                 "," GEMMLAB_WGMMA_TAIL(1)
-                 : GEMMLAB_WGMMA_D64_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
+GEMMLAB_WGMMA_SS(m64n128k16, __nv_bfloat16, bf16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL)
+GEMMLAB_WGMMA_SS(m64n128k16, __half, f16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL)
 
 // ---- wgmma.mma_async m64n256k16: the widest MMA, 128 fp32 accumulators a thread -----------------
 //
@@ -154,28 +151,14 @@ __device__ __forceinline__ void wgmma_m64n128k16<__half, 1>(float (&d)[64], unsi
 template <typename T, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long da, unsigned long long db);
 
-template <>
-__device__ __forceinline__ void wgmma_m64n256k16<__nv_bfloat16, 1>(float (&d)[128], unsigned long long da,
-                                                                   unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " GEMMLAB_WGMMA_D128
-                 "," GEMMLAB_WGMMA_TAIL256(1)
-                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_m64n256k16<__half, 1>(float (&d)[128], unsigned long long da,
-                                                            unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " GEMMLAB_WGMMA_D128
-                 "," GEMMLAB_WGMMA_TAIL256(1)
-                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
+GEMMLAB_WGMMA_SS(m64n256k16, __nv_bfloat16, bf16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256)
+GEMMLAB_WGMMA_SS(m64n256k16, __half, f16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256)
 
 // ---- wgmma.mma_async m64n192k16: 96 fp32 accumulators a thread ---------------------------------
 //
 // The layout of m64n128k16 over 24 column blocks of 8. A 128 x 192 block tile (two of these a k16
-// step) divides 3072, 6144 and 9216 into whole waves where 128 x 256 leaves the last one part-empty.
+// step) fills waves of tiles where 128 x 256 leaves the last one part-empty: 3072^2 is 2.9 waves of
+// it on 132 SMs, 2.2 of 128 x 256 (configs.TC07_TILES).
 #define GEMMLAB_WGMMA_D96 \
     "{" \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
@@ -205,23 +188,8 @@ __device__ __forceinline__ void wgmma_m64n256k16<__half, 1>(float (&d)[128], uns
 template <typename T, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], unsigned long long da, unsigned long long db);
 
-template <>
-__device__ __forceinline__ void wgmma_m64n192k16<__nv_bfloat16, 1>(float (&d)[96], unsigned long long da,
-                                                                   unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " GEMMLAB_WGMMA_D96
-                 "," GEMMLAB_WGMMA_TAIL192(1)
-                 : GEMMLAB_WGMMA_D96_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_m64n192k16<__half, 1>(float (&d)[96], unsigned long long da,
-                                                            unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " GEMMLAB_WGMMA_D96
-                 "," GEMMLAB_WGMMA_TAIL192(1)
-                 : GEMMLAB_WGMMA_D96_OPERANDS(d)
-                 : "l"(da), "l"(db));
-}
+GEMMLAB_WGMMA_SS(m64n192k16, __nv_bfloat16, bf16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
+GEMMLAB_WGMMA_SS(m64n192k16, __half, f16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
 
 // One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), B N-major:
 // the block-tile width as a template parameter of the persistent steps.
