@@ -1,7 +1,8 @@
 """Problem -> config, and the choice between kernels.
 
 Configs are data: a kernel runs its registry defaults unless a rule below, taken from a tuning
-run committed under results/<gpu>/tune-*.json, says otherwise for the problem's size. 'auto'
+run committed under results/<gpu>/tune-*.json, says otherwise for the problem's size; tc07's
+block tile is chosen by a model of the waves of tiles each candidate fills (tile_time). 'auto'
 takes the latest ladder step that can serve the problem -- the benchmark records show it the
 fastest registered step at the default shapes -- except where the step's spec says it does not
 pay for this problem (KernelSpec.auto_skip: tc09's stream-K only where tc07's last wave idles)."""
