@@ -864,25 +864,21 @@ def stream_k_cost(waves: int) -> float:
 
 
 def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
-    """tc09 against tc07 on an H200, two runs (results/nvidia-h200/tune-20261122T052201Z.json,
-    bench-20261122T053339Z.json): stream-K wins where tc07's waves of tiles leave much of the
-    cluster-time idle -- 3072^3 0.84x cuBLAS against 0.75x (3 waves, 27% idle), 5120^3 0.98x
-    against 0.91x (7 waves, 13%) -- and, with many waves, even a little: 8192^3 1.04x against
-    1.02x (16 waves, 3%). Splitting costs about 0.3 / waves of the run (its two split waves run a
-    little slower than whole tiles): it lost at 4096^3 (4 waves, 3% idle; 0.93x against 0.99x) and
-    6144^3 (9 waves, 3%; 0.97x against 1.00x). Since its runs were aligned and its heads published
-    late (a52f9cf, 0c7f1ea) splitting costs less: at 6144^3 tc09 beat tc07 in all 12 H200
-    comparisons from 3c42ca5 to c8c87c7 (four dtypes, three runs; by 0.1-1.5%, e.g. 1.003x against
-    0.988x in bf16, results/nvidia-h200/bench-20261123T131819Z.json) and tied on the H100 (1bf5ab6);
-    4096^3 still loses (0.94x against 0.99x). 'auto' takes it where idle > 0.25 / waves.
-    An H100 run of every tc07 tile (results/nvidia-h100-80gb-hbm3/tune-tiles-20261123T152942Z.json)
-    put the cost, in units of one 128 x 256 tile's time, at 0.68 waves at 2560^2 (2 waves), 0.55
-    at 3072^2 (3), 0.32 at 4096^2, 0.33 at 5120^2, 0.23 at 6144^2 and 0.1 at 8192^2 (16): it
-    falls with the number of waves, so it is modelled as 0.1 + 1.2 / waves (stream_k_cost). That
-    run also showed the flat 0.25 taking tc09 at 2560^2 where it lost (0.89x against tc07's 0.98x).
-    And tc07 now has narrower tiles (configs.TC07_TILES), so tc09 is weighed against tc07's best:
-    it pays where tiles / slots + stream_k_cost(waves) is less than configs.tile_time of tc07's
-    choice (with 128 x 256 tiles that is waves)."""
+    """None where tc09 should serve instead of tc07: where tiles / slots + stream_k_cost(waves),
+    tc09's time in units of one 128 x 256 tile, is less than configs.tile_time of tc07's own
+    choice of tile (waves, with 128 x 256 tiles).
+
+    History of the rule. On an H200 (results/nvidia-h200/tune-20261122T052201Z.json,
+    bench-20261122T053339Z.json) stream-K won where tc07's waves leave much of the cluster-time
+    idle -- 3072^3 0.84x cuBLAS against 0.75x, 5120^3 0.98x against 0.91x, 8192^3 1.04x against
+    1.02x -- and lost at 4096^3 (0.93x against 0.99x); once its runs were aligned and its heads
+    published late (a52f9cf, 0c7f1ea) it also won at 6144^3 (all 12 H200 comparisons,
+    3c42ca5-c8c87c7). The rule was idle > 0.3, then 0.25, / waves. An H100 run of every tc07 tile
+    (results/nvidia-h100-80gb-hbm3/tune-tiles-20261123T152942Z.json) put the cost at 0.68 waves at
+    2560^2 (2 waves), 0.55 at 3072^2 (3), 0.32 at 4096^2, 0.33 at 5120^2, 0.23 at 6144^2 and 0.1
+    at 8192^2 (16) -- falling with the number of waves, hence 0.1 + 1.2 / waves -- and showed the
+    flat cost taking tc09 at 2560^2, where it lost (0.89x against 0.98x). With tc07's narrower
+    tiles (configs.TC07_TILES) tc09 no longer serves 3072^2 (tc07's 128 x 192: 0.86x against 0.83x)."""
     from .configs import tc07_tile
 
     slots = _sm_count(problem.device) // c["CM"]
