@@ -139,24 +139,33 @@ struct StreamK {
 
     template <typename F>
     __device__ void for_each_piece(int slot, F&& piece) const {
-        for (int t = slot; t < dp; t += slots) piece(t, 0, KT);
         const long long b = begin(slot), e = begin(slot + 1);
         // [b, tail_end): the run's tail piece, when it starts inside a tile; it goes last.
         const long long tail_end = b % KT != 0 ? min(e, (b / KT + 1) * KT) : b;
-        // One call site for both kinds of piece: the body is inlined once (twice made tc09 spill).
+        // One call site for every kind of piece, whole tiles included: the body is inlined once.
+        // Twice made tc09 spill. With the whole tiles on a call site of their own it was inlined
+        // twice -- 181 KB of code, against 100 KB now and tc07's 83 KB -- and at 4096^3 every
+        // block lost about 11 us on its first split piece, the first run of that second copy (a
+        // 3.7 us gap before it, 7.5 us in an epilogue that took 1.5 us in the whole tiles; per-piece
+        // timestamps on an H100): the cost of fetching code not yet in the instruction cache.
         bool tail_left = tail_end > b;
+        int whole = slot;  // the next whole tile of this slot, while < dp
         for (long long it = tail_end;;) {
-            long long t, k0, k1;
-            if (it < e) {  // after the tail, every piece starts a tile
-                t = it / KT, k0 = 0, k1 = min(static_cast<long long>(KT), e - it);
+            int t, k0, k1;
+            if (whole < dp) {
+                t = whole, k0 = 0, k1 = KT;
+                whole += slots;
+            } else if (it < e) {  // after the tail, every split piece starts a tile
+                t = dp + static_cast<int>(it / KT), k0 = 0, k1 = static_cast<int>(min(static_cast<long long>(KT), e - it));
                 it += k1;
             } else if (tail_left) {
-                t = b / KT, k0 = b % KT, k1 = tail_end - t * KT;
+                t = dp + static_cast<int>(b / KT), k0 = static_cast<int>(b % KT);
+                k1 = static_cast<int>(tail_end - (b / KT) * KT);
                 tail_left = false;
             } else {
                 break;
             }
-            piece(dp + static_cast<int>(t), static_cast<int>(k0), static_cast<int>(k1));
+            piece(t, k0, k1);
         }
     }
 };
