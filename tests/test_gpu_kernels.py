@@ -166,12 +166,16 @@ def test_fp32_output_keeps_the_accumulators_unrounded(kernel, dtype, M, N, K):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "M,N,K,cm",
-    [(3135, 3135, 1000, 2), (3072, 3072, 130, 2), (2560, 2047, 777, 1), (4000, 1500, 4100, 2), (2900, 2900, 200, 1)],
+    [(3135, 3135, 1000, 2), (3072, 3072, 130, 2), (2560, 2047, 777, 1), (4000, 1500, 4100, 2), (2900, 2900, 200, 1),
+     # half a wave of tiles or less: every tile split, over 32, 33 and 11 runs; and too few K
+     # steps to split (1 x 130: runs whole)
+     (1, 1, 8192, 1), (200, 300, 20000, 1), (257, 513, 4099, 2), (100, 100, 130, 1)],
 )
 def test_stream_k_splits_the_last_wave_and_sums_it_right(dtype, M, N, K, cm):
     """tc09 at sizes with more tiles than SMs and a partial last wave, whose tiles it splits along K
-    over every block (down to single K steps at K = 130): parts summed through the workspace, C
-    read once, fp32 output too, and every flag back at zero after the launch."""
+    over every block (down to single K steps at K = 130), and at sizes with few tiles, each split
+    over several runs whose parts its owner adds: parts summed through the workspace, C read once,
+    fp32 output too, and every flag back at zero after the launch."""
     kernel = "tc09_stream_k"
     spec = registry.get(kernel)
     cfg = spec.config(CM=cm)

@@ -1,6 +1,7 @@
 """The registry is the one list of kernels: consistent, complete, and what everything else reads."""
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,6 +200,41 @@ def test_auto_takes_stream_k_only_where_the_last_wave_idles():
     a = torch.empty(3072, 3072, dtype=torch.bfloat16)  # tc07's 128 x 192 tiles beat splitting there
     assert "128 x 192" in spec.auto_skip(problem_from_tensors(a, a, device_type="cpu"), spec.default_config())
     assert [round(registry.stream_k_cost(w), 2) for w in (2, 3, 16)] == [0.7, 0.5, 0.17]
+
+
+def test_auto_splits_few_tall_k_tiles_along_k():
+    """With at most half a wave of tiles tc09 splits each over several runs (as many as the SMs
+    allow, down to SPLIT_MIN_STEPS K steps a run: the kernel's rule, tma.cuh's constant); 'auto'
+    takes it where K is tall enough to repay the split's fixed cost (H100 record
+    tune-splitk-20261123T171114Z: 256 x 256 x 65536 at 0.86x cuBLAS against tc07's 0.18x,
+    1024 x 1024 x 4096 at 0.62x against 0.75x)."""
+    from gemmlab.configs import select
+
+    header = (Path(registry.__file__).parent / "kernels" / "common" / "tma.cuh").read_text()
+    assert f"constexpr int SPLIT_MIN_STEPS = {registry.SPLIT_MIN_STEPS};" in header
+    assert (f"constexpr float SPLIT_FIXED_STEPS = {registry.SPLIT_FIXED_STEPS}f, "
+            f"SPLIT_RUN_STEPS = {registry.SPLIT_RUN_STEPS}f;") in header  # fmt: skip
+
+    def auto(M, N, K):
+        a, b = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(K, N, dtype=torch.bfloat16)
+        return select(problem_from_tensors(a, b, device_type="cpu"), device="cuda")[0].id
+
+    tall = [(256, 256, 65536), (128, 128, 1 << 20), (1024, 1024, 16384), (256, 4096, 16384), (64, 64, 65536)]
+    assert [auto(*s) for s in tall] == ["tc09_stream_k"] * len(tall)
+    short = [(1024, 1024, 4096), (1024, 1024, 1024), (512, 512, 2048), (2048, 2048, 8192)]
+    assert [auto(*s) for s in short] == ["tc07_persistent_cluster"] * len(short)
+    # 2 tiles of 128 x 256 over 66 runs each on 132 SMs; 32 tiles over 4; runs of at least 4 steps
+    assert registry.split_ways(2, 132, 1024) == 66
+    assert registry.split_ways(32, 132, 256) == 4
+    assert registry.split_ways(1, 132, 16) == 4 and registry.split_ways(1, 132, 3) == 2
+    spec = registry.get("tc09_stream_k")
+    a, b = torch.empty(1024, 4096, dtype=torch.bfloat16), torch.empty(4096, 1024, dtype=torch.bfloat16)
+    p = problem_from_tensors(a, b, device_type="cpu")
+    assert "slower than tc07" in spec.auto_skip(p, spec.config(CM=1))
+    # 1024^3: 32 tiles of 16 K steps would take 2 tile-times split 4 ways: the kernel runs them whole
+    assert registry.split_time(32, 132, 16) > 1
+    a = torch.empty(1024, 1024, dtype=torch.bfloat16)
+    assert "too few K steps" in spec.auto_skip(problem_from_tensors(a, a, device_type="cpu"), spec.config(CM=1))
 
 
 def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():

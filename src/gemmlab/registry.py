@@ -863,6 +863,29 @@ def stream_k_cost(waves: int) -> float:
     return 0.1 + 1.2 / waves
 
 
+# With at most half a wave of tiles tc09 splits every tile over `split_ways` runs (kernels/common/
+# tma.cuh, StreamK: the same rule, the same constant): as many as the slots allow, down to runs of
+# SPLIT_MIN_STEPS K steps. The runs then add up the tile's parts together, a share each. Fitted to
+# an H100 run (results/nvidia-h100-80gb-hbm3/tune-splitk-20261123T171114Z.json, 16 to 132 runs of
+# 4 to 124 K steps): that and starting the runs cost about SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS x
+# runs K steps of a whole 128 x 256 tile's time (11.7 us over 16 runs, 18-20 us over 128-132).
+SPLIT_MIN_STEPS = 4
+SPLIT_FIXED_STEPS = 16.0
+SPLIT_RUN_STEPS = 0.1
+
+
+def split_ways(tiles: int, slots: int, kt: int) -> int:
+    """Runs each tile would be split over when 2 * tiles <= slots (and kt > 1)."""
+    return min(slots // tiles, max(2, kt // SPLIT_MIN_STEPS))
+
+
+def split_time(tiles: int, slots: int, kt: int) -> float:
+    """tc09's time with every tile split, in units of one whole tile's K steps: a run of
+    KT / ways steps and the cost of splitting. The kernel splits only where this is below 1."""
+    ways = split_ways(tiles, slots, kt)
+    return (kt / ways + SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS * tiles * ways) / kt
+
+
 def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     """None where tc09 should serve instead of tc07: where tiles / slots + stream_k_cost(waves),
     tc09's time in units of one 128 x 256 tile, is less than configs.tile_time of tc07's own
@@ -883,8 +906,18 @@ def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
 
     slots = _sm_count(problem.device) // c["CM"]
     tiles = cdiv(problem.M, c["BM"] * c["CM"]) * cdiv(problem.N, c["BN"])
+    kt = cdiv(problem.K, c["BK"])
+    if slots and kt > 1 and 2 * tiles <= slots:  # every tile split along K, where that pays
+        tc07_cfg, tc07_time = tc07_tile(problem)
+        t = split_time(tiles, slots, kt)
+        if t >= 1:
+            return f"too few K steps ({kt}) to split {tiles} tiles: tc09 would run them whole, behind tc07"
+        if t < tc07_time:
+            return None
+        return (f"splitting {tiles} tiles over {split_ways(tiles, slots, kt)} runs each ({t:.2f} tile-times) is slower "
+                f"than tc07's {tc07_cfg['BM']} x {tc07_cfg['BN']} tiles ({tc07_time:.2f})")
     if slots == 0 or tiles <= slots:
-        return "one wave of tiles or less: nothing to balance"
+        return "one wave of tiles or less, too many to split each (more than half a wave)"
     waves = -(-tiles // slots)
     cost = stream_k_cost(waves)
     tc07_cfg, tc07_time = tc07_tile(problem)
@@ -916,13 +949,15 @@ TC_09 = KernelSpec(
     id="tc09_stream_k",
     step=9,
     title="stream-K",
-    idea="tc07 with the last, partial wave split along K over every cluster; split tiles summed in fp32 through a workspace",
+    idea="tc07 with the last, partial wave split along K over every cluster (and few tall-K tiles each split over many); split tiles summed in fp32 through a workspace",
     source="tensorcore/09_stream_k.cu",
     entry="tc_stream_k",
     params=tuple(Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)") if p.name == "BN" else p
                  for p in TC_07.params),
     block=_WS_BLOCK,
-    grid=_CLUSTER_GRID,
+    # every SM, whatever the tile count (a persistent grid is capped at the blocks that fit): with
+    # half a wave of tiles or less, the idle ones take a share of each tile's K steps
+    grid=lambda M, N, c: (GRID_X_MAX // c["CM"] * c["CM"], 1, 1),
     dtypes=(torch.bfloat16, torch.float16),
     dynamic_smem=_tc07_smem,
     check_config=lambda c: _check_07_tc(c, bn=(256,)),

@@ -118,22 +118,45 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
 // short pieces, their owners reading up to six parts back); stream-K needs a full wave before
 // the partial one, and two K steps to split.
 //
+// With at most half a wave of tiles (few tiles, tall K: 256 x 256 x 65536) every tile is split
+// instead (dp = 0; split-K, in stream-K's terms), each over `ways` runs of equal length -- as
+// many as the slots allow, down to runs of SPLIT_MIN_STEPS K steps, where that pays -- so each
+// run is one piece of one tile. Every run writes its part and counts itself in; once the tile's count is full, each
+// adds up 1 / ways of the tile over all the parts and writes that share to D. gemmlab.registry
+// .split_ways mirrors this choice. (An owner adding the other runs' parts alone, one after
+// another, took 37 us of 78 at 256 x 256 x 65536 over 26 runs on an H100.)
+//
 // A run's pieces are taken in K order except its tail piece, which comes last: every other piece
 // starts at K step 0, so the runs of all slots walk the same K steps at the same time for as long
 // as possible -- A's and B's tiles at one K step are read by every cluster at once and stay in L2
 // (starting each run at its own K offset, as range order does, made tc09 read 59% more from DRAM
 // than tc07). The tail's holder owns the tile: it adds the head's part, which the slot before it
 // wrote before that slot's own tail, and writes the tile.
+// A split costs about SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS x runs K steps of a whole tile's time
+// (writing, counting and adding the parts; fitted on an H100, gemmlab.registry): tiles are split
+// only where their runs end sooner than a whole tile would.
+constexpr int SPLIT_MIN_STEPS = 4;
+constexpr float SPLIT_FIXED_STEPS = 16.0f, SPLIT_RUN_STEPS = 0.1f;
+
 struct StreamK {
-    int tiles, slots, KT, dp;
-    long long sk_steps;  // K steps of the split tiles, all together
+    int tiles, slots, KT, dp, runs;  // runs: the slots that get K steps of split tiles
+    int ways;                        // > 0: every tile is split, over this many runs (slots w*t .. w*t+w-1)
+    long long sk_steps;              // K steps of the split tiles, all together
 
     __device__ StreamK(int tiles_, int slots_, int KT_) : tiles(tiles_), slots(slots_), KT(KT_) {
-        dp = (KT > 1 && tiles > slots && tiles % slots != 0) ? (tiles / slots - 1) * slots : tiles;
+        dp = tiles, runs = slots, ways = 0;
+        if (KT > 1 && tiles > slots && tiles % slots != 0) {
+            dp = (tiles / slots - 1) * slots;
+        } else if (KT > 1 && 2 * tiles <= slots) {
+            const int w = min(slots / tiles, max(2, KT / SPLIT_MIN_STEPS));
+            if (static_cast<float>(KT) / w + SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS * tiles * w < KT)
+                ways = w, dp = 0, runs = tiles * w;
+        }
         sk_steps = static_cast<long long>(tiles - dp) * KT;
     }
-    // The first split K step (counted over the split tiles) of slot s's run; begin(slots) = the end.
-    __device__ long long begin(int s) const { return s * sk_steps / slots; }
+    // The first split K step (counted over the split tiles) of slot s's run; begin(s) = the end
+    // for every s >= runs (those slots hold no split steps).
+    __device__ long long begin(int s) const { return s >= runs ? sk_steps : s * sk_steps / runs; }
     // The first split K step of tile t (t >= dp).
     __device__ long long tile_begin(int t) const { return static_cast<long long>(t - dp) * KT; }
 
