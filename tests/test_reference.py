@@ -28,6 +28,21 @@ def test_one_missing_k_term_fails_at_large_k():
     assert not check_result(wrong, a, b).passed
 
 
+def test_fp32_results_of_16_bit_inputs_get_the_tensor_cores_bound_and_still_catch_a_missing_term():
+    """Tensor-core fp32 accumulation loses precision linearly in K (reference.py): past K = 4000 an
+    fp32 result of bf16/fp16 inputs gets K x 2.5e-9, fp32 inputs keep their bound; at K = 65536 a
+    result one k-term short still fails, and an fp32 sum of the bf16 products passes."""
+    assert tolerance(torch.float32, input_dtype=torch.bfloat16, k=2048).rel_fro == 1e-5
+    assert tolerance(torch.float32, input_dtype=torch.float16, k=65536).rel_fro == 65536 * 2.5e-9
+    assert tolerance(torch.float32, input_dtype=torch.float32, k=65536).rel_fro == 1e-5
+    assert tolerance(torch.bfloat16, input_dtype=torch.bfloat16, k=65536).rel_fro == 1e-2
+    k = 65536
+    a, b = rand(8, k).to(torch.bfloat16), rand(k, 8).to(torch.bfloat16)
+    a32, b32 = a.float(), b.float()
+    assert check_result(a32 @ b32, a, b).passed
+    assert not check_result(a32[:, 1:] @ b32[1:, :], a, b).passed
+
+
 def test_one_wrong_element_fails():
     a, b = rand(100, 100), rand(100, 100)
     d = a @ b
