@@ -27,8 +27,10 @@ from .timing import HostGate, L2Flusher, interleaved, median
 
 SQUARES = (512, 1024, 1536, 2048, 3072, 4096, 5120, 6144, 8192)  # seeds 001-003, and two smaller steps
 ODD = (1022, 2044, 3135, 4088, 6132, 8176)  # seed 000's non-multiples of 32
+# few output tiles and a tall K (weight gradients: dW = X^T dY), where one wave leaves most SMs idle
+TALL_K = ((256, 256, 65536), (1024, 1024, 16384))
 DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = tuple(
-    sorted({(n, n, n) for n in SQUARES + ODD} | {(2048, 2048, 1024)}, key=lambda s: (s[0] * s[1] * s[2], s))
+    sorted({(n, n, n) for n in SQUARES + ODD} | {(2048, 2048, 1024)} | set(TALL_K), key=lambda s: (s[0] * s[1] * s[2], s))
 )  # plus seed 001's 2048 x 2048 x 1024
 CUBLAS_BACKENDS = ("cublas", "cublaslt")
 
