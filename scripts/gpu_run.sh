@@ -24,6 +24,9 @@ LOG="$OUT/gpu_run.log"
 step() { echo "=== $*" | tee -a "$LOG"; }
 fail() { echo "FAILED STEP: $*" | tee -a "$LOG"; status=1; }  # names the command that set the status
 STEPS=${STEPS:-tests check overhead bench}
+# The device copy's .git, where one is found, need not be this tree's (2026-11-23: records of a
+# later tree carried 958f8d7): the records' commit must come from the machine that made the tree.
+[[ -n "${GEMMLAB_COMMIT:-}" ]] || echo "warning: GEMMLAB_COMMIT is not set; records take the commit of whatever .git the copy holds" >&2
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 step "environment and compile (resource report for the driver's arch)"

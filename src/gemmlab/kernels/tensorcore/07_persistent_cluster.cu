@@ -146,7 +146,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
             if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
             gemmlab::store_tile_64xn<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
-                                           ldd, alpha, beta);
+                                         ldd, alpha, beta);
         }
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
     }

@@ -215,7 +215,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                 }
             }
             gemmlab::store_tile_64xn<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
-                                           ldd, alpha, beta);
+                                         ldd, alpha, beta);
         });
         if (unpublished) publish();  // the head was this run's last piece
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
