@@ -24,6 +24,7 @@ FIXED_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1022, 1022, 1022),
     (2048, 2048, 1024),
     (3135, 3135, 1000),  # more tiles than SMs and a partial last wave: tc09 splits it along K
+    (129, 257, 20000),  # four tiles, a tall K: tc09 splits each over 33 runs that sum it together
     (0, 5, 3),  # empty output
     (5, 7, 0),  # K = 0: D = beta * C
 )
