@@ -120,11 +120,14 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
 //
 // With at most half a wave of tiles (few tiles, tall K: 256 x 256 x 65536) every tile is split
 // instead (dp = 0; split-K, in stream-K's terms), each over `ways` runs of equal length -- as
-// many as the slots allow, down to runs of SPLIT_MIN_STEPS K steps, where that pays -- so each
-// run is one piece of one tile. Every run writes its part and counts itself in; once the tile's count is full, each
-// adds up 1 / ways of the tile over all the parts and writes that share to D. gemmlab.registry
-// .split_ways mirrors this choice. (An owner adding the other runs' parts alone, one after
-// another, took 37 us of 78 at 256 x 256 x 65536 over 26 runs on an H100.)
+// many as the slots allow, down to runs of SPLIT_MIN_STEPS K steps -- so each run is one piece of
+// one tile. Every run writes its part and counts itself in; once the tile's count is full, each
+// adds up 1 / ways of the tile over all the parts and writes that share to D. (An owner adding
+// the other runs' parts alone, one after another, took 37 us of 78 at 256 x 256 x 65536 over 26
+// runs on an H100.) A split costs about SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS x runs K steps of a
+// whole tile's time (writing, counting and adding the parts; fitted on an H100), so tiles are
+// split only where their runs end sooner than a whole tile would. gemmlab.registry.split_ways and
+// split_time mirror these choices, with the same constants.
 //
 // A run's pieces are taken in K order except its tail piece, which comes last: every other piece
 // starts at K step 0, so the runs of all slots walk the same K steps at the same time for as long
@@ -132,9 +135,6 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
 // (starting each run at its own K offset, as range order does, made tc09 read 59% more from DRAM
 // than tc07). The tail's holder owns the tile: it adds the head's part, which the slot before it
 // wrote before that slot's own tail, and writes the tile.
-// A split costs about SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS x runs K steps of a whole tile's time
-// (writing, counting and adding the parts; fitted on an H100, gemmlab.registry): tiles are split
-// only where their runs end sooner than a whole tile would.
 constexpr int SPLIT_MIN_STEPS = 4;
 constexpr float SPLIT_FIXED_STEPS = 16.0f, SPLIT_RUN_STEPS = 0.1f;
 

@@ -163,7 +163,8 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                 }
                 // Every tile split (StreamK::ways): once all the tile's runs have counted themselves
                 // in, each adds up a share of the parts and writes it.
-                const int ways = sched.ways, first = t * ways;  // the tile's runs: slots first .. first + ways - 1
+                // dp = 0: tile t is held by slots first .. first + ways - 1
+                const int ways = sched.ways, first = t * ways;
                 // [arrived, left] counts of this tile's runs, for this block's rows and warpgroup
                 unsigned* count = FLAGS + ((t * CM + static_cast<int>(rank)) * CONSUMERS + c) * 2;
                 gemmlab::named_barrier(1 + c, 128);
