@@ -243,6 +243,41 @@ def test_tf32_reads_16_byte_padded_operands_in_place(M, N, K, monkeypatch):
     assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel=tc08_tf32", "tc08_tf32")
 
 
+@pytest.mark.parametrize(
+    "M,N,K,cluster",
+    # one tile over 64 runs; 2 x 3 cluster tiles over 11; clusters along M, 5 tiles over 13; 4 x 4
+    # tiles over 4, the last K step part-filled; too few K steps to split (run whole, one block a tile)
+    [(1, 1, 8192, {}), (300, 700, 20000, {}), (257, 513, 4099, {"CM": 2, "CN": 1}), (1000, 1000, 32800, {}),
+     (100, 100, 130, {})],
+)
+def test_tf32_splits_few_tall_k_tiles_and_sums_them_right(M, N, K, cluster):
+    """tc08 with at most half a wave of tiles and a tall K splits every tile along K over all the
+    SMs (a grid of every resident block), its runs summing the parts through the workspace: against
+    float64 with alpha and beta into poisoned D, twice on the same counters, every counter back at
+    zero after. Where it does not split, it launches no more blocks than there are tiles."""
+    kernel, spec = "tc08_tf32", registry.get("tc08_tf32")
+    cfg = spec.config(**cluster)
+    a, b = mat(kernel, M, K, torch.float32), mat(kernel, K, N, torch.float32)
+    c, out = mat(kernel, M, N, torch.float32), mat(kernel, M, N, torch.float32, float("nan"))
+    run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg, precision="tf32")
+    run()
+    assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel={kernel} {cluster}", kernel)
+    out.fill_(float("nan"))
+    run()  # again on the same counters: they were reset
+    assert_ok(out, a, b, c, 0.5, -1.0, f"second launch, M={M} N={N} K={K} {cluster}", kernel)
+    flags = [ws[1] for key, ws in api._WORKSPACES.items() if key[0] == 0]
+    assert flags and all(int(f.count_nonzero()) == 0 for f in flags), "a counter was left raised"
+    plan = api._make_plan(spec, cfg, problem_from_tensors(a, b, c, out, alpha=0.5, beta=-1.0, precision="tf32"))
+    cl = cfg["CM"] * cfg["CN"]
+    tiles = -(-M // (cfg["BM"] * cfg["CM"])) * -(-N // (cfg["BN"] * cfg["CN"]))
+    ways = registry.split_k_ways(tiles, plan.grid[0] // cl, -(-K // cfg["BK"]))
+    assert (ways > 0) == (K > 130), f"{M}x{N}x{K}: split over {ways} runs with a grid of {plan.grid}"
+    if ways:  # every resident cluster, at least two runs a tile
+        assert plan.grid[0] // cl >= 2 * tiles
+    else:
+        assert plan.grid[0] == tiles * cl
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_tma_kernels_decline_what_tma_cannot_load_and_auto_goes_around(dtype):
     a, b = rand(64, 33, dtype=dtype), rand(33, 72, dtype=dtype)  # K = 33: rows of a are 66 bytes apart

@@ -131,7 +131,9 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     cluster = spec.cluster(cfg) if spec.cluster else None
     grid = spec.grid(M, N, cfg)
     if spec.persistent:  # as many blocks as can be resident at once; each loops over tiles
-        grid = (min(grid[0], launch.resident_blocks(loaded, device_id, spec.block(cfg), cluster)), grid[1], grid[2])
+        resident = launch.resident_blocks(loaded, device_id, spec.block(cfg), cluster)
+        split = spec.splits_k is not None and spec.splits_k(problem, cfg, resident)  # every SM takes a run
+        grid = (resident if split else min(grid[0], resident), grid[1], grid[2])
     copy = registry.operands_to_copy(problem) if spec.staged and spec.tma else ()
     return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy)
 

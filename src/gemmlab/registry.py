@@ -94,6 +94,10 @@ class KernelSpec:
     # Kernels that pass partial results between blocks (stream-K) take a workspace after D: fp32
     # elements and uint32 flags, their counts from the config and the number of blocks launched.
     workspace: Callable[[GemmConfig, int], tuple[int, int]] | None = field(default=None, repr=False)
+    # Persistent kernels that split few tall-K tiles along K over every SM: whether they would for
+    # this problem, config and number of resident blocks. gemm() then launches every resident block
+    # (the kernel reads its slots from the grid), and otherwise no more blocks than there are tiles.
+    splits_k: Callable[[GemmProblem, GemmConfig, int], bool] | None = field(default=None, repr=False)
     # 'auto' passes over a kernel for problems where this says it does not pay (the kernel still
     # serves them when named): None, or a reason string, from the problem and the config.
     auto_skip: Callable[[GemmProblem, GemmConfig], str | None] = field(default=lambda p, cfg: None, repr=False)
@@ -815,6 +819,7 @@ def _check_08_tc(c: GemmConfig) -> str | None:
          "CM and CN must be 1 or 2, at most one of them 2 (clusters of at most two blocks)"),
         (c["GROUP"] >= 1, "GROUP must be at least 1"),
         (c["TMA_STORE"] in (0, 1), "TMA_STORE must be 0 or 1"),
+        (c["SPLIT"] in (0, 1), "SPLIT must be 0 or 1"),
         (_tc08_smem(c) <= 227 * 1024, f"shared memory {_tc08_smem(c)} B exceeds 227 KB"),
     )
 
@@ -837,6 +842,7 @@ TC_08 = KernelSpec(
         Param("CN", 2, "blocks per cluster along N, sharing A tiles by multicast (1 or 2; CM * CN <= 2)"),
         _CLUSTER_GROUP,
         Param("TMA_STORE", 1, "1: the epilogue through shared memory and TMA stores; 0: scalar stores from registers"),
+        Param("SPLIT", 1, "1: few tiles with a tall K split along K over every SM (tc09's split-K); 0: whole tiles only"),
     ),
     block=lambda c: ((c["BN"] // 64 + 1) * 128, 1, 1),
     grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"] * c["CN"]) * c["CM"] * c["CN"], 1, 1),
@@ -855,6 +861,9 @@ TC_08 = KernelSpec(
     min_capability=(9, 0),
     math="tf32",
     staged=True,
+    # as tc09's: one 64 x 256 fp32 part a consumer warpgroup and block, and the tiles' counters
+    workspace=lambda c, blocks: (blocks * (c["BN"] // 64) * 64 * 256, blocks * (c["BN"] // 64)),
+    splits_k=lambda p, c, blocks: _tc08_splits(p, c, blocks),
 )
 
 # tc09's splitting costs about this many waves' time over a run of `waves` whole-tile waves: more
@@ -881,6 +890,21 @@ SPLIT_MARGIN = 0.9
 def split_ways(tiles: int, slots: int, kt: int) -> int:
     """Runs each tile would be split over when 2 * tiles <= slots (and kt > 1)."""
     return min(slots // tiles, max(2, kt // SPLIT_MIN_STEPS))
+
+
+def split_k_ways(tiles: int, slots: int, kt: int) -> int:
+    """The kernels' rule (tma.cuh, split_k_ways): the runs each tile is split over, 0 for none --
+    only with at most half a wave of tiles, two K steps or more, and where split_time is below 1."""
+    if kt <= 1 or tiles < 1 or 2 * tiles > slots:
+        return 0
+    return split_ways(tiles, slots, kt) if split_time(tiles, slots, kt) < 1 else 0
+
+
+def _tc08_splits(problem: GemmProblem, c: GemmConfig, blocks: int) -> bool:
+    """Whether tc08 splits this problem's tiles along K with `blocks` resident (its SPLIT config)."""
+    cl = c["CM"] * c["CN"]
+    tiles = cdiv(problem.M, c["BM"] * c["CM"]) * cdiv(problem.N, c["BN"] * c["CN"])
+    return bool(c["SPLIT"]) and split_k_ways(tiles, blocks // cl, cdiv(problem.K, c["BK"])) > 0
 
 
 def split_time(tiles: int, slots: int, kt: int) -> float:

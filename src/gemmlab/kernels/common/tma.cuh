@@ -108,6 +108,24 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
     col0 = (in_group / rows) * bn;
 }
 
+constexpr int SPLIT_MIN_STEPS = 4;
+constexpr float SPLIT_FIXED_STEPS = 16.0f, SPLIT_RUN_STEPS = 0.1f;
+
+// Split-K, for a persistent kernel with `slots` resident clusters and at most half a wave of
+// tiles (few tiles, tall K: 256 x 256 x 65536): every tile is split over `ways` runs of equal
+// length -- as many as the slots allow, down to runs of SPLIT_MIN_STEPS K steps -- tile t's runs
+// held by slots t * ways .. t * ways + ways - 1, one piece of one tile each. A split costs about
+// SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS x runs K steps of a whole tile's time (writing, counting and
+// adding the parts; fitted on an H100 with tc09's 128 x 256 bf16 tiles, whose K step takes as long
+// as one of tc08's 256 x 128 TF32 tiles), so tiles are split only where their runs end sooner than
+// a whole tile would. 0: no split. gemmlab.registry.split_ways and split_time mirror this rule,
+// with the same constants.
+__device__ __forceinline__ int split_k_ways(int tiles, int slots, int KT) {
+    if (KT <= 1 || tiles < 1 || 2 * tiles > slots) return 0;
+    const int w = min(slots / tiles, max(2, KT / SPLIT_MIN_STEPS));
+    return static_cast<float>(KT) / w + SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS * tiles * w < KT ? w : 0;
+}
+
 // The stream-K schedule of a persistent kernel with `slots` resident clusters: the first `dp`
 // cluster tiles go whole to the slots in turn (full waves); the K steps of the rest -- the last
 // full wave and the partial one that would leave slots idle -- are cut into `slots` equal runs,
@@ -119,15 +137,7 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
 // the partial one, and two K steps to split.
 //
 // With at most half a wave of tiles (few tiles, tall K: 256 x 256 x 65536) every tile is split
-// instead (dp = 0; split-K, in stream-K's terms), each over `ways` runs of equal length -- as
-// many as the slots allow, down to runs of SPLIT_MIN_STEPS K steps -- so each run is one piece of
-// one tile. Every run writes its part and counts itself in; once the tile's count is full, each
-// adds up 1 / ways of the tile over all the parts and writes that share to D. (An owner adding
-// the other runs' parts alone, one after another, took 37 us of 78 at 256 x 256 x 65536 over 26
-// runs on an H100.) A split costs about SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS x runs K steps of a
-// whole tile's time (writing, counting and adding the parts; fitted on an H100), so tiles are
-// split only where their runs end sooner than a whole tile would. gemmlab.registry.split_ways and
-// split_time mirror these choices, with the same constants.
+// instead (dp = 0; split-K, in stream-K's terms): split_k_ways and split_k_finish below.
 //
 // A run's pieces are taken in K order except its tail piece, which comes last: every other piece
 // starts at K step 0, so the runs of all slots walk the same K steps at the same time for as long
@@ -135,9 +145,6 @@ __device__ __forceinline__ void grouped_tile_origin(int t, int tiles_m, int tile
 // (starting each run at its own K offset, as range order does, made tc09 read 59% more from DRAM
 // than tc07). The tail's holder owns the tile: it adds the head's part, which the slot before it
 // wrote before that slot's own tail, and writes the tile.
-constexpr int SPLIT_MIN_STEPS = 4;
-constexpr float SPLIT_FIXED_STEPS = 16.0f, SPLIT_RUN_STEPS = 0.1f;
-
 struct StreamK {
     int tiles, slots, KT, dp, runs;  // runs: the slots that get K steps of split tiles
     int ways;                        // > 0: every tile is split, over this many runs (slots w*t .. w*t+w-1)
@@ -147,10 +154,8 @@ struct StreamK {
         dp = tiles, runs = slots, ways = 0;
         if (KT > 1 && tiles > slots && tiles % slots != 0) {
             dp = (tiles / slots - 1) * slots;
-        } else if (KT > 1 && 2 * tiles <= slots) {
-            const int w = min(slots / tiles, max(2, KT / SPLIT_MIN_STEPS));
-            if (static_cast<float>(KT) / w + SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS * tiles * w < KT)
-                ways = w, dp = 0, runs = tiles * w;
+        } else if ((ways = split_k_ways(tiles, slots, KT)) > 0) {
+            dp = 0, runs = tiles * ways;
         }
         sk_steps = static_cast<long long>(tiles - dp) * KT;
     }
@@ -266,6 +271,55 @@ __device__ __forceinline__ void cluster_sync() {
 // __syncthreads): one warpgroup can synchronise without stopping the others.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// A consumer warpgroup's 64 x 256 fp32 accumulators to its part buffer (64 KB): float4 q holds
+// accumulators 4 (q / 128) .. + 3 of thread q % 128, so each store is one coalesced 2 KB row.
+__device__ __forceinline__ void store_part(const float (&acc)[128], float4* part) {
+    const int ctid = threadIdx.x % 128;
+#pragma unroll
+    for (int i = 0; i < 128; i += 4) __stcg(part + (i / 4) * 128 + ctid, make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
+}
+
+// The end of a split-K run, by consumer warpgroup c of a block: tile t is split over `ways` runs
+// (this one: run `run`), each block of a run's cluster of `cl` holding its own rows of it (rank).
+// The run writes its part to its block's place in ws (64 x 256 fp32 a warpgroup and block) and
+// counts itself in on the tile's [arrived, left] counter in flags. Once all `ways` have arrived,
+// each run adds up its 1 / ways share of the tile over every part, in run order (so the sum is
+// deterministic), and hands each sum to put(r, col, v): row r and column col of the warpgroup's
+// 64 x 256 accumulator tile, in wgmma's layout. The last run to leave zeroes the counter for the
+// next launch. (An owner adding the other runs' parts alone, one after another, took 37 us of 78
+// at 256 x 256 x 65536 over 26 runs on an H100.) Every run must be resident: a persistent grid.
+template <int CONSUMERS, typename Put>
+__device__ __forceinline__ void split_k_finish(const float (&acc)[128], float* ws, unsigned* flags, int t, int run,
+                                               int ways, int cl, int rank, int c, Put&& put) {
+    const int ctid = threadIdx.x % 128, first = t * ways;  // slots first .. first + ways - 1
+    auto part = [&](int slot) { return reinterpret_cast<float4*>(ws) + ((slot * cl + rank) * CONSUMERS + c) * (128 * 128 / 4); };
+    store_part(acc, part(first + run));
+    unsigned* count = flags + ((t * cl + rank) * CONSUMERS + c) * 2;  // [arrived, left]
+    named_barrier(1 + c, 128);
+    if (ctid == 0) {
+        __threadfence();
+        atomicAdd(count, 1u);
+        while (flag_acquire(count) < static_cast<unsigned>(ways)) __nanosleep(64);
+    }
+    named_barrier(1 + c, 128);
+    // Share `run` of a part's 4096 float4: float4 q holds rows r and r + 8 of columns col and col + 1.
+    const int share = (4096 + ways - 1) / ways, q0 = run * share, q1 = min(4096, q0 + share);
+    for (int q = q0 + ctid; q < q1; q += 128) {
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j = 0; j < ways; ++j) {
+            const float4 p = __ldcg(part(first + j) + q);
+            sum.x += p.x, sum.y += p.y, sum.z += p.z, sum.w += p.w;
+        }
+        const int th = q % 128, lane = th % 32;
+        const int r = (th / 32) * 16 + lane / 4, col = 8 * (q / 128) + 2 * (lane % 4);
+        put(r, col, sum.x);
+        put(r, col + 1, sum.y);
+        put(r + 8, col, sum.z);
+        put(r + 8, col + 1, sum.w);
+    }
+    if (ctid == 0 && atomicAdd(count + 1, 1u) == static_cast<unsigned>(ways) - 1) count[0] = count[1] = 0u;
 }
 
 // Hand registers back to the SM (producer warpgroups) or claim them (consumer warpgroups); every

@@ -15,6 +15,11 @@
 // TMA_STORE the epilogue, as tc07's, leaves through shared memory: each consumer transposes its
 // tile in 64 x 64 chunks into a 128-byte-swizzled staging buffer and one thread hands each chunk to
 // TMA stores, so the threads do not wait on 128 scalar global stores each.
+//
+// With SPLIT, few tiles with a tall K (fp32 weight gradients: 256 x 256 x 65536 is one cluster
+// tile for 66 clusters) are split along K over every cluster, as tc09 splits them
+// (gemmlab::split_k_ways, split_k_finish): each run adds its part to a workspace, and the runs of
+// a tile then sum a share of it each and write that share of D.
 #include "common/tma.cuh"
 
 // The TMA-store epilogue of a consumer warpgroup whose acc holds a 64 x 256 tile of D^T (top-left
@@ -51,17 +56,19 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
 // CM, CN: blocks per cluster along M or along N (at most one of them 2). Along M the pair shares
 // its B tile, along N its A tile, each block loading half and multicasting it.
 // GROUP: cluster rows (columns, when CN = 2) per scheduling group. TMA_STORE: 1 the staged epilogue
-// (where D's rows are whole, aligned 16-byte units), 0 scalar stores from registers.
+// (where D's rows are whole, aligned 16-byte units), 0 scalar stores from registers. SPLIT: 1 split
+// few tall-K tiles along K (WS: a 64 x 256 fp32 part a consumer warpgroup and block of the grid;
+// FLAGS: a tile's [arrived, left] counts, zero between launches); 0 whole tiles only.
 //
 // Shared layout of one stage (1024-byte aligned, 128-byte swizzled):
 //   A:  [BM][32]            K-major: rows m, 32 K-elements each (CN boxes of BM / CN rows)
 //   B:  [BN / 32][32][32]   as in memory: boxes of 32 rows k x 32 columns n
 // then, with TMA_STORE, a 16 KB staging buffer per consumer (two boxes of 64 rows x 32 columns of D).
-template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE>
+template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT>
 __global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
-        const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D, int M, int N, int K, int lda, int ldb, int ldc,
-        int ldd, float alpha, float beta) {
+        const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D,
+        float* WS, unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int CONSUMERS = BN / 64, CL = CM * CN;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(float);
@@ -86,6 +93,14 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     const int KT = gemmlab::ceil_div(K, BK);
     const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN * CN);  // cluster tiles
     const int tiles = tiles_m * tiles_n, first = blockIdx.x / CL, stride = gridDim.x / CL;
+    // Pieces p = first, first + stride, ...: whole tiles; or, with every tile split over `ways`
+    // runs (at most one a slot), run p % ways of tile p / ways.
+    const int ways = SPLIT ? gemmlab::split_k_ways(tiles, stride, KT) : 0, pieces = ways ? tiles * ways : tiles;
+    auto piece_of = [&](int p, int& t, int& k_begin, int& k_end) {
+        t = ways ? p / ways : p;
+        k_begin = ways ? static_cast<int>(static_cast<long long>(p % ways) * KT / ways) : 0;
+        k_end = ways ? static_cast<int>(static_cast<long long>(p % ways + 1) * KT / ways) : KT;
+    };
 
     auto tile_origin = [&](int t, int& row0, int& col0) {
         if constexpr (CN > 1)  // the same walk with the roles of rows and columns swapped
@@ -107,10 +122,11 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         if (tid == 0) {
             constexpr unsigned short everyone = (1u << CL) - 1;
             int it = 0;
-            for (int t = first; t < tiles; t += stride) {
-                int row0, col0;
+            for (int p = first; p < pieces; p += stride) {
+                int t, k_begin, k_end, row0, col0;
+                piece_of(p, t, k_begin, k_end);
                 tile_origin(t, row0, col0);
-                for (int kt = 0; kt < KT; ++kt, ++it) {
+                for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
                     gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
@@ -174,6 +190,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         // a stage's loads never write registers an MMA in flight still reads -- on no path
         // through the code, or ptxas serialises every wgmma (its warning C7513): hence the loop
         // over pairs of stages and the odd stage after it, not a conditional second step.
+        int k_begin = 0;  // the current piece's first K step
         auto step = [&](unsigned (&f)[16], int kt, int it) {
             const int stage = it % STAGES;
             gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
@@ -189,27 +206,35 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             gemmlab::wgmma_wait<1>();
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-            if (kt > 0) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
+            if (kt > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
         };
         int it = 0;
-        for (int t = first; t < tiles; t += stride) {
-            int row0, col0;
+        for (int p = first; p < pieces; p += stride) {
+            int t, k_end, row0, col0;
+            piece_of(p, t, k_begin, k_end);
             tile_origin(t, row0, col0);
 #pragma unroll
             for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
             unsigned f0[16], f1[16];
-            int kt = 0;
+            int kt = k_begin;
 #pragma unroll 1
-            for (; kt + 1 < KT; kt += 2, it += 2) {
+            for (; kt + 1 < k_end; kt += 2, it += 2) {
                 step(f0, kt, it);
                 step(f1, kt + 1, it + 1);
             }
-            if (kt < KT) step(f0, kt++, it++);  // an odd count: the last stage after f1's
+            if (kt < k_end) step(f0, kt++, it++);  // an odd count: the last stage after f1's
             gemmlab::wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-            if (KT > 0) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
-            if (tma_store)
+            if (k_end > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
+            if (ways)  // the runs of the tile add up its parts, a share each: D^T's row r is column n of D
+                gemmlab::split_k_finish<CONSUMERS>(acc, WS, FLAGS, t, p % ways, ways, CL, rank, c,
+                                                   [&](int r, int col, float v) {
+                    const int m = row0 + col, n = col0 + 64 * c + r;
+                    if (m < M && n < N)
+                        D[gemmlab::offset(m, n, ldd)] = gemmlab::epilogue16<float>(v, alpha, beta, C, gemmlab::offset(m, n, ldc));
+                });
+            else if (tma_store)
                 store_transposed_tma(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
             else
                 gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);

@@ -152,50 +152,18 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (k_end > k_begin) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-            if (k_end < KT || sched.ways) {  // this run's part of the tile, to the workspace
-                float4* mine = part(blockIdx.x);
-#pragma unroll
-                for (int i = 0; i < 128; i += 4)
-                    __stcg(mine + (i / 4) * 128 + ctid, make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
-                if (!sched.ways) {  // a tile's head: then the flag (the next slot owns the tile)
-                    unpublished = true;  // published during the next piece, or after the last
-                    return;
-                }
-                // Every tile split (StreamK::ways): once all the tile's runs have counted themselves
-                // in, each adds up a share of the parts and writes it.
-                // dp = 0: tile t is held by slots first .. first + ways - 1
-                const int ways = sched.ways, first = t * ways;
-                // [arrived, left] counts of this tile's runs, for this block's rows and warpgroup
-                unsigned* count = FLAGS + ((t * CM + static_cast<int>(rank)) * CONSUMERS + c) * 2;
-                gemmlab::named_barrier(1 + c, 128);
-                if (ctid == 0) {
-                    __threadfence();
-                    atomicAdd(count, 1u);
-                    while (gemmlab::flag_acquire(count) < static_cast<unsigned>(ways)) __nanosleep(64);
-                }
-                gemmlab::named_barrier(1 + c, 128);
-                // Share j of a part's 4096 float4 (float4 q: accumulators 4 (q / 128) .. + 3 of
-                // thread q % 128, rows r and r + 8 of columns col and col + 1: wgmma's layout).
-                const int share = (4096 + ways - 1) / ways, q0 = (slot - first) * share, q1 = min(4096, q0 + share);
-                for (int q = q0 + ctid; q < q1; q += 128) {
-                    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    for (int j = 0; j < ways; ++j) {
-                        const float4 p = __ldcg(part((first + j) * CM + static_cast<int>(rank)) + q);
-                        sum.x += p.x, sum.y += p.y, sum.z += p.z, sum.w += p.w;
-                    }
-                    const int th = q % 128, lane = th % 32;
-                    const int r = row0 + c * 64 + (th / 32) * 16 + lane / 4, col = col0 + 8 * (q / 128) + 2 * (lane % 4);
-                    const float v[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int rr = r + 8 * (e / 2), cc = col + e % 2;
-                        if (rr < M && cc < N)
-                            D[gemmlab::offset(rr, cc, ldd)] =
-                                gemmlab::epilogue16<TD>(v[e], alpha, beta, C, gemmlab::offset(rr, cc, ldc));
-                    }
-                }
-                // The last of the tile's runs to leave zeroes both counts for the next launch.
-                if (ctid == 0 && atomicAdd(count + 1, 1u) == static_cast<unsigned>(ways) - 1) count[0] = count[1] = 0u;
+            if (sched.ways) {  // every tile split: the runs add up the parts together
+                gemmlab::split_k_finish<CONSUMERS>(acc, WS, FLAGS, t, slot - t * sched.ways, sched.ways, CM,
+                                                   static_cast<int>(rank), c, [&](int r, int col, float v) {
+                    const int rr = row0 + c * 64 + r, cc = col0 + col;
+                    if (rr < M && cc < N)
+                        D[gemmlab::offset(rr, cc, ldd)] = gemmlab::epilogue16<TD>(v, alpha, beta, C, gemmlab::offset(rr, cc, ldc));
+                });
+                return;
+            }
+            if (k_end < KT) {  // a tile's head: its part to the workspace, then the flag (the next slot owns the tile)
+                gemmlab::store_part(acc, part(blockIdx.x));
+                unpublished = true;  // published during the next piece, or after the last
                 return;
             }
             if (k_begin > 0) {  // a tile's tail: its owner adds the head, from the slot(s) before
