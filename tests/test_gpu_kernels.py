@@ -9,7 +9,7 @@ import gemmlab
 from gemmlab import api, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.check import precision_of
-from gemmlab.configs import configs_in_use
+from gemmlab.configs import configs_in_use, select
 from gemmlab.reference import check_result
 
 pytestmark = pytest.mark.gpu
@@ -178,7 +178,7 @@ def test_stream_k_splits_the_last_wave_and_sums_it_right(dtype, M, N, K, cm):
     fp32 output too, and every flag back at zero after the launch."""
     kernel = "tc09_stream_k"
     spec = registry.get(kernel)
-    cfg = spec.config(CM=cm)
+    cfg = spec.config(CM=cm, SPLIT=1)  # the instantiation with split-K (gemm() takes it where it splits)
     for out_dtype in (dtype, torch.float32):
         a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
         c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
@@ -251,12 +251,13 @@ def test_tf32_reads_16_byte_padded_operands_in_place(M, N, K, monkeypatch):
      (100, 100, 130, {})],
 )
 def test_tf32_splits_few_tall_k_tiles_and_sums_them_right(M, N, K, cluster):
-    """tc08 with at most half a wave of tiles and a tall K splits every tile along K over all the
-    SMs (a grid of every resident block), its runs summing the parts through the workspace: against
-    float64 with alpha and beta into poisoned D, twice on the same counters, every counter back at
-    zero after. Where it does not split, it launches no more blocks than there are tiles."""
+    """tc08's split instantiation (SPLIT = 1), with at most half a wave of tiles and a tall K,
+    splits every tile along K over all the SMs (a grid of every resident block), its runs summing
+    the parts through the workspace: against float64 with alpha and beta into poisoned D, twice on
+    the same counters, every counter back at zero after. Where it does not split, it launches no
+    more blocks than there are tiles; and gemm() takes it where it splits."""
     kernel, spec = "tc08_tf32", registry.get("tc08_tf32")
-    cfg = spec.config(**cluster)
+    cfg = spec.config(SPLIT=1, **cluster)
     a, b = mat(kernel, M, K, torch.float32), mat(kernel, K, N, torch.float32)
     c, out = mat(kernel, M, N, torch.float32), mat(kernel, M, N, torch.float32, float("nan"))
     run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg, precision="tf32")
@@ -276,6 +277,8 @@ def test_tf32_splits_few_tall_k_tiles_and_sums_them_right(M, N, K, cluster):
         assert plan.grid[0] // cl >= 2 * tiles
     else:
         assert plan.grid[0] == tiles * cl
+    if not cluster:  # gemm() takes the split instantiation exactly where it splits
+        assert select(problem_from_tensors(a, b, precision="tf32"), kernel)[1]["SPLIT"] == int(ways > 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -239,16 +239,20 @@ def test_auto_splits_few_tall_k_tiles_along_k():
 
 def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     """tc08 splits along K by tc09's rule (tma.cuh split_k_ways, mirrored by registry.split_k_ways),
-    counted in its own 256 x 256 cluster tiles and 32-wide K steps; gemm() then launches every
-    resident block (spec.splits_k), and otherwise no more blocks than tiles. SPLIT=0 never splits."""
+    counted in its own 256 x 256 cluster tiles and 32-wide K steps. The split is its SPLIT = 1
+    instantiation, which config_for takes only where it splits (compiled into every launch, the
+    split cost whole tiles 2-4%); gemm() then launches every resident block (spec.splits_k)."""
+    from gemmlab.configs import config_for, configs_in_use
+
     header = (Path(registry.__file__).parent / "kernels" / "common" / "tma.cuh").read_text()
     assert "if (KT <= 1 || tiles < 1 || 2 * tiles > slots) return 0;" in header
     spec = registry.get("tc08_tf32")
 
+    def problem(M, N, K):
+        return problem_from_tensors(torch.empty(M, K), torch.empty(K, N), device_type="cpu", precision="tf32")
+
     def splits(M, N, K, **cfg):
-        a, b = torch.empty(M, K), torch.empty(K, N)
-        p = problem_from_tensors(a, b, device_type="cpu", precision="tf32")
-        return spec.splits_k(p, spec.config(**cfg), 132)
+        return spec.splits_k(problem(M, N, K), spec.config(SPLIT=1, **cfg), 132)
 
     # one cluster tile of 2048 K steps over 66 runs; 16 tiles over 4; 8 x 8 tiles (more than half a wave)
     assert splits(256, 256, 65536) and splits(1024, 1024, 16384) and splits(1, 1, 8192)
@@ -256,8 +260,12 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     assert not splits(2048, 2048, 65536) and registry.split_k_ways(64, 66, 2048) == 0
     # too few K steps to repay the split: 512^3 is 16 steps a tile, 4 ways would take 4 + 16 + 1.6
     assert not splits(512, 512, 512) and not splits(100, 100, 130)
-    assert not splits(256, 256, 65536, SPLIT=0)
+    assert not spec.splits_k(problem(256, 256, 65536), spec.config(SPLIT=0), 132)
     assert splits(257, 513, 4099, CM=2, CN=1)  # clusters along M: 5 tiles of 512 x 128
+    assert config_for(spec, problem(256, 256, 65536))["SPLIT"] == 1
+    assert config_for(spec, problem(4096, 4096, 4096))["SPLIT"] == 0
+    assert config_for(spec, problem(512, 512, 512))["SPLIT"] == 0
+    assert sorted(c["SPLIT"] for c in configs_in_use(spec)) == [0, 1]
 
 
 def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():

@@ -74,7 +74,18 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     if spec.id == "tc07_persistent_cluster":
         return tc07_tile(problem)[0]
-    return _size_rule_config(spec, problem)
+    return _split_config(spec, problem, _size_rule_config(spec, problem))
+
+
+# A kernel with a SPLIT parameter (tc08, tc09) has its split-K code in its SPLIT = 1 instantiation only:
+# compiled into every launch, it cost the whole tiles 2-4% (H100, TF32, 0.948x against 0.970x
+# cuBLAS at 4096^3, 1.050x against 1.094x at 5120^3: results/nvidia-h100-80gb-hbm3/
+# tune-tf32split-20261123T181921Z.json). The split one serves where it splits (spec.splits_k).
+def _split_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
+    if getattr(spec, "splits_k", None) is None or cfg.as_dict().get("SPLIT") != 0:
+        return cfg
+    split = _rule_config(spec, tuple(sorted({**cfg.as_dict(), "SPLIT": 1}.items())))
+    return split if spec.splits_k(problem, split, registry._sm_count(problem.device)) else cfg
 
 
 def _size_rule_config(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
@@ -93,6 +104,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
     if spec.id == "tc07_persistent_cluster":
         out += [_rule_config(spec, tuple(sorted(o.items()))) for o, _ in TC07_TILES]
+    if getattr(spec, "splits_k", None) is not None:  # (the CPU ladder's specs have none)
+        out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]
     return out
 
 

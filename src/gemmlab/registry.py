@@ -842,7 +842,7 @@ TC_08 = KernelSpec(
         Param("CN", 2, "blocks per cluster along N, sharing A tiles by multicast (1 or 2; CM * CN <= 2)"),
         _CLUSTER_GROUP,
         Param("TMA_STORE", 1, "1: the epilogue through shared memory and TMA stores; 0: scalar stores from registers"),
-        Param("SPLIT", 1, "1: few tiles with a tall K split along K over every SM (tc09's split-K); 0: whole tiles only"),
+        Param("SPLIT", 0, "1: few tiles with a tall K split along K over every SM (tc09's split-K; chosen where it splits); 0: whole tiles only"),
     ),
     block=lambda c: ((c["BN"] // 64 + 1) * 128, 1, 1),
     grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"] * c["CN"]) * c["CM"] * c["CN"], 1, 1),
@@ -863,7 +863,7 @@ TC_08 = KernelSpec(
     staged=True,
     # as tc09's: one 64 x 256 fp32 part a consumer warpgroup and block, and the tiles' counters
     workspace=lambda c, blocks: (blocks * (c["BN"] // 64) * 64 * 256, blocks * (c["BN"] // 64)),
-    splits_k=lambda p, c, blocks: _tc08_splits(p, c, blocks),
+    splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"] * c["CN"], c["BM"] * c["CM"], c["BN"] * c["CN"]),
 )
 
 # tc09's splitting costs about this many waves' time over a run of `waves` whole-tile waves: more
@@ -900,11 +900,11 @@ def split_k_ways(tiles: int, slots: int, kt: int) -> int:
     return split_ways(tiles, slots, kt) if split_time(tiles, slots, kt) < 1 else 0
 
 
-def _tc08_splits(problem: GemmProblem, c: GemmConfig, blocks: int) -> bool:
-    """Whether tc08 splits this problem's tiles along K with `blocks` resident (its SPLIT config)."""
-    cl = c["CM"] * c["CN"]
-    tiles = cdiv(problem.M, c["BM"] * c["CM"]) * cdiv(problem.N, c["BN"] * c["CN"])
-    return bool(c["SPLIT"]) and split_k_ways(tiles, blocks // cl, cdiv(problem.K, c["BK"])) > 0
+def _splits(problem: GemmProblem, c: GemmConfig, blocks: int, cluster: int, tile_m: int, tile_n: int) -> bool:
+    """Whether a SPLIT config of tc08 or tc09 splits this problem's cluster tiles (tile_m x tile_n)
+    along K with `blocks` resident in clusters of `cluster`."""
+    tiles = cdiv(problem.M, tile_m) * cdiv(problem.N, tile_n)
+    return bool(c["SPLIT"]) and split_k_ways(tiles, blocks // cluster, cdiv(problem.K, c["BK"])) > 0
 
 
 def split_time(tiles: int, slots: int, kt: int) -> float:
@@ -981,7 +981,8 @@ TC_09 = KernelSpec(
     source="tensorcore/09_stream_k.cu",
     entry="tc_stream_k",
     params=tuple(Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)") if p.name == "BN" else p
-                 for p in TC_07.params),
+                 for p in TC_07.params)
+    + (Param("SPLIT", 0, "1: few tiles with a tall K split along K over every SM (chosen where it splits); 0: never"),),
     block=_WS_BLOCK,
     # every SM, whatever the tile count (a persistent grid is capped at the blocks that fit): with
     # half a wave of tiles or less, the idle ones take a share of each tile's K steps
@@ -998,6 +999,7 @@ TC_09 = KernelSpec(
     min_capability=(9, 0),
     # one 64 x 256 fp32 part and one flag per consumer warpgroup and block
     workspace=lambda c, blocks: (blocks * (c["BM"] // 64) * 64 * 256, blocks * (c["BM"] // 64)),
+    splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"], c["BM"] * c["CM"], c["BN"]),
     staged=True,
     auto_skip=lambda p, c: _copies_pay(p, c) or _stream_k_pays(p, c),
 )

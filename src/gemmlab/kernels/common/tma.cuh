@@ -150,11 +150,12 @@ struct StreamK {
     int ways;                        // > 0: every tile is split, over this many runs (slots w*t .. w*t+w-1)
     long long sk_steps;              // K steps of the split tiles, all together
 
-    __device__ StreamK(int tiles_, int slots_, int KT_) : tiles(tiles_), slots(slots_), KT(KT_) {
+    // split: whether few tall tiles may be split (split-K), or run whole.
+    __device__ StreamK(int tiles_, int slots_, int KT_, bool split) : tiles(tiles_), slots(slots_), KT(KT_) {
         dp = tiles, runs = slots, ways = 0;
         if (KT > 1 && tiles > slots && tiles % slots != 0) {
             dp = (tiles / slots - 1) * slots;
-        } else if ((ways = split_k_ways(tiles, slots, KT)) > 0) {
+        } else if (split && (ways = split_k_ways(tiles, slots, KT)) > 0) {
             dp = 0, runs = tiles * ways;
         }
         sk_steps = static_cast<long long>(tiles - dp) * KT;

@@ -58,7 +58,9 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
 // GROUP: cluster rows (columns, when CN = 2) per scheduling group. TMA_STORE: 1 the staged epilogue
 // (where D's rows are whole, aligned 16-byte units), 0 scalar stores from registers. SPLIT: 1 split
 // few tall-K tiles along K (WS: a 64 x 256 fp32 part a consumer warpgroup and block of the grid;
-// FLAGS: a tile's [arrived, left] counts, zero between launches); 0 whole tiles only.
+// FLAGS: a tile's [arrived, left] counts, zero between launches); 0 whole tiles only, the code of
+// the split left out (compiled in, it cost the whole tiles 2-4%: gemmlab launches SPLIT = 1 only
+// where it splits).
 //
 // Shared layout of one stage (1024-byte aligned, 128-byte swizzled):
 //   A:  [BM][32]            K-major: rows m, 32 K-elements each (CN boxes of BM / CN rows)

@@ -18,10 +18,11 @@
 // share of the parts and writes it.
 #include "common/tma.cuh"
 
-// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE: as tc07. WS: fp32 parts of split tiles, 64 x 256
-// a consumer warpgroup and block of the grid; FLAGS: one a consumer warpgroup and block, zero
-// between launches (the reader resets each it consumed).
-template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE>
+// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE: as tc07. SPLIT: 1 with the split-K of few tall
+// tiles, 0 without its code (gemmlab launches SPLIT = 1 only where it splits). WS: fp32 parts of
+// split tiles, 64 x 256 a consumer warpgroup and block of the grid; FLAGS: one a consumer
+// warpgroup and block, zero between launches (the reader resets each it consumed).
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int SPLIT>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
             const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
@@ -52,7 +53,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     const int KT = gemmlab::ceil_div(K, BK);
     const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);  // cluster tiles
     const int tiles = tiles_m * tiles_n, slot = blockIdx.x / CM;
-    const gemmlab::StreamK sched(tiles, gridDim.x / CM, KT);
+    const gemmlab::StreamK sched(tiles, gridDim.x / CM, KT, SPLIT != 0);
 
     auto tile_origin = [&](int t, int& row0, int& col0) {
         gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, static_cast<int>(rank), BM, BN, row0, col0);
@@ -152,7 +153,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (k_end > k_begin) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-            if (sched.ways) {  // every tile split: the runs add up the parts together
+            if (SPLIT && sched.ways) {  // every tile split: the runs add up the parts together
                 gemmlab::split_k_finish<CONSUMERS>(acc, WS, FLAGS, t, slot - t * sched.ways, sched.ways, CM,
                                                    static_cast<int>(rank), c, [&](int r, int col, float v) {
                     const int rr = row0 + c * 64 + r, cc = col0 + col;
