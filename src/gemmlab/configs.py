@@ -74,7 +74,20 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     if spec.id == "tc07_persistent_cluster":
         return tc07_tile(problem)[0]
-    return _split_config(spec, problem, _size_rule_config(spec, problem))
+    return _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
+
+
+# tc08's clusters pair blocks along N (CN = 2). On a problem no wider than one block (N <= BN) the
+# second block of every pair has no columns to compute and its SM idles; single blocks then give a
+# split twice the slots. TF32 on an H100 (results/nvidia-h100-80gb-hbm3/tune-tf32split-cn-
+# 20261123T185016Z.json): 64 x 64 x 65536 0.80x cuBLAS against 0.51x with pairs, 128 x 128 x 1048576
+# 0.96x against 0.58x; wider problems ran the same or better in pairs (512 x 512 x 32768: 1.27x
+# against 1.23x single; 256 x 256 x 65536, 1024 x 1024 x 16384: within 1%).
+def _narrow_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
+    d = cfg.as_dict()
+    if d.get("CN", 1) > 1 and problem.N <= d["BN"]:
+        return _rule_config(spec, tuple(sorted({**d, "CN": 1}.items())))
+    return cfg
 
 
 # A kernel with a SPLIT parameter (tc08, tc09) has its split-K code in its SPLIT = 1 instantiation only:
@@ -104,6 +117,7 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
     if spec.id == "tc07_persistent_cluster":
         out += [_rule_config(spec, tuple(sorted(o.items()))) for o, _ in TC07_TILES]
+    out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "CN": 1}.items()))) for c in out if c.as_dict().get("CN", 1) > 1]
     if getattr(spec, "splits_k", None) is not None:  # (the CPU ladder's specs have none)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]
     return out
