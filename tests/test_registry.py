@@ -265,7 +265,12 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     assert config_for(spec, problem(256, 256, 65536))["SPLIT"] == 1
     assert config_for(spec, problem(4096, 4096, 4096))["SPLIT"] == 0
     assert config_for(spec, problem(512, 512, 512))["SPLIT"] == 0
-    assert sorted((c["SPLIT"], c["CN"]) for c in configs_in_use(spec)) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert sorted((c["SPLIT"], c["CN"], c["BN"]) for c in configs_in_use(spec)) == [
+        (0, 1, 64), (0, 1, 128), (0, 2, 128), (1, 1, 128), (1, 2, 128)]
+    # small problems it does not split: 256 x 64 single blocks; from 1536^2 on, 256 x 128 pairs
+    assert config_for(spec, problem(512, 512, 512)) == spec.config(BN=64, CN=1)
+    assert config_for(spec, problem(1024, 1024, 1024)) == spec.config(SPLIT=1)
+    assert config_for(spec, problem(1536, 1536, 1536)) == spec.config()
     # no wider than one 128-column block: single blocks, not pairs along N with an idle second block
     assert config_for(spec, problem(64, 64, 65536)) == spec.config(SPLIT=1, CN=1)
     assert config_for(spec, problem(4096, 128, 4096))["CN"] == 1 and config_for(spec, problem(4096, 129, 4096))["CN"] == 2

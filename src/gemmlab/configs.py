@@ -74,7 +74,18 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     if spec.id == "tc07_persistent_cluster":
         return tc07_tile(problem)[0]
-    return _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
+    cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
+    if spec.id == "tc08_tf32" and cfg["SPLIT"] == 0 and problem.M * problem.N <= TC08_SMALL_MN:
+        cfg = _rule_config(spec, tuple(sorted({**cfg.as_dict(), "BN": 64, "CN": 1}.items())))
+    return cfg
+
+
+# tc08 on small problems that it does not split: 256 x 64 tiles, one consumer warpgroup, no
+# clusters, spread the few tiles over four times the SMs. TF32 on an H100 (results/nvidia-h100-
+# 80gb-hbm3/tune-tf32-bn64-20261123T185801Z.json): 0.69x cuBLAS at 512^3 against 0.48x with 256 x
+# 128 pairs, 0.63x against 0.47x at 768^3, 0.68x against 0.65x (split) at 1024^3; from 1536^3 on
+# the pairs win (0.90x against 0.71x).
+TC08_SMALL_MN = 1024 * 1024
 
 
 # tc08's clusters pair blocks along N (CN = 2). On a problem no wider than one block (N <= BN) the
@@ -111,7 +122,8 @@ def _size_rule_config(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
 
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     """Every config 'auto' can launch a kernel with: its default, those of its size rules and, for
-    tc07, its other tiles."""
+    tc07, its other tiles; for tc08 and tc09 their split instantiations, tc08's single blocks for
+    narrow problems and its 256 x 64 tiles for small ones."""
     out = [spec.default_config()]
     for _, _, overrides in SIZE_RULES.get(spec.id, ()):
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
@@ -120,6 +132,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "CN": 1}.items()))) for c in out if c.as_dict().get("CN", 1) > 1]
     if getattr(spec, "splits_k", None) is not None:  # (the CPU ladder's specs have none)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]
+    if spec.id == "tc08_tf32":  # small problems it runs whole (TC08_SMALL_MN)
+        out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "BN": 64, "CN": 1}.items()))))
     return out
 
 
