@@ -71,3 +71,19 @@ def test_auto_on_cpu_is_the_parallel_step():
 
     spec, cfg = select(problem_from_tensors(rand(3, 3), rand(3, 3), device_type="cpu"))
     assert spec.id == "cpu04_parallel" and cfg.as_dict() == {"BN": 64, "BK": 1024}
+
+
+@pytest.mark.parametrize("kernel", CPU_IDS)
+@pytest.mark.parametrize("layout", ["nt", "tn", "tt"])
+def test_cpu_transposed_inputs(kernel, layout):
+    """Column-major views (x @ w.t(), numpy's .T) are copied row-major before the CPU kernels walk
+    them; the caller's arrays are left as they were."""
+    M, N, K = 37, 29, 45
+    a = rand(K, M).t() if layout[0] == "t" else rand(M, K)
+    b = rand(N, K).t() if layout[1] == "t" else rand(K, N)
+    a0, b0 = a.clone(), b.clone()
+    out = torch.full((M, N), float("nan"))
+    gemmlab.gemm(a, b, kernel=kernel, out=out, device="cpu")
+    assert check_result(out, a, b).passed and torch.equal(a, a0) and torch.equal(b, b0)
+    an, bn = a.numpy(), b.numpy()  # numpy views, transposed the same way
+    assert check_result(torch.from_numpy(gemmlab.gemm(an, bn, kernel=kernel, device="cpu")), a, b).passed

@@ -201,13 +201,68 @@ TC07_CONFIGS = [pytest.param(c, id=",".join(f"{k}={v}" for k, v in c.as_dict().i
 def test_every_tc07_tile_against_float64(cfg, dtype, M, N, K):
     """Each block tile 'auto' may give tc07 (128 x 256, 128 x 192, 128 x 128, 64 x 128), named
     outright at sizes none of them divides -- odd rows staged, several waves, tiles cut at every
-    edge -- with alpha and beta, into poisoned D, in the input type and in fp32."""
+    edge -- with alpha and beta, into poisoned D, in the input type and in fp32; the TB = 1 ones on
+    a B stored transposed (w.t()), read in place."""
     kernel = "tc07_persistent_cluster"
     for out_dtype in (dtype, torch.float32):
-        a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+        a = mat(kernel, M, K, dtype)
+        b = mat(kernel, N, K, dtype).t() if cfg["TB"] else mat(kernel, K, N, dtype)  # TB: B stored transposed
         c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
         api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)()
         assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} {cfg.as_dict()} out={out_dtype}", kernel)
+
+
+def transposed(rows, cols, dtype, pad=0):
+    """A rows x cols column-major view: the transpose of a [cols][rows + pad] matrix's first rows columns."""
+    return rand(cols, rows + pad, dtype=dtype)[:, :rows].t()
+
+
+LAYOUT_KERNELS = [("tc07_persistent_cluster", torch.bfloat16), ("tc09_stream_k", torch.float16), ("auto", torch.bfloat16),
+                  ("tc04_wgmma", torch.float16), ("tc08_tf32", torch.float32), ("sgemm_11_warp_tile", torch.float32),
+                  ("auto", torch.float32)]
+
+
+@pytest.mark.parametrize("kernel,dtype", LAYOUT_KERNELS)
+@pytest.mark.parametrize("layout", ["nt", "tn", "tt"])
+@pytest.mark.parametrize("M,N,K,pad", [(1, 1, 1, 0), (7, 17, 13, 0), (127, 1000, 513, 3), (1022, 1022, 1022, 0),
+                                       (300, 257, 1024, 8), (3000, 777, 300, 0)])
+def test_transposed_operands_against_float64(kernel, dtype, layout, M, N, K, pad, monkeypatch):
+    """Column-major a and b (a.t(), w.t(); storage rows padded or not, rows of odd byte counts):
+    tc07 and tc09 read a B stored transposed in place (K-major tiles, TB = 1) -- no row-major copy
+    is made -- and every other layout and kernel computes on copies. Alpha and beta, poisoned D,
+    NaN-free; the operands are left as they were."""
+    copies, row_major = [], api._row_major
+    monkeypatch.setattr(api, "_row_major", lambda *args: copies.append(1) or row_major(*args))
+    a = transposed(M, K, dtype, pad) if layout[0] == "t" else rand(M, K, dtype=dtype)
+    b = transposed(K, N, dtype, pad) if layout[1] == "t" else rand(K, N, dtype=dtype)
+    a0, b0 = a.clone(), b.clone()
+    c, out = rand(M, N, dtype=dtype), torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+    # float32: TF32 for tc08, and for auto at one size (the rest of auto's float32 cases: the SIMT ladder)
+    precision = "tf32" if dtype == torch.float32 and (kernel == "tc08_tf32" or (kernel == "auto" and M == 1022)) else "fp32"
+    gemmlab.gemm(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, precision=precision)
+    label = f"{layout} M={M} N={N} K={K} pad={pad} kernel={kernel}"
+    torch.cuda.synchronize()
+    rep = check_result(out, a, b, c, 0.5, -1.0, precision if dtype == torch.float32 else "fp32")
+    assert rep.passed, f"{label}: {rep.summary()}"
+    assert torch.equal(a, a0) and torch.equal(b, b0)
+    spec, _ = select(problem_from_tensors(a, b, c, out, beta=-1.0, precision=precision), kernel)
+    in_place = layout == "nt" and spec.id in ("tc07_persistent_cluster", "tc09_stream_k")
+    assert bool(copies) != in_place, f"{label}: {spec.id} {'copied' if copies else 'read in place'}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,N,K,cm", [(3135, 3135, 1000, 2), (2560, 2047, 777, 1), (200, 300, 20000, 1), (257, 513, 4099, 2)])
+def test_stream_k_on_a_transposed_b(dtype, M, N, K, cm):
+    """tc09's stream-K and split-K runs on K-major B tiles (TB = 1): the last wave split, few tall
+    tiles each split over many runs; prepare() relaunches it on the same flags."""
+    kernel = "tc09_stream_k"
+    cfg = registry.get(kernel).config(CM=cm, SPLIT=1, TB=1)
+    a, b = mat(kernel, M, K, dtype), transposed(K, N, dtype, 8)
+    c, out = mat(kernel, M, N, dtype), mat(kernel, M, N, dtype, float("nan"))
+    run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)
+    for _ in range(2):
+        run()
+        assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel={kernel} CM={cm} nt", kernel)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -151,8 +151,9 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
-    assert [(c["BM"], c["BN"], c["CM"]) for c in configs_in_use(registry.get("tc07_persistent_cluster"))] == [
-        (128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1)]  # fmt: skip
+    assert [(c["BM"], c["BN"], c["CM"], c["TB"]) for c in configs_in_use(registry.get("tc07_persistent_cluster"))] == [
+        (128, 256, 2, 0), (128, 256, 1, 0), (128, 192, 1, 0), (64, 128, 1, 0),
+        (128, 256, 2, 1), (128, 256, 1, 1), (128, 192, 1, 1), (64, 128, 1, 1)]  # each again for a B stored transposed
 
 
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
@@ -328,3 +329,43 @@ def test_staged_steps_write_odd_d_through_a_padded_buffer():
     out = torch.empty(64, 3200, dtype=torch.bfloat16)[:, 1:3136]  # rows 3200 apart, starting at odd elements
     a, b = torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(32, 3135, dtype=torch.bfloat16)
     assert _wide_d(registry.get("tc07_persistent_cluster"), problem_from_tensors(a, b, None, out, device_type="cpu")) == 3136
+
+
+def test_transposed_operands_are_read_in_place_or_copied():
+    """A B stored transposed (x @ w.t()) is read where it lies, K-major, by tc07 and tc09 (their
+    TB = 1 instantiations, chosen from the problem); every other layout and kernel gets row-major
+    copies from gemm() (KernelSpec.reads_in_place says which), and 'auto' picks the kernel the
+    row-major problem would get."""
+    from gemmlab.configs import config_for, select
+
+    def problem(layout, M, N, K, dtype=torch.bfloat16, **kw):
+        a = torch.empty(K, M, dtype=dtype).t() if layout[0] == "t" else torch.empty(M, K, dtype=dtype)
+        b = torch.empty(N, K, dtype=dtype).t() if layout[1] == "t" else torch.empty(K, N, dtype=dtype)
+        return problem_from_tensors(a, b, device_type="cpu", **kw)
+
+    for M, N, K in [(4096, 4096, 4096), (1022, 1022, 1022), (64, 64, 64), (8192, 8192, 8192)]:
+        nn_spec, nn_cfg = select(problem("nn", M, N, K), device="cuda")
+        spec, cfg = select(problem("nt", M, N, K), device="cuda")
+        assert spec is nn_spec and spec.id in ("tc07_persistent_cluster", "tc09_stream_k")
+        assert cfg == spec.config(**{**nn_cfg.as_dict(), "TB": 1}) and spec.reads_in_place(problem("nt", M, N, K), cfg)
+        for layout in ("tn", "tt"):
+            spec, cfg = select(problem(layout, M, N, K), device="cuda")
+            assert spec is nn_spec and cfg == nn_cfg and not spec.reads_in_place(problem(layout, M, N, K), cfg)
+    # named kernels: tc09 reads nt in place too; tc04 and the TF32 step do not
+    p = problem("nt", 3000, 777, 300)
+    spec, cfg = select(p, "tc09_stream_k", device="cuda")
+    assert cfg["TB"] == 1 and spec.reads_in_place(p, cfg)
+    spec, cfg = select(p, "tc04_wgmma", device="cuda")
+    assert not spec.reads_in_place(p, cfg) and spec.why_not(p.row_major(), cfg) is None
+    p = problem("nt", 4096, 4096, 4096, torch.float32, precision="tf32")
+    spec, cfg = select(p, device="cuda")
+    assert spec.id == "tc08_tf32" and not spec.reads_in_place(p, cfg)
+    # a config for the wrong layout is refused with the reason
+    tc07 = registry.get("tc07_persistent_cluster")
+    assert "TB=0" in tc07.why_not(problem("nt", 256, 256, 64), tc07.config())
+    assert "TB=1" in tc07.why_not(problem("nn", 256, 256, 64), tc07.config(TB=1))
+    assert "not tn" in tc07.why_not(problem("tn", 256, 256, 64), tc07.config())
+    assert config_for(tc07, problem("nt", 256, 256, 64))["TB"] == 1
+    # B's box: 64-column boxes of K rows, or with TB its N rows (shared among a cluster's blocks)
+    assert tc07.tma_boxes(tc07.config())["b"] == (64, 64) and tc07.tma_boxes(tc07.config(TB=1))["b"] == (128, 64)
+    assert tc07.tma_boxes(tc07.config(TB=1, CM=1, BN=192))["b"] == (192, 64)

@@ -56,13 +56,44 @@ def test_wrong_rank():
 
 
 def test_strides_that_no_kernel_serves():
-    with pytest.raises(ValueError, match=r"a must be row-major.*a\.contiguous\(\)"):
-        P(r(3, 4).t(), r(3, 2))  # column-major view
-    with pytest.raises(ValueError, match="b must be row-major"):
+    with pytest.raises(ValueError, match=r"b must be row-major \(unit column stride\) or column-major .*b\.contiguous\(\)"):
         P(r(4, 3), r(3, 4)[:, ::2])
+    with pytest.raises(ValueError, match=r"a must be row-major .* or column-major .*strides \(16, 2\)"):
+        P(r(4, 16)[:, ::2][:, :3], r(3, 2))  # neither stride is 1
     expanded = r(1, 3).expand(4, 3)  # row stride 0: rows alias
     with pytest.raises(ValueError, match="rows overlap"):
         P(expanded, r(3, 2))
+    with pytest.raises(ValueError, match="columns overlap: column stride 0"):
+        P(r(4, 1).expand(4, 3), r(3, 2))  # column-major with column stride 0
+    # c and out stay row-major: only the inputs may be transposed views
+    with pytest.raises(ValueError, match=r"c must be row-major \(unit column stride\), got strides \(1, 4\)"):
+        P(r(4, 3), r(3, 2), r(2, 4).t(), beta=1.0)
+    with pytest.raises(ValueError, match=r"out must be row-major \(unit column stride\)"):
+        P(r(4, 3), r(3, 2), out=r(2, 4).t())
+
+
+def test_transposed_inputs_are_described_by_their_storage():
+    """a.t() / w.t() views (unit row stride) are column-major inputs: their storage's rows, columns
+    and row stride, marked trans; the problem's layout names which are ("nn", "nt", "tn", "tt")."""
+    w = r(6, 10)[:, :5]  # [N=6, K=5] rows of 10
+    p = P(r(4, 5), w.t())
+    assert (p.M, p.N, p.K, p.layout) == (4, 6, 5, "nt")
+    assert (p.b.rows, p.b.cols, p.b.ld, p.b.trans, p.b.shape) == (6, 5, 10, True, (5, 6))
+    at = r(5, 4)
+    p = P(at.t(), r(5, 3))
+    assert (p.M, p.K, p.layout, p.a.rows, p.a.cols, p.a.ld) == (4, 5, "tn", 5, 4, 4)
+    assert P(at.t(), w.t()).layout == "tt" and P(r(4, 5), r(5, 6)).layout == "nn"
+    assert "(nt)" in P(r(4, 5), w.t()).shape
+    # a contiguous single row or column is row-major; a row of column stride 4 is a column stored
+    assert P(r(4, 1), r(1, 6)).layout == "nn"
+    p = P(r(2, 1), r(3, 4)[:, :1].t())  # shape (1, 3), strides (1, 4)
+    assert p.layout == "nt" and (p.b.rows, p.b.cols, p.b.ld) == (3, 1, 4)
+    with pytest.raises(ValueError, match=r"strides \(3, 9\)"):
+        P(r(1, 3), r(3, 9)[:, ::3].t())  # neither stride is 1
+    # the overlap check sees the storage
+    big = r(8, 8)
+    with pytest.raises(ValueError, match="out overlaps b"):
+        P(r(4, 2), big[:4, :2].t(), out=big[3:7, :4])
 
 
 def test_row_stride_larger_than_width_is_fine():

@@ -26,7 +26,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     """D = alpha * a @ b + beta * c on CUDA tensors, launched on torch's current stream.
 
     a: [M, K], b: [K, N], c: [M, N] or None (then beta must be 0), row-major (unit column
-    stride; any row stride). beta == 0 never reads c. out: where to write D (may be c itself for
+    stride; any row stride); a and b may also be column-major (unit row stride: transposed views
+    such as w.t() of a [N, K] weight). The bf16/fp16 Hopper steps read a B stored transposed in
+    place (K-major tiles); every other case hands the kernel row-major copies (one torch copy a
+    transposed operand, on the same stream). beta == 0 never reads c. out: where to write D (may be c itself for
     an in-place update); allocated when None. kernel: a registered kernel id, or "auto" for the
     fastest registered kernel that can serve the problem. Returns D.
 
@@ -50,6 +53,12 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
             raise ValueError("the CPU ladder computes and writes fp32 only: drop precision=/out_dtype= or use the GPU")
         return gemm_cpu(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision, out_dtype=out_dtype)
+    if problem.layout != "nn":
+        spec, cfg = select(problem, kernel)
+        if not spec.reads_in_place(problem, cfg):  # row-major copies of the operands stored transposed
+            a, b = _row_major(problem, a, b)
+            problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision,
+                                           out_dtype=out_dtype)  # fmt: skip
     plan = _plan(problem, kernel)
     if out is None:
         out = torch.empty((problem.M, problem.N), dtype=problem.result_dtype, device=problem.device)
@@ -63,19 +72,35 @@ def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: Ge
             precision="fp32") -> Callable[[], None]:  # fmt: skip
     """Validate once and return a function that relaunches the same GEMM (for benchmarks: it
     skips validation and selection on every call; copies a staged kernel needs -- operands whose
-    layout TMA cannot take, and an odd-strided D's padded buffer (tc07-tc09) -- are still made on
-    every call, as gemm() does). out's dtype is
-    the result's. config: another config of the chosen kernel (for tuning). The tensors must stay
+    layout TMA cannot take, and an odd-strided D's padded buffer (tc07-tc09) -- and row-major
+    copies of transposed operands for kernels that do not read them in place are still made on
+    every call, as gemm() does). out's dtype is the result's. config: another config of the chosen kernel (for tuning). The tensors must stay
     alive."""
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision)
     spec, cfg = select(problem, kernel)
     if config is not None:
         if config.kernel != spec.id:
             raise ValueError(f"config is for {config.kernel}, not {spec.id}")
+        if "TB" in config.as_dict():  # B's layout is the problem's, whatever the config says
+            tb = int(problem.b.trans and problem.layout in spec.layouts)
+            config = GemmConfig(config.kernel, tuple((k, tb if k == "TB" else v) for k, v in config.values))
+        cfg = config
+    if not spec.reads_in_place(problem, cfg):
+        # a kernel of row-major operands only: every call copies the transposed ones first, as gemm() does
+        copies = _row_major(problem, a, b)
+        launch = prepare(*copies, c, alpha=alpha, beta=beta, kernel=spec.id, out=out, config=config, precision=precision)
+        pairs = [(dst, src) for dst, src, op in zip(copies, (a, b), (problem.a, problem.b)) if op.trans]
+
+        def copy_and_launch():
+            for dst, src in pairs:
+                dst.copy_(src)
+            launch()
+
+        return copy_and_launch
+    if config is not None:
         reason = spec.why_not(problem, config)
         if reason:
             raise ValueError(f"{spec.id} {config.as_dict()} cannot serve {problem.shape}: {reason}")
-        cfg = config
     if problem.is_empty:
         return lambda: None
     return _planned_launch(spec, cfg, problem, a, b, c, out)
@@ -218,11 +243,23 @@ def _workspace_args(plan: _Plan) -> tuple:
     return ws[0].data_ptr(), ws[1].data_ptr()
 
 
+def _row_major(problem: GemmProblem, a, b) -> tuple:
+    """a and b, with those stored transposed replaced by row-major copies (torch, on the current
+    stream), for kernels that read row-major operands only."""
+    return tuple(t.contiguous() if o.trans else t for t, o in ((a, problem.a), (b, problem.b)))
+
+
+def _storage(t, op) -> object:
+    """The row-major view of an operand's memory: t itself, or t.T where t is stored transposed."""
+    return t.T if op.trans else t
+
+
 def _operands(problem: GemmProblem, a, b, d) -> dict[str, tuple]:
-    """name -> (tensor, rows, cols, row stride) of what the kernel's tensor maps describe (d: the
-    caller's out, or the whole of a padded buffer standing in for it)."""
-    return {"a": (a, problem.a.rows, problem.a.cols, problem.a.ld),
-            "b": (b, problem.b.rows, problem.b.cols, problem.b.ld),
+    """name -> (tensor, rows, cols, row stride) of what the kernel's tensor maps describe: the
+    operands' storage (a B stored transposed: its [N][K] rows), and d (the caller's out, or the
+    whole of a padded buffer standing in for it)."""
+    return {"a": (_storage(a, problem.a), problem.a.rows, problem.a.cols, problem.a.ld),
+            "b": (_storage(b, problem.b), problem.b.rows, problem.b.cols, problem.b.ld),
             "d": (d, problem.M, d.shape[1], _ld(d))}  # fmt: skip
 
 
@@ -238,7 +275,7 @@ def _staged(problem: GemmProblem, a, b, names: tuple[str, ...]) -> dict[str, tup
         op = getattr(problem, name)
         pad = -(-op.cols // per16) * per16
         copy = torch.empty((op.rows, pad), dtype=t.dtype, device=t.device)[:, : op.cols]
-        copy.copy_(t)
+        copy.copy_(_storage(t, op))  # the same layout, rows padded
         copies[name] = (copy, op.rows, op.cols, pad)
     return copies
 

@@ -222,6 +222,7 @@ def bench_cmd(
     dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16), float16 (fp16), tf32 (float32 tensors multiplied as TF32; cuBLAS with TF32 on), or bf16-fp32out / fp16-fp32out (16-bit inputs, fp32 result)"),
     sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes, dtypes (reps, warmup)"),
     resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
+    layout: str = typer.Option("nn", help="GPU: how A and B lie in memory: nn (row-major), nt (B a transposed view, x @ w.t()), tn, tt"),
 ) -> None:
     """Time kernels against the baseline (GPU: cuBLAS, same inputs, interleaved, L2 flushed;
     CPU: numpy's BLAS). A kernel may carry a config: -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
@@ -268,6 +269,8 @@ def bench_cmd(
         shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
         if dtype not in bench_run.DTYPES:
             raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(bench_run.DTYPES)}")
+        if layout not in bench_run.LAYOUTS:
+            raise typer.BadParameter(f"--layout {layout!r}: one of {', '.join(bench_run.LAYOUTS)}")
         torch_dtype = bench_run.DTYPES[dtype]
         precision = bench_run.PRECISIONS.get(dtype, "fp32")
         for k in ids:
@@ -276,8 +279,8 @@ def bench_cmd(
                 raise typer.BadParameter(f"{spec.id} does not take {dtype}; it takes {spec.dtypes} ({spec.math} math for float32)")
         runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume,
                                                   dtype=torch_dtype, precision=precision,
-                                                  out_dtype=bench_run.OUT_DTYPES.get(dtype), **kw)  # fmt: skip
-        title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''})", "TFLOP/s", 1.0, "cuBLAS"
+                                                  out_dtype=bench_run.OUT_DTYPES.get(dtype), layout=layout, **kw)  # fmt: skip
+        title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''}{', ' + layout if layout != 'nn' else ''})", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
     for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
         t.add_column(col, justify="right", no_wrap=col == "kernel")

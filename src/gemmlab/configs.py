@@ -73,10 +73,18 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
 
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     if spec.id == "tc07_persistent_cluster":
-        return tc07_tile(problem)[0]
-    cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
-    if spec.id == "tc08_tf32" and cfg["SPLIT"] == 0 and problem.M * problem.N <= TC08_SMALL_MN:
-        cfg = _rule_config(spec, tuple(sorted({**cfg.as_dict(), "BN": 64, "CN": 1}.items())))
+        cfg = tc07_tile(problem)[0]
+    else:
+        cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
+        if spec.id == "tc08_tf32" and cfg["SPLIT"] == 0 and problem.M * problem.N <= TC08_SMALL_MN:
+            cfg = _rule_config(spec, tuple(sorted({**cfg.as_dict(), "BN": 64, "CN": 1}.items())))
+    return _layout_config(spec, problem, cfg)
+
+
+def _layout_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
+    """cfg, or its TB = 1 twin where the kernel reads a B stored transposed in place."""
+    if problem.b.trans and "nt" in getattr(spec, "layouts", ()) and problem.layout in spec.layouts:
+        return _rule_config(spec, tuple(sorted({**cfg.as_dict(), "TB": 1}.items())))
     return cfg
 
 
@@ -134,6 +142,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]
     if spec.id == "tc08_tf32":  # small problems it runs whole (TC08_SMALL_MN)
         out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "BN": 64, "CN": 1}.items()))))
+    if "nt" in getattr(spec, "layouts", ()):  # each again for a B stored transposed
+        out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "TB": 1}.items()))) for c in out]
     return out
 
 
@@ -158,7 +168,7 @@ def _choice_key(problem: GemmProblem, kernel: str) -> tuple:
     a, b, c, d = problem.a, problem.b, problem.c, problem.d
     return (
         kernel, problem.dtype, problem.out_dtype, problem.precision, problem.M, problem.N, problem.K,
-        a.ld, a.ptr % 16, b.ld, b.ptr % 16,
+        a.ld, a.ptr % 16, a.trans, b.ld, b.ptr % 16, b.trans,
         None if c is None else (c.ld, c.ptr % 16),
         None if d is None else (d.ld, d.ptr % 16),
     )  # fmt: skip
@@ -180,6 +190,15 @@ def select(problem: GemmProblem, kernel: str = "auto", device: str | None = None
 
 
 def _select(problem: GemmProblem, kernel: str, device: str) -> tuple[KernelSpec, GemmConfig]:
+    if problem.layout != "nn":
+        # The kernel the row-major problem gets; it reads this layout in place where it can, and is
+        # otherwise given row-major copies (gemm() makes them where spec.layouts lacks the layout).
+        spec, cfg = _select(problem.row_major(), kernel, device)
+        if problem.layout in getattr(spec, "layouts", ()):
+            native = config_for(spec, problem)
+            if spec.why_not(problem, native) is None:
+                return spec, native
+        return spec, cfg
     if kernel != "auto":
         spec = registry.get(kernel)
         if spec.device != device:

@@ -7,7 +7,7 @@ argument and says what to do. Nothing here touches the GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import numbers
 from typing import NamedTuple
 
@@ -17,19 +17,28 @@ INT32_MAX = 2**31 - 1
 
 
 class Operand(NamedTuple):
-    """One row-major matrix: its shape, leading dimension (elements), address, and the address
-    one past its last element (== ptr when empty), for overlap checks."""
+    """One matrix as it lies in memory: rows x cols stored row-major with leading dimension ld
+    (elements), its address, and the address one past its last element (== ptr when empty), for
+    overlap checks. trans: the argument is the transposed view of that storage (a column-major
+    view, such as w.t() of a row-major [N, K] weight), its shape cols x rows."""
 
     rows: int
     cols: int
     ld: int
     ptr: int
     end: int
+    trans: bool = False
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The shape of the argument (the storage's, transposed back where trans)."""
+        return (self.cols, self.rows) if self.trans else (self.rows, self.cols)
 
 
 @dataclass(slots=True)
 class GemmProblem:
-    """D = alpha * A @ B + beta * C, with A [M, K], B [K, N], C and D [M, N], all row-major."""
+    """D = alpha * A @ B + beta * C, with A [M, K], B [K, N], C and D [M, N]: C and D row-major, A
+    and B row-major or stored transposed (Operand.trans; `layout`)."""
 
     M: int
     N: int
@@ -59,13 +68,29 @@ class GemmProblem:
 
     @property
     def shape(self) -> str:
-        return f"M={self.M} N={self.N} K={self.K}"
+        return f"M={self.M} N={self.N} K={self.K}" + (f" ({self.layout})" if self.layout != "nn" else "")
+
+    def row_major(self) -> GemmProblem:
+        """The problem as a kernel sees it when gemm() hands it row-major copies of the operands
+        stored transposed (fresh, aligned allocations)."""
+        def copy(o: Operand) -> Operand:
+            rows, cols = o.shape
+            return Operand(rows, cols, max(cols, 1), 0, 0) if o.trans else o
+
+        return replace(self, a=copy(self.a), b=copy(self.b))
+
+    @property
+    def layout(self) -> str:
+        """How A and B lie in memory: "nn" both row-major; "nt", "tn", "tt" with B, A or both
+        stored transposed (column-major views)."""
+        return ("t" if self.a.trans else "n") + ("t" if self.b.trans else "n")
 
 
 
-def _operand(name: str, t: torch.Tensor, itemsize: int) -> Operand:
-    """Check that t is a 2-D row-major matrix with unit column stride; return its description.
-    (gemm() runs this on every call: it reads each property of t once.)"""
+def _operand(name: str, t: torch.Tensor, itemsize: int, transposable: bool = False) -> Operand:
+    """Check that t is a 2-D matrix with unit column stride (row-major), or, where transposable (a
+    and b), unit row stride (column-major: a transposed view such as w.t()); return a description
+    of its storage. (gemm() runs this on every call: it reads each property of t once.)"""
     shape = t.shape
     if len(shape) != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got {len(shape)}-D shape {tuple(shape)}")
@@ -76,19 +101,25 @@ def _operand(name: str, t: torch.Tensor, itemsize: int) -> Operand:
     if rows == 0 or cols == 0:
         return Operand(rows, cols, max(cols, 1), ptr, ptr)
     row_stride, col_stride = t.stride()
-    if cols > 1 and col_stride != 1:
-        raise ValueError(
-            f"{name} must be row-major with unit column stride, got strides {t.stride()} for "
-            f"shape {tuple(shape)} (a transposed or sliced view?); pass {name}.contiguous()"
-        )
+    trans = cols > 1 and col_stride != 1
+    if trans:
+        if not transposable or (rows > 1 and row_stride != 1):
+            kind = "row-major (unit column stride)" + (" or column-major (unit row stride)" if transposable else "")
+            raise ValueError(
+                f"{name} must be {kind}, got strides {t.stride()} for shape {tuple(shape)} "
+                f"(a sliced or permuted view?); pass {name}.contiguous()"
+            )
+        rows, cols, row_stride = cols, rows, col_stride  # the storage: the transposed view's rows
     ld = row_stride if rows > 1 else cols
     if ld < cols:
+        what = ("column stride", "rows") if trans else ("row stride", "columns")
         raise ValueError(
-            f"{name} rows overlap: row stride {row_stride} < {cols} columns; pass {name}.contiguous()"
+            f"{name} {'columns' if trans else 'rows'} overlap: {what[0]} {row_stride} < {cols} {what[1]}; "
+            f"pass {name}.contiguous()"
         )
     if ld > INT32_MAX or rows > INT32_MAX:  # (cols <= ld)
-        raise ValueError(f"{name} is too large for 32-bit indices: shape {tuple(shape)}, row stride {ld}")
-    return Operand(rows, cols, ld, ptr, ptr + (ld * (rows - 1) + cols) * itemsize)
+        raise ValueError(f"{name} is too large for 32-bit indices: shape {tuple(shape)}, stride {ld}")
+    return Operand(rows, cols, ld, ptr, ptr + (ld * (rows - 1) + cols) * itemsize, trans)
 
 
 def _scalar(name: str, value) -> float:
@@ -133,14 +164,14 @@ def problem_from_tensors(
     alpha_f, beta_f = _scalar("alpha", alpha), _scalar("beta", beta)
 
     size = dtype.itemsize
-    oa, ob = _operand("a", a, size), _operand("b", b, size)
-    M, K = oa.rows, oa.cols
-    if ob.rows != K:
+    oa, ob = _operand("a", a, size, True), _operand("b", b, size, True)
+    M, K = oa.shape
+    if ob.shape[0] != K:
         raise ValueError(
             f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
             f"(a.shape[1] must equal b.shape[0])"
         )
-    N = ob.cols
+    N = ob.shape[1]
     oc = od = None
     if c is not None:
         if tuple(c.shape) != (M, N):

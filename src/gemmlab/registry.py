@@ -101,6 +101,10 @@ class KernelSpec:
     # 'auto' passes over a kernel for problems where this says it does not pay (the kernel still
     # serves them when named): None, or a reason string, from the problem and the config.
     auto_skip: Callable[[GemmProblem, GemmConfig], str | None] = field(default=lambda p, cfg: None, repr=False)
+    # The layouts of A and B (GemmProblem.layout) the kernel reads where they lie; for any other,
+    # gemm() hands it row-major copies of the transposed operands. "nt" (B stored transposed, as
+    # x @ w.t() passes it) takes a TB = 1 config (configs.config_for sets it).
+    layouts: tuple[str, ...] = ("nn",)
 
     def default_config(self) -> GemmConfig:
         return _default_config(self)
@@ -132,6 +136,11 @@ class KernelSpec:
     def source_path(self) -> Path:
         return Path(str(resources.files("gemmlab") / "kernels" / self.source))
 
+    def reads_in_place(self, problem: GemmProblem, cfg: GemmConfig) -> bool:
+        """Whether this config reads the problem's A and B where they lie (otherwise gemm() hands
+        it row-major copies of those stored transposed)."""
+        return problem.layout in self.layouts and dict(cfg.values).get("TB", 0) == problem.b.trans
+
     def why_not(self, problem: GemmProblem, cfg: GemmConfig | None = None) -> str | None:
         """None if this kernel can serve the problem, else the reason it cannot (for errors)."""
         cfg = cfg or self.default_config()
@@ -150,6 +159,11 @@ class KernelSpec:
         cc = _capability(problem.device) if self.min_capability > (0, 0) else None
         if cc is not None and cc < self.min_capability:
             return f"{self.id} needs compute capability {self.min_capability[0]}.{self.min_capability[1]} (Hopper), the device has {cc[0]}.{cc[1]}"
+        if not self.reads_in_place(problem, cfg):
+            if problem.layout not in self.layouts:
+                return f"{self.id} reads A and B in layouts {', '.join(self.layouts)}, not {problem.layout}"
+            tb = dict(cfg.values).get("TB", 0)
+            return f"config TB={tb} is for a B {'stored transposed' if tb else 'row-major'}; this B is not"
         tma_reason = tma_constraints(problem, self.tma) if self.tma and not self.staged else None
         return tma_reason or self.extra_constraints(problem, cfg)
 
@@ -767,8 +781,16 @@ def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256)) -> str | 
         _check_tma_tiles(c, bn, 128, _tc07_smem(c), bk=(64, 32))
         or _check_cluster(c, (1, 2, 4))
         or _first_failure((c["BN"] // 64 % c["CM"] == 0,
-                           f"BN / 64 = {c['BN'] // 64} boxes of B do not divide among CM = {c['CM']} blocks"))
+                           f"BN / 64 = {c['BN'] // 64} boxes of B do not divide among CM = {c['CM']} blocks"),
+                          (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"))
     )
+
+
+def _tc07_boxes(c: GemmConfig) -> dict[str, tuple[int, int]]:
+    """A's box: BM rows of BK; B's: BK rows of 64 columns (row-major B), or with TB its BN / CM rows
+    of BK (B stored transposed: each block of a cluster loads its share of the tile's rows)."""
+    b = (c["BN"] // c["CM"], c["BK"]) if c["TB"] else (c["BK"], 64)
+    return {"a": (c["BM"], c["BK"]), "b": b, "d": (64, 64)}
 
 
 TC_07 = KernelSpec(
@@ -786,6 +808,7 @@ TC_07 = KernelSpec(
         _cluster_m((1, 2, 4)),
         _CLUSTER_GROUP,
         Param("TMA_STORE", 1, "1: epilogue through swizzled smem and TMA stores; 0: registers to global"),
+        Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major; 0: B row-major (set from the problem)"),
     ),
     block=_WS_BLOCK,
     grid=_CLUSTER_GRID,
@@ -795,12 +818,13 @@ TC_07 = KernelSpec(
     seeds="issue 3: persistent tile scheduler, clusters with TMA multicast, TMA-store epilogue; tile widths for whole waves",
     type_param=True,
     tma=("a", "b", "d"),
-    tma_boxes=lambda c: {"a": (c["BM"], c["BK"]), "b": (c["BK"], 64), "d": (64, 64)},
+    tma_boxes=_tc07_boxes,
     cluster=lambda c: (c["CM"], 1, 1),
     persistent=True,
     min_capability=(9, 0),
     staged=True,
     auto_skip=_copies_pay,
+    layouts=("nn", "nt"),
 )
 
 
@@ -1002,6 +1026,7 @@ TC_09 = KernelSpec(
     splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"], c["BM"] * c["CM"], c["BN"]),
     staged=True,
     auto_skip=lambda p, c: _copies_pay(p, c) or _stream_k_pays(p, c),
+    layouts=TC_07.layouts,
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.

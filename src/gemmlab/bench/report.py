@@ -118,8 +118,18 @@ def _held(meta: dict) -> str:
 _STAGED = "operands whose row stride TMA cannot take (odd sizes) are copied to padded rows inside the timed call"
 
 
+_LAYOUTS = {"nt": "B a transposed view (x @ w.t() of a [N, K] weight; tc07 and tc09 read it in place, "
+                   "other kernels get a row-major copy inside the timed call)",
+            "tn": "A a transposed view (copied row-major inside the timed call)",
+            "tt": "A and B transposed views (copied row-major inside the timed call)"}
+
+
 def _arithmetic(dtype: str) -> str:
-    """What a table of this dtype measured; the steps that stage copies (tc07-tc09) say so."""
+    """What a table of this dtype measured; the steps that stage copies (tc07-tc09) say so, and a
+    layout other than row-major (dtype suffix -nt, -tn, -tt) is named."""
+    base, _, layout = dtype.rpartition("-")
+    if layout in _LAYOUTS:
+        return f"{_arithmetic(base)}; {_LAYOUTS[layout]}, cuBLAS on the same views"
     if dtype == "float32":
         return "float32 (TF32 off)"
     if dtype == "tf32":

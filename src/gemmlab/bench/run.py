@@ -109,20 +109,37 @@ PRECISIONS = {"tf32": "tf32"}
 OUT_DTYPES = {"bf16-fp32out": torch.float32, "fp16-fp32out": torch.float32}
 
 
-def dtype_name(dtype: torch.dtype, precision: str = "fp32", out_dtype: torch.dtype | None = None) -> str:
-    """The dtype a record carries (reports make one table per name)."""
+# --layout: how A and B lie in memory -- nn both row-major; nt B stored transposed (x @ w.t() of a
+# [N, K] weight), tn A, tt both: column-major views, passed as they are to gemm() and to torch.mm
+LAYOUTS = ("nn", "nt", "tn", "tt")
+
+
+def dtype_name(dtype: torch.dtype, precision: str = "fp32", out_dtype: torch.dtype | None = None,
+               layout: str = "nn") -> str:  # fmt: skip
+    """The dtype a record carries (reports make one table per name), with the layout unless nn."""
     if precision == "tf32":
-        return "tf32"
-    name = str(dtype).removeprefix("torch.")
-    return f"{name}-fp32out" if out_dtype not in (None, dtype) else name
+        name = "tf32"
+    else:
+        name = str(dtype).removeprefix("torch.")
+        name = f"{name}-fp32out" if out_dtype not in (None, dtype) else name
+    return name if layout == "nn" else f"{name}-{layout}"
+
+
+def operands(M: int, N: int, K: int, dtype: torch.dtype, dev: str, layout: str = "nn") -> tuple:
+    """Fresh random a [M, K] and b [K, N] in (-1, 1), each a column-major view where the layout
+    says so (the transpose of a contiguous [K, M] or [N, K])."""
+    def rand(rows, cols, trans):
+        t = (torch.rand((cols, rows) if trans else (rows, cols), device=dev) * 2 - 1).to(dtype)
+        return t.t() if trans else t
+
+    return rand(M, K, layout[0] == "t"), rand(K, N, layout[1] == "t")
 
 
 def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, flusher, device_id: int, config=None,
                dtype: torch.dtype = torch.float32, precision: str = "fp32",
-               out_dtype: torch.dtype | None = None, gate: HostGate | None = None) -> BenchRecord:  # fmt: skip
+               out_dtype: torch.dtype | None = None, gate: HostGate | None = None, layout: str = "nn") -> BenchRecord:  # fmt: skip
     dev = f"cuda:{device_id}"
-    a = (torch.rand((M, K), device=dev) * 2 - 1).to(dtype)
-    b = (torch.rand((K, N), device=dev) * 2 - 1).to(dtype)
+    a, b = operands(M, N, K, dtype, dev, layout)
     result = out_dtype or dtype
     out = torch.full((M, N), float("nan"), device=dev, dtype=result)
     ref_out = {be: torch.full((M, N), float("nan"), device=dev, dtype=result) for be in CUBLAS_BACKENDS}
@@ -168,7 +185,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
         M=M,
         N=N,
         K=K,
-        dtype=dtype_name(dtype, precision, out_dtype),
+        dtype=dtype_name(dtype, precision, out_dtype, layout),
         alpha=1.0,
         beta=0.0,
         times_ms=times["kernel"],
@@ -221,6 +238,7 @@ def run_bench(
     dtype: torch.dtype = torch.float32,
     precision: str = "fp32",
     out_dtype: torch.dtype | None = None,
+    layout: str = "nn",
 ) -> tuple[Path, list[dict]]:
     """kernels: ids, or 'id[NAME=VALUE,...]' for another config of a kernel (tuning; use another
     tag then, so such runs stay out of the reports). resume: a results file of an interrupted
@@ -242,7 +260,9 @@ def run_bench(
         meta["failures"] = []
         records = []
         path = results_path(out_root, meta, tag)
-    dname = dtype_name(dtype, precision, out_dtype)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    dname = dtype_name(dtype, precision, out_dtype, layout)
     done = {(r["extra"].get("request", r["kernel"]), r["M"], r["N"], r["K"]) for r in records if r["dtype"] == dname}
     flusher, gate = L2Flusher(device_id), HostGate(device_id)
     for M, N, K in shapes:
@@ -255,7 +275,7 @@ def run_bench(
                 on_start(kernel_id, (M, N, K))
             try:
                 rec = asdict(bench_case(kernel_id, M, N, K, reps, warmup, flusher, device_id, config, dtype, precision, out_dtype,
-                                           gate))
+                                           gate, layout))
                 rec["extra"]["request"] = request
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
                 declined = isinstance(exc, ValueError) and "TMA needs" in str(exc)  # a stated constraint

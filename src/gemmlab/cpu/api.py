@@ -32,6 +32,9 @@ def gemm_cpu(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None):
     numpy_in = isinstance(a, np.ndarray)
     ta, tb, tc, tout = (_as_tensor(n, x) for n, x in (("a", a), ("b", b), ("c", c), ("out", out)))
     problem = problem_from_tensors(ta, tb, tc, tout, alpha=alpha, beta=beta, device_type="cpu")
+    if problem.layout != "nn":  # the CPU kernels walk row-major operands: copy the transposed ones
+        ta, tb = (t.contiguous() if o.trans else t for t, o in ((ta, problem.a), (tb, problem.b)))
+        problem = problem_from_tensors(ta, tb, tc, tout, alpha=alpha, beta=beta, device_type="cpu")
     spec, cfg = select(problem, kernel)
     if tout is None:
         tout = torch.empty((problem.M, problem.N), dtype=problem.dtype)

@@ -255,6 +255,53 @@ __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.w
 template <int N>
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// ---- B's K stages in the persistent steps (tc07, tc09) ------------------------------------------
+//
+// One K stage of B's BN columns from col0, K rows from k0, into sB, by the producer of block
+// `rank` of a cluster of CM blocks stacked along M (they share B: each loads 1 / CM of it,
+// multicast into every block of the cluster).
+//  TB = 0, B row-major ([K][N]): BN / 64 boxes of BK x 64 (N-major, 128-byte swizzled rows of 64
+//          columns), box j at sB + j * BK * 64; this block loads boxes rank * BN / 64 / CM on.
+//  TB = 1, B stored transposed ([N][K] rows: the column-major view w.t() of a [N][K] weight): BN
+//          rows of BK K-elements, K-major and swizzled as A's tile is; this block loads BN / CM rows.
+template <typename T, int BN, int BK, int CM, int TB>
+__device__ __forceinline__ void load_b_stage(T* sB, const TensorMap* tmB, unsigned long long* full, int k0, int col0,
+                                             unsigned rank) {
+    constexpr unsigned short ALL = static_cast<unsigned short>((1u << CM) - 1);
+    if constexpr (TB) {
+        constexpr int ROWS = BN / CM;
+        static_assert(ROWS % 8 == 0 && ROWS <= 256, "a TMA box of whole 8-row swizzle atoms, at most 256 rows");
+        T* dst = sB + rank * ROWS * BK;
+        const int row = col0 + static_cast<int>(rank) * ROWS;
+        if constexpr (CM > 1) tma_load_2d_multicast(dst, tmB, full, row, k0, ALL);
+        else tma_load_2d(dst, tmB, full, row, k0);
+    } else {
+        constexpr int MINE = BN / 64 / CM;
+#pragma unroll
+        for (int j = 0; j < MINE; ++j) {
+            const int nb = static_cast<int>(rank) * MINE + j;
+            if constexpr (CM > 1) tma_load_2d_multicast(sB + nb * BK * 64, tmB, full, k0, col0 + nb * 64, ALL);
+            else tma_load_2d(sB + nb * BK * 64, tmB, full, k0, col0 + nb * 64);
+        }
+    }
+}
+
+// The wgmma descriptor of the first k16 slice of a K stage of B at sB, laid out by load_b_stage.
+// N-major: 64-column atoms BK * 128 bytes apart (leading byte offset), 8-row groups of K 1024 bytes
+// apart. K-major: as A's (8-row groups of N 16 BK bytes apart, swizzled over the BK-element row).
+template <int BK, int TB>
+__device__ __forceinline__ unsigned long long b_stage_desc(const void* sB) {
+    if constexpr (TB) return wgmma_desc(sB, 16, 16 * BK, BK == 64 ? WGMMA_SWIZZLE_128B : WGMMA_SWIZZLE_64B);
+    else return wgmma_desc(sB, BK * 128, 1024);
+}
+
+// What to add to that descriptor for the k16 slice starting at K offset kk (16-bit elements):
+// N-major, kk rows of 128 bytes further; K-major, kk elements along the (swizzled) row.
+template <int TB>
+__device__ __forceinline__ unsigned long long b_k_offset(int kk) {
+    return static_cast<unsigned long long>(TB ? (kk * 2) >> 4 : (kk * 128) >> 4);
+}
+
 // ---- Clusters and warpgroups -------------------------------------------------------------------
 
 __device__ __forceinline__ unsigned cluster_rank() {

@@ -117,14 +117,16 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 // scale-a = scale-b = 1 (no negation), trans-a = 0 (A K-major), trans-b as given.
 #define GEMMLAB_WGMMA_TAIL(trans_b) " %64, %65, 1, 1, 1, 0, " #trans_b ";\n"
 
-// One specialisation of an m64nNk16 wrapper, A and B from shared memory, B N-major (trans-b 1):
-// wgmma_<SHAPE><T, 1>(d, da, db) for element type T (PTX type PTXT), NACC accumulators, with the
-// accumulator list REGS, its operands REGS##_OPERANDS and the descriptors' tail TAIL.
-#define GEMMLAB_WGMMA_SS(SHAPE, T, PTXT, NACC, REGS, TAIL)                                                \
+// One specialisation of an m64nNk16 wrapper, A and B from shared memory, A K-major:
+// wgmma_<SHAPE><T, TRANS_B>(d, da, db) for element type T (PTX type PTXT), NACC accumulators, with the
+// accumulator list REGS, its operands REGS##_OPERANDS and the descriptors' tail TAIL; B N-major
+// (TRANS_B 1: B's tile as [K][N] rows, a row-major B) or K-major (TRANS_B 0: [N][K] rows, a B
+// stored transposed, as w.t() of a [N][K] weight).
+#define GEMMLAB_WGMMA_SS(SHAPE, T, PTXT, NACC, REGS, TAIL, TRANS_B)                                        \
     template <>                                                                                        \
-    __device__ __forceinline__ void wgmma_##SHAPE<T, 1>(float (&d)[NACC], unsigned long long da,        \
-                                                        unsigned long long db) {                       \
-        asm volatile("wgmma.mma_async.sync.aligned." #SHAPE ".f32." #PTXT "." #PTXT " " REGS "," TAIL(1) \
+    __device__ __forceinline__ void wgmma_##SHAPE<T, TRANS_B>(float (&d)[NACC], unsigned long long da,  \
+                                                         unsigned long long db) {                      \
+        asm volatile("wgmma.mma_async.sync.aligned." #SHAPE ".f32." #PTXT "." #PTXT " " REGS "," TAIL(TRANS_B) \
                      : REGS##_OPERANDS(d)                                                              \
                      : "l"(da), "l"(db));                                                              \
     }
@@ -132,8 +134,10 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 template <typename T, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long da, unsigned long long db);
 
-GEMMLAB_WGMMA_SS(m64n128k16, __nv_bfloat16, bf16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL)
-GEMMLAB_WGMMA_SS(m64n128k16, __half, f16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL)
+GEMMLAB_WGMMA_SS(m64n128k16, __nv_bfloat16, bf16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL, 1)
+GEMMLAB_WGMMA_SS(m64n128k16, __nv_bfloat16, bf16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL, 0)
+GEMMLAB_WGMMA_SS(m64n128k16, __half, f16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL, 1)
+GEMMLAB_WGMMA_SS(m64n128k16, __half, f16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL, 0)
 
 // ---- wgmma.mma_async m64n256k16: the widest MMA, 128 fp32 accumulators a thread -----------------
 //
@@ -148,8 +152,10 @@ GEMMLAB_WGMMA_SS(m64n128k16, __half, f16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_T
 template <typename T, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long da, unsigned long long db);
 
-GEMMLAB_WGMMA_SS(m64n256k16, __nv_bfloat16, bf16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256)
-GEMMLAB_WGMMA_SS(m64n256k16, __half, f16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256)
+GEMMLAB_WGMMA_SS(m64n256k16, __nv_bfloat16, bf16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256, 1)
+GEMMLAB_WGMMA_SS(m64n256k16, __nv_bfloat16, bf16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256, 0)
+GEMMLAB_WGMMA_SS(m64n256k16, __half, f16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256, 1)
+GEMMLAB_WGMMA_SS(m64n256k16, __half, f16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256, 0)
 
 // ---- wgmma.mma_async m64n192k16: 96 fp32 accumulators a thread ---------------------------------
 //
@@ -164,17 +170,21 @@ GEMMLAB_WGMMA_SS(m64n256k16, __half, f16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA
 template <typename T, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], unsigned long long da, unsigned long long db);
 
-GEMMLAB_WGMMA_SS(m64n192k16, __nv_bfloat16, bf16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
-GEMMLAB_WGMMA_SS(m64n192k16, __half, f16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
+GEMMLAB_WGMMA_SS(m64n192k16, __nv_bfloat16, bf16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192, 1)
+GEMMLAB_WGMMA_SS(m64n192k16, __nv_bfloat16, bf16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192, 0)
+GEMMLAB_WGMMA_SS(m64n192k16, __half, f16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192, 1)
+GEMMLAB_WGMMA_SS(m64n192k16, __half, f16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192, 0)
 
-// One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), B N-major:
-// the block-tile width as a template parameter of the persistent steps.
-template <typename T, int N>
+// One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), B N-major
+// (TB = 0: a row-major B) or K-major (TB = 1: B stored transposed): the block-tile width and B's
+// layout as template parameters of the persistent steps.
+template <typename T, int N, int TB = 0>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
     static_assert(N == 128 || N == 192 || N == 256, "m64n128, m64n192 or m64n256");
-    if constexpr (N == 128) wgmma_m64n128k16<T, 1>(d, da, db);
-    else if constexpr (N == 192) wgmma_m64n192k16<T, 1>(d, da, db);
-    else wgmma_m64n256k16<T, 1>(d, da, db);
+    constexpr int TRANS_B = TB ? 0 : 1;
+    if constexpr (N == 128) wgmma_m64n128k16<T, TRANS_B>(d, da, db);
+    else if constexpr (N == 192) wgmma_m64n192k16<T, TRANS_B>(d, da, db);
+    else wgmma_m64n256k16<T, TRANS_B>(d, da, db);
 }
 
 // ---- wgmma.mma_async m64n256k8 TF32: fp32 inputs, both operands K-major ------------------------

@@ -18,11 +18,11 @@
 // share of the parts and writes it.
 #include "common/tma.cuh"
 
-// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE: as tc07. SPLIT: 1 with the split-K of few tall
+// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB: as tc07. SPLIT: 1 with the split-K of few tall
 // tiles, 0 without its code (gemmlab launches SPLIT = 1 only where it splits). WS: fp32 parts of
 // split tiles, 64 x 256 a consumer warpgroup and block of the grid; FLAGS: one a consumer
 // warpgroup and block, zero between launches (the reader resets each it consumed).
-template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int SPLIT>
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int SPLIT>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
             const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
@@ -30,7 +30,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     constexpr int CONSUMERS = BM / 64;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
-    constexpr int B_BOXES = BN / 64, MY_B_BOXES = B_BOXES / CM;  // 64-column boxes of B, this block's share
+    constexpr int B_BOXES = BN / 64;                              // 64-column boxes of a row-major B
     constexpr int CHUNK = 64 * 64;                                // elements of one 64 x 64 staging buffer
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 rows)");
@@ -43,7 +43,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK]
-    T* sB = sA + STAGES * STAGE_A;         // [STAGES][BN / 64][BK][64]
+    T* sB = sA + STAGES * STAGE_A;         // [STAGES][BN / 64][BK][64], or [STAGES][BN][BK] (TB)
     T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][2][64][64], 128-byte swizzled
     unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * 2 * CHUNK);
     unsigned long long* empty = full + STAGES;
@@ -78,19 +78,10 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
-                    // A's box and every B box land here: ours and the peer's multicast half.
+                    // A's box and all of B's stage land here: ours and the peers' multicast shares.
                     gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
                     gemmlab::tma_load_2d(sA + stage * STAGE_A, &tmA, &full[stage], row0, k0);
-#pragma unroll
-                    for (int j = 0; j < MY_B_BOXES; ++j) {
-                        const int nb = static_cast<int>(rank) * MY_B_BOXES + j;
-                        T* dst = sB + stage * STAGE_B + nb * BK * 64;
-                        if constexpr (CM > 1)
-                            gemmlab::tma_load_2d_multicast(dst, &tmB, &full[stage], k0, col0 + nb * 64,
-                                                           static_cast<unsigned short>((1u << CM) - 1));
-                        else
-                            gemmlab::tma_load_2d(dst, &tmB, &full[stage], k0, col0 + nb * 64);
-                    }
+                    gemmlab::load_b_stage<T, BN, BK, CM, TB>(sB + stage * STAGE_B, &tmB, &full[stage], k0, col0, rank);
                 }
             });
         }
@@ -101,7 +92,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
         // A: rows of BK elements, 8-row groups 8 * 2 BK bytes apart, swizzled over the row width.
         const unsigned long long desc_a0 = gemmlab::wgmma_desc(
             sA + c * 64 * BK, 16, 16 * BK, BK == 64 ? gemmlab::WGMMA_SWIZZLE_128B : gemmlab::WGMMA_SWIZZLE_64B);
-        const unsigned long long desc_b0 = gemmlab::wgmma_desc(sB, BK * 128, 1024);
+        const unsigned long long desc_b0 = gemmlab::b_stage_desc<BK, TB>(sB);
         unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
         // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
         // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
@@ -140,7 +131,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                 gemmlab::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK; kk += 16)
-                    gemmlab::wgmma_m64n256k16<T, 1>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
+                    gemmlab::wgmma_m64nk16<T, BN, TB>(acc, da + ((kk * 2) >> 4), db + gemmlab::b_k_offset<TB>(kk));
                 gemmlab::wgmma_commit();
                 gemmlab::wgmma_wait<1>();
 #pragma unroll
