@@ -83,7 +83,7 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
 
 def _layout_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
     """cfg, or its TB = 1 twin where the kernel reads a B stored transposed in place."""
-    if problem.b.trans and "nt" in getattr(spec, "layouts", ()) and problem.layout in spec.layouts:
+    if problem.b.trans and problem.layout in getattr(spec, "layouts", ()):
         return _rule_config(spec, tuple(sorted({**cfg.as_dict(), "TB": 1}.items())))
     return cfg
 
