@@ -8,7 +8,7 @@
 # Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
 # when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
 # STEPS, the parts to run (default "tests check overhead bench"; "sanitize" adds compute-sanitizer,
-# "layouts" the benchmark of a B stored transposed, "sustained" the back-to-back runs at the power limit):
+# "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then STEPS="sanitize" then STEPS="overhead bench sustained" (on an H100 host
 # "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23).
@@ -73,12 +73,16 @@ if want bench; then
 fi
 
 if want layouts; then
-  # B stored transposed (x @ w.t() of a [N, K] weight): tc07 and tc09 read it in place, K-major
-  step "bench, B stored transposed (nt): bf16 and fp16 on the Hopper steps, against cuBLAS on the same views"
-  for dt in bf16 fp16; do
-    python3 -m gemmlab bench --dtype $dt --layout nt -k tc07_persistent_cluster -k tc09_stream_k \
-      -s 2048x2048x2048 -s 4096x4096x4096 -s 6144x6144x6144 -s 8192x8192x8192 -s 3135x3135x3135 \
-      --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench $dt nt"
+  # Transposed views, read in place by tc07 and tc09: B stored transposed (nt: x @ w.t() of a [N, K]
+  # weight, K-major tiles), A stored transposed (tn: dy.t() @ x, the weight gradient, M-major tiles),
+  # and both (tt); the squares and a weight gradient's tall K
+  step "bench, transposed views (nt, tn, tt): bf16 and fp16 on the Hopper steps, against cuBLAS on the same views"
+  for layout in ${LAYOUTS:-nt tn tt}; do
+    for dt in bf16 fp16; do
+      python3 -m gemmlab bench --dtype $dt --layout $layout -k tc07_persistent_cluster -k tc09_stream_k \
+        -s 2048x2048x2048 -s 4096x4096x4096 -s 6144x6144x6144 -s 8192x8192x8192 -s 3135x3135x3135 \
+        -s 4096x4096x16384 --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench $dt $layout"
+    done
   done
 fi
 

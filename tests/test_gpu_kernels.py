@@ -202,10 +202,10 @@ def test_every_tc07_tile_against_float64(cfg, dtype, M, N, K):
     """Each block tile 'auto' may give tc07 (128 x 256, 128 x 192, 128 x 128, 64 x 128), named
     outright at sizes none of them divides -- odd rows staged, several waves, tiles cut at every
     edge -- with alpha and beta, into poisoned D, in the input type and in fp32; the TB = 1 ones on
-    a B stored transposed (w.t()), read in place."""
+    a B stored transposed (w.t()), the TA = 1 ones on an A stored transposed (x.t()), read in place."""
     kernel = "tc07_persistent_cluster"
     for out_dtype in (dtype, torch.float32):
-        a = mat(kernel, M, K, dtype)
+        a = mat(kernel, K, M, dtype).t() if cfg["TA"] else mat(kernel, M, K, dtype)  # TA: A stored transposed
         b = mat(kernel, N, K, dtype).t() if cfg["TB"] else mat(kernel, K, N, dtype)  # TB: B stored transposed
         c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
         api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)()
@@ -228,8 +228,9 @@ LAYOUT_KERNELS = [("tc07_persistent_cluster", torch.bfloat16), ("tc09_stream_k",
                                        (300, 257, 1024, 8), (3000, 777, 300, 0)])
 def test_transposed_operands_against_float64(kernel, dtype, layout, M, N, K, pad, monkeypatch):
     """Column-major a and b (a.t(), w.t(); storage rows padded or not, rows of odd byte counts):
-    tc07 and tc09 read a B stored transposed in place (K-major tiles, TB = 1) -- no row-major copy
-    is made -- and every other layout and kernel computes on copies. Alpha and beta, poisoned D,
+    tc07 and tc09 read an A or a B stored transposed in place (TA = 1: M-major tiles of A, TB = 1:
+    K-major tiles of B) -- no row-major copy is made -- and tc08 a B stored transposed (TB = 1);
+    every other case computes on copies. Alpha and beta, poisoned D,
     NaN-free; the operands are left as they were."""
     copies, row_major = [], api._row_major
     monkeypatch.setattr(api, "_row_major", lambda *args: copies.append(1) or row_major(*args))
@@ -247,24 +248,28 @@ def test_transposed_operands_against_float64(kernel, dtype, layout, M, N, K, pad
     assert torch.equal(a, a0) and torch.equal(b, b0)
     problem = problem_from_tensors(a, b, c, out, beta=-1.0, precision=precision)
     spec, _ = select(problem, kernel)
-    in_place = problem.layout == "nn" or (layout == "nt" and spec.id in ("tc07_persistent_cluster", "tc09_stream_k"))
+    in_place = (problem.layout == "nn" or spec.id in ("tc07_persistent_cluster", "tc09_stream_k")
+                or (problem.layout == "nt" and spec.id == "tc08_tf32"))  # fmt: skip
     assert bool(copies) != in_place, f"{label}: {spec.id} {'copied' if copies else 'read in place'}"
     assert problem.layout == (layout if min(M, K) > 1 and min(K, N) > 1 else "nn")  # 1 x n: row-major as it is
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["nt", "tn", "tt"])
 @pytest.mark.parametrize("M,N,K,cm", [(3135, 3135, 1000, 2), (2560, 2047, 777, 1), (200, 300, 20000, 1), (257, 513, 4099, 2)])
-def test_stream_k_on_a_transposed_b(dtype, M, N, K, cm):
-    """tc09's stream-K and split-K runs on K-major B tiles (TB = 1): the last wave split, few tall
-    tiles each split over many runs; prepare() relaunches it on the same flags."""
+def test_stream_k_on_transposed_operands(dtype, layout, M, N, K, cm):
+    """tc09's stream-K and split-K runs on M-major A tiles (TA = 1) and K-major B tiles (TB = 1):
+    the last wave split, few tall tiles each split over many runs; prepare() relaunches it on the
+    same flags."""
     kernel = "tc09_stream_k"
-    cfg = registry.get(kernel).config(CM=cm, SPLIT=1, TB=1)
-    a, b = mat(kernel, M, K, dtype), transposed(K, N, dtype, 8)
+    cfg = registry.get(kernel).config(CM=cm, SPLIT=1, TA=int(layout[0] == "t"), TB=int(layout[1] == "t"))
+    a = transposed(M, K, dtype, 8) if cfg["TA"] else mat(kernel, M, K, dtype)
+    b = transposed(K, N, dtype, 8) if cfg["TB"] else mat(kernel, K, N, dtype)
     c, out = mat(kernel, M, N, dtype), mat(kernel, M, N, dtype, float("nan"))
     run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)
     for _ in range(2):
         run()
-        assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel={kernel} CM={cm} nt", kernel)
+        assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel={kernel} CM={cm} {layout}", kernel)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -298,6 +303,26 @@ def test_tf32_reads_16_byte_padded_operands_in_place(M, N, K, monkeypatch):
     gemmlab.gemm(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel="tc08_tf32", precision="tf32")
     assert not any(copies), "an operand TMA can read was copied"
     assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} kernel=tc08_tf32", "tc08_tf32")
+
+
+TC08_NT_CONFIGS = [pytest.param(c, id=",".join(f"{k}={v}" for k, v in c.as_dict().items()))
+                   for c in configs_in_use(registry.get("tc08_tf32")) if c["TB"]]
+
+
+@pytest.mark.parametrize("cfg", TC08_NT_CONFIGS + [pytest.param(registry.get("tc08_tf32").config(TB=1, CM=2, CN=1), id="CM=2,TB=1")])
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 17, 13), (127, 1000, 513), (1022, 1022, 1022), (300, 700, 20000)])
+def test_tf32_reads_a_transposed_b_from_shared_memory(cfg, M, N, K):
+    """tc08 on a B stored transposed (w.t(), TB = 1): both operands K-major in shared memory, each
+    config 'auto' may launch (whole tiles, split-K, single blocks, 256 x 64) and clusters along M
+    sharing B's rows, at sizes no tile divides, with alpha and beta, into poisoned D, twice."""
+    kernel = "tc08_tf32"
+    a, b = mat(kernel, M, K, torch.float32), mat(kernel, N, K, torch.float32).t()
+    c, out = mat(kernel, M, N, torch.float32), mat(kernel, M, N, torch.float32, float("nan"))
+    run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg, precision="tf32")
+    for _ in range(2):
+        run()
+        assert_ok(out, a, b, c, 0.5, -1.0, f"nt M={M} N={N} K={K} {cfg.as_dict()}", kernel)
+        out.fill_(float("nan"))
 
 
 @pytest.mark.parametrize(

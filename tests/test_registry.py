@@ -151,9 +151,11 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
-    assert [(c["BM"], c["BN"], c["CM"], c["TB"]) for c in configs_in_use(registry.get("tc07_persistent_cluster"))] == [
-        (128, 256, 2, 0), (128, 256, 1, 0), (128, 192, 1, 0), (64, 128, 1, 0),
-        (128, 256, 2, 1), (128, 256, 1, 1), (128, 192, 1, 1), (64, 128, 1, 1)]  # each again for a B stored transposed
+    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1)]
+    # each again for a B stored transposed, then all of those for an A stored transposed
+    in_use = configs_in_use(registry.get("tc07_persistent_cluster"))
+    assert [(c["BM"], c["BN"], c["CM"], c["TB"], c["TA"]) for c in in_use] == [
+        (*t, tb, ta) for ta in (0, 1) for tb in (0, 1) for t in tiles]
 
 
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
@@ -266,8 +268,8 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     assert config_for(spec, problem(256, 256, 65536))["SPLIT"] == 1
     assert config_for(spec, problem(4096, 4096, 4096))["SPLIT"] == 0
     assert config_for(spec, problem(512, 512, 512))["SPLIT"] == 0
-    assert sorted((c["SPLIT"], c["CN"], c["BN"]) for c in configs_in_use(spec)) == [
-        (0, 1, 64), (0, 1, 128), (0, 2, 128), (1, 1, 128), (1, 2, 128)]
+    assert sorted((c["SPLIT"], c["CN"], c["BN"], c["TB"]) for c in configs_in_use(spec)) == sorted(
+        (*c, tb) for c in [(0, 1, 64), (0, 1, 128), (0, 2, 128), (1, 1, 128), (1, 2, 128)] for tb in (0, 1))  # TB: w.t()
     # small problems it does not split: 256 x 64 single blocks; from 1536^2 on, 256 x 128 pairs
     assert config_for(spec, problem(512, 512, 512)) == spec.config(BN=64, CN=1)
     assert config_for(spec, problem(1024, 1024, 1024)) == spec.config(SPLIT=1)
@@ -333,9 +335,10 @@ def test_staged_steps_write_odd_d_through_a_padded_buffer():
 
 def test_transposed_operands_are_read_in_place_or_copied():
     """A B stored transposed (x @ w.t()) is read where it lies, K-major, by tc07 and tc09 (their
-    TB = 1 instantiations, chosen from the problem); every other layout and kernel gets row-major
-    copies from gemm() (KernelSpec.reads_in_place says which), and 'auto' picks the kernel the
-    row-major problem would get."""
+    TB = 1 instantiations, chosen from the problem), and an A stored transposed (dy.t() @ x),
+    M-major, by their TA = 1 ones; every other kernel gets row-major copies from gemm()
+    (KernelSpec.reads_in_place says which), and 'auto' picks the kernel the row-major problem
+    would get."""
     from gemmlab.configs import config_for, select
 
     def problem(layout, M, N, K, dtype=torch.bfloat16, **kw):
@@ -345,13 +348,13 @@ def test_transposed_operands_are_read_in_place_or_copied():
 
     for M, N, K in [(4096, 4096, 4096), (1022, 1022, 1022), (64, 64, 64), (8192, 8192, 8192)]:
         nn_spec, nn_cfg = select(problem("nn", M, N, K), device="cuda")
-        spec, cfg = select(problem("nt", M, N, K), device="cuda")
-        assert spec is nn_spec and spec.id in ("tc07_persistent_cluster", "tc09_stream_k")
-        assert cfg == spec.config(**{**nn_cfg.as_dict(), "TB": 1}) and spec.reads_in_place(problem("nt", M, N, K), cfg)
-        for layout in ("tn", "tt"):
+        for layout, flags in (("nt", {"TB": 1}), ("tn", {"TA": 1}), ("tt", {"TA": 1, "TB": 1})):
             spec, cfg = select(problem(layout, M, N, K), device="cuda")
-            assert spec is nn_spec and cfg == nn_cfg and not spec.reads_in_place(problem(layout, M, N, K), cfg)
-    # named kernels: tc09 reads nt in place too; tc04 and the TF32 step do not
+            assert spec is nn_spec and spec.id in ("tc07_persistent_cluster", "tc09_stream_k")
+            assert cfg == spec.config(**{**nn_cfg.as_dict(), **flags}) and spec.reads_in_place(problem(layout, M, N, K), cfg)
+            assert not spec.reads_in_place(problem(layout, M, N, K), nn_cfg)
+    # named kernels: tc09 reads nt in place too; tc04 does not; the TF32 step reads a B stored
+    # transposed in place (TB = 1, both operands from shared memory) and copies an A stored transposed
     p = problem("nt", 3000, 777, 300)
     spec, cfg = select(p, "tc09_stream_k", device="cuda")
     assert cfg["TB"] == 1 and spec.reads_in_place(p, cfg)
@@ -359,13 +362,24 @@ def test_transposed_operands_are_read_in_place_or_copied():
     assert not spec.reads_in_place(p, cfg) and spec.why_not(p.row_major(), cfg) is None
     p = problem("nt", 4096, 4096, 4096, torch.float32, precision="tf32")
     spec, cfg = select(p, device="cuda")
-    assert spec.id == "tc08_tf32" and not spec.reads_in_place(p, cfg)
+    assert spec.id == "tc08_tf32" and cfg["TB"] == 1 and spec.reads_in_place(p, cfg)
+    assert spec.tma_boxes(cfg)["b"] == (128, 32) and spec.tma_boxes(spec.config())["b"] == (32, 32)
+    for layout in ("tn", "tt"):
+        p = problem(layout, 4096, 4096, 4096, torch.float32, precision="tf32")
+        spec, cfg = select(p, device="cuda")
+        assert spec.id == "tc08_tf32" and cfg["TB"] == 0 and not spec.reads_in_place(p, cfg)
     # a config for the wrong layout is refused with the reason
     tc07 = registry.get("tc07_persistent_cluster")
     assert "TB=0" in tc07.why_not(problem("nt", 256, 256, 64), tc07.config())
     assert "TB=1" in tc07.why_not(problem("nn", 256, 256, 64), tc07.config(TB=1))
-    assert "not tn" in tc07.why_not(problem("tn", 256, 256, 64), tc07.config())
+    assert "TA=0" in tc07.why_not(problem("tn", 256, 256, 64), tc07.config())
+    assert "TA=1" in tc07.why_not(problem("nt", 256, 256, 64), tc07.config(TA=1, TB=1))
+    assert "not tn" in registry.get("tc04_wgmma").why_not(problem("tn", 256, 256, 64))
     assert config_for(tc07, problem("nt", 256, 256, 64))["TB"] == 1
+    assert [config_for(tc07, problem(layout, 256, 256, 64))["TA"] for layout in ("nn", "nt", "tn", "tt")] == [0, 0, 1, 1]
+    # A's box: BM rows of K, or with TA 64-column boxes of K rows (BM / 64 of them a stage)
+    assert tc07.tma_boxes(tc07.config())["a"] == (128, 64) and tc07.tma_boxes(tc07.config(TA=1))["a"] == (64, 64)
+    assert tc07.tma_boxes(tc07.config(TA=1, BK=32))["a"] == (32, 64)
     # B's box: 64-column boxes of K rows, or with TB its N rows (shared among a cluster's blocks)
     assert tc07.tma_boxes(tc07.config())["b"] == (64, 64) and tc07.tma_boxes(tc07.config(TB=1))["b"] == (128, 64)
     assert tc07.tma_boxes(tc07.config(TB=1, CM=1, BN=192))["b"] == (192, 64)

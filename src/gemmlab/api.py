@@ -27,8 +27,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
 
     a: [M, K], b: [K, N], c: [M, N] or None (then beta must be 0), row-major (unit column
     stride; any row stride); a and b may also be column-major (unit row stride: transposed views
-    such as w.t() of a [N, K] weight). The bf16/fp16 Hopper steps read a B stored transposed in
-    place (K-major tiles); every other case hands the kernel row-major copies (one torch copy a
+    such as w.t() of a [N, K] weight, or dy.t() of a [K, M] gradient). The bf16/fp16 Hopper steps
+    (tc07, tc09) read an A or a B stored transposed in place (wgmma reads either orientation of a
+    16-bit tile); every other case hands the kernel row-major copies (one torch copy a
     transposed operand, on the same stream). beta == 0 never reads c. out: where to write D (may be c itself for
     an in-place update); allocated when None. kernel: a registered kernel id, or "auto" for the
     fastest registered kernel that can serve the problem. Returns D.
@@ -81,9 +82,10 @@ def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: Ge
     if config is not None:
         if config.kernel != spec.id:
             raise ValueError(f"config is for {config.kernel}, not {spec.id}")
-        if "TB" in config.as_dict():  # B's layout is the problem's, whatever the config says
-            tb = int(problem.b.trans and problem.layout in spec.layouts)
-            config = GemmConfig(config.kernel, tuple((k, tb if k == "TB" else v) for k, v in config.values))
+        # A's and B's layouts are the problem's, whatever the config says
+        native = problem.layout in spec.layouts
+        flags = {"TA": int(problem.a.trans and native), "TB": int(problem.b.trans and native)}
+        config = GemmConfig(config.kernel, tuple((k, flags.get(k, v)) for k, v in config.values))
         cfg = config
     if not spec.reads_in_place(problem, cfg):
         # a kernel of row-major operands only: every call copies the transposed ones first, as gemm() does

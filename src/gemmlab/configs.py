@@ -82,9 +82,11 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
 
 
 def _layout_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
-    """cfg, or its TB = 1 twin where the kernel reads a B stored transposed in place."""
-    if problem.b.trans and problem.layout in getattr(spec, "layouts", ()):
-        return _rule_config(spec, tuple(sorted({**cfg.as_dict(), "TB": 1}.items())))
+    """cfg, or its TA = 1 / TB = 1 twin where the kernel reads an A / a B stored transposed in place."""
+    if problem.layout != "nn" and problem.layout in getattr(spec, "layouts", ()):
+        values = cfg.as_dict()
+        flags = {k: v for k, v in (("TA", int(problem.a.trans)), ("TB", int(problem.b.trans))) if k in values}
+        return _rule_config(spec, tuple(sorted({**values, **flags}.items())))
     return cfg
 
 
@@ -144,6 +146,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "BN": 64, "CN": 1}.items()))))
     if "nt" in getattr(spec, "layouts", ()):  # each again for a B stored transposed
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "TB": 1}.items()))) for c in out]
+    if "tn" in getattr(spec, "layouts", ()):  # and for an A stored transposed
+        out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "TA": 1}.items()))) for c in out]
     return out
 
 

@@ -103,7 +103,8 @@ class KernelSpec:
     auto_skip: Callable[[GemmProblem, GemmConfig], str | None] = field(default=lambda p, cfg: None, repr=False)
     # The layouts of A and B (GemmProblem.layout) the kernel reads where they lie; for any other,
     # gemm() hands it row-major copies of the transposed operands. "nt" (B stored transposed, as
-    # x @ w.t() passes it) takes a TB = 1 config (configs.config_for sets it).
+    # x @ w.t() passes it) takes a TB = 1 config, "tn" (A stored transposed, as dy.t() @ x passes
+    # it) a TA = 1 config, "tt" both (configs.config_for sets them).
     layouts: tuple[str, ...] = ("nn",)
 
     def default_config(self) -> GemmConfig:
@@ -139,7 +140,9 @@ class KernelSpec:
     def reads_in_place(self, problem: GemmProblem, cfg: GemmConfig) -> bool:
         """Whether this config reads the problem's A and B where they lie (otherwise gemm() hands
         it row-major copies of those stored transposed)."""
-        return problem.layout in self.layouts and dict(cfg.values).get("TB", 0) == problem.b.trans
+        values = dict(cfg.values)
+        return (problem.layout in self.layouts and values.get("TA", 0) == problem.a.trans
+                and values.get("TB", 0) == problem.b.trans)  # fmt: skip
 
     def why_not(self, problem: GemmProblem, cfg: GemmConfig | None = None) -> str | None:
         """None if this kernel can serve the problem, else the reason it cannot (for errors)."""
@@ -162,8 +165,11 @@ class KernelSpec:
         if not self.reads_in_place(problem, cfg):
             if problem.layout not in self.layouts:
                 return f"{self.id} reads A and B in layouts {', '.join(self.layouts)}, not {problem.layout}"
-            tb = dict(cfg.values).get("TB", 0)
-            return f"config TB={tb} is for a B {'stored transposed' if tb else 'row-major'}; this B is not"
+            values = dict(cfg.values)
+            for flag, name, op in (("TA", "A", problem.a), ("TB", "B", problem.b)):
+                if values.get(flag, 0) != op.trans:
+                    kind = "stored transposed" if values.get(flag, 0) else "row-major"
+                    return f"config {flag}={values.get(flag, 0)} is for {'an' if name == 'A' else 'a'} {name} {kind}; this {name} is not"
         tma_reason = tma_constraints(problem, self.tma) if self.tma and not self.staged else None
         return tma_reason or self.extra_constraints(problem, cfg)
 
@@ -782,15 +788,18 @@ def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256)) -> str | 
         or _check_cluster(c, (1, 2, 4))
         or _first_failure((c["BN"] // 64 % c["CM"] == 0,
                            f"BN / 64 = {c['BN'] // 64} boxes of B do not divide among CM = {c['CM']} blocks"),
-                          (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"))
+                          (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"),
+                          (c["TA"] in (0, 1), "TA must be 0 (A row-major) or 1 (A stored transposed)"))
     )
 
 
 def _tc07_boxes(c: GemmConfig) -> dict[str, tuple[int, int]]:
-    """A's box: BM rows of BK; B's: BK rows of 64 columns (row-major B), or with TB its BN / CM rows
-    of BK (B stored transposed: each block of a cluster loads its share of the tile's rows)."""
+    """A's box: BM rows of BK (row-major A), or with TA BK rows of 64 (A stored transposed: BM / 64
+    boxes a stage); B's: BK rows of 64 columns (row-major B), or with TB its BN / CM rows of BK (B
+    stored transposed: each block of a cluster loads its share of the tile's rows)."""
+    a = (c["BK"], 64) if c["TA"] else (c["BM"], c["BK"])
     b = (c["BN"] // c["CM"], c["BK"]) if c["TB"] else (c["BK"], 64)
-    return {"a": (c["BM"], c["BK"]), "b": b, "d": (64, 64)}
+    return {"a": a, "b": b, "d": (64, 64)}
 
 
 TC_07 = KernelSpec(
@@ -809,6 +818,7 @@ TC_07 = KernelSpec(
         _CLUSTER_GROUP,
         Param("TMA_STORE", 1, "1: epilogue through swizzled smem and TMA stores; 0: registers to global"),
         Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major; 0: B row-major (set from the problem)"),
+        Param("TA", 0, "1: A stored transposed ([K][M], e.g. x.t()), read M-major; 0: A row-major (set from the problem)"),
     ),
     block=_WS_BLOCK,
     grid=_CLUSTER_GRID,
@@ -824,7 +834,7 @@ TC_07 = KernelSpec(
     min_capability=(9, 0),
     staged=True,
     auto_skip=_copies_pay,
-    layouts=("nn", "nt"),
+    layouts=("nn", "nt", "tn", "tt"),
 )
 
 
@@ -844,6 +854,7 @@ def _check_08_tc(c: GemmConfig) -> str | None:
         (c["GROUP"] >= 1, "GROUP must be at least 1"),
         (c["TMA_STORE"] in (0, 1), "TMA_STORE must be 0 or 1"),
         (c["SPLIT"] in (0, 1), "SPLIT must be 0 or 1"),
+        (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"),
         (_tc08_smem(c) <= 227 * 1024, f"shared memory {_tc08_smem(c)} B exceeds 227 KB"),
     )
 
@@ -852,7 +863,7 @@ TC_08 = KernelSpec(
     id="tc08_tf32",
     step=8,
     title="TF32 wgmma",
-    idea="float32 inputs on the tensor cores as TF32 (asked for with precision='tf32'): D^T = B^T A^T, B's fragments from registers, no transposed copy; few tall-K tiles split along K",
+    idea="float32 inputs on the tensor cores as TF32 (asked for with precision='tf32'): D^T = B^T A^T, B's fragments from registers, no transposed copy (a B stored transposed: both from shared memory); few tall-K tiles split along K",
     source="tensorcore/08_tf32.cu",
     entry="tc_tf32",
     params=(
@@ -867,6 +878,7 @@ TC_08 = KernelSpec(
         _CLUSTER_GROUP,
         Param("TMA_STORE", 1, "1: the epilogue through shared memory and TMA stores; 0: scalar stores from registers"),
         Param("SPLIT", 0, "1: few tiles with a tall K split along K over every SM (tc09's split-K; chosen where it splits); 0: whole tiles only"),
+        Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major from shared memory; 0: B row-major, its fragments from registers (set from the problem)"),
     ),
     block=lambda c: ((c["BN"] // 64 + 1) * 128, 1, 1),
     grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"] * c["CN"]) * c["CM"] * c["CN"], 1, 1),
@@ -877,7 +889,7 @@ TC_08 = KernelSpec(
     tma=("a", "b", "d"),
     tma_boxes=lambda c: {
         "a": (c["BM"] // c["CN"], c["BK"]),
-        "b": (c["BK"], 32),
+        "b": (c["BN"] // c["CM"], c["BK"]) if c["TB"] else (c["BK"], 32),  # rows n of K, or rows k of 32 n
         "d": (64, 32),  # the epilogue's pieces: 64 rows of D x 32 fp32
     },
     cluster=lambda c: (c["CM"] * c["CN"], 1, 1),
@@ -888,6 +900,7 @@ TC_08 = KernelSpec(
     # as tc09's: one 64 x 256 fp32 part a consumer warpgroup and block, and the tiles' counters
     workspace=lambda c, blocks: (blocks * (c["BN"] // 64) * 64 * 256, blocks * (c["BN"] // 64)),
     splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"] * c["CN"], c["BM"] * c["CM"], c["BN"] * c["CN"]),
+    layouts=("nn", "nt"),
 )
 
 # tc09's splitting costs about this many waves' time over a run of `waves` whole-tile waves: more

@@ -219,24 +219,33 @@ __device__ __forceinline__ void tma_prefetch_map(const TensorMap* map) {
 
 // Copy the box whose first element is (row, col) of the map's tensor into shared memory at dst;
 // elements outside the tensor arrive as zeros. The box's bytes complete on `bar`.
-__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, unsigned long long* bar, int row,
-                                            int col) {
+// The same with dst and bar as 32-bit shared-memory addresses (smem_addr): fewer registers for a
+// producer that keeps many of them.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TensorMap* map, unsigned bar, int row, int col) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-            smem_addr(dst)),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(col), "r"(row)
+            dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(col), "r"(row)
         : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, unsigned long long* bar, int row,
+                                            int col) {
+    tma_load_2d(smem_addr(dst), map, smem_addr(bar), row, col);
 }
 
 // The same box, written to the same shared offset in every block of the cluster named in
 // cta_mask (bit i: rank i), completing on the barrier at bar's offset in each of them.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap* map, unsigned long long* bar,
-                                                      int row, int col, unsigned short cta_mask) {
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TensorMap* map, unsigned bar, int row,
+                                                      int col, unsigned short cta_mask) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-        "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(dst)),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(col), "r"(row), "h"(cta_mask)
+        "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(col), "r"(row), "h"(cta_mask)
         : "memory");
+}
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap* map, unsigned long long* bar,
+                                                      int row, int col, unsigned short cta_mask) {
+    tma_load_2d_multicast(smem_addr(dst), map, smem_addr(bar), row, col, cta_mask);
 }
 
 // Copy a box from shared memory at src to the tensor at (row, col); parts of the box outside the
@@ -255,51 +264,58 @@ __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.w
 template <int N>
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// ---- B's K stages in the persistent steps (tc07, tc09) ------------------------------------------
+// ---- Operand K stages in the persistent steps (tc07, tc09) --------------------------------------
 //
-// One K stage of B's BN columns from col0, K rows from k0, into sB, by the producer of block
-// `rank` of a cluster of CM blocks stacked along M (they share B: each loads 1 / CM of it,
-// multicast into every block of the cluster).
-//  TB = 0, B row-major ([K][N]): BN / 64 boxes of BK x 64 (N-major, 128-byte swizzled rows of 64
-//          columns), box j at sB + j * BK * 64; this block loads boxes rank * BN / 64 / CM on.
-//  TB = 1, B stored transposed ([N][K] rows: the column-major view w.t() of a [N][K] weight): BN
-//          rows of BK K-elements, K-major and swizzled as A's tile is; this block loads BN / CM rows.
-template <typename T, int BN, int BK, int CM, int TB>
-__device__ __forceinline__ void load_b_stage(T* sB, const TensorMap* tmB, unsigned long long* full, int k0, int col0,
-                                             unsigned rank) {
+// One K stage of an operand tile -- ROWS rows of the MMA (M for A, N for B) from row0, K from k0 --
+// into s, by the producer of block `rank` of a cluster of CM blocks that share the tile (each loads
+// 1 / CM of it, multicast into every block of the cluster; CM = 1: this block alone, as for A).
+// The operand's storage decides the layout:
+//  KMAJOR = 1, storage [rows][K] (a row-major A; a B stored transposed, the column-major view
+//          w.t() of a [N][K] weight): ROWS rows of BK K-elements, swizzled over the BK-element row;
+//          this block loads ROWS / CM rows.
+//  KMAJOR = 0, storage [K][rows] (a row-major B; an A stored transposed, x.t() of a [K][M] matrix):
+//          ROWS / 64 boxes of BK x 64 (128-byte swizzled rows of 64 M- or N-elements), box j at
+//          s + j * BK * 64; this block loads boxes rank * ROWS / 64 / CM on.
+// Either way 64 rows of the tile (one consumer warpgroup's A) start at s + 64 * BK * (row / 64).
+// s and full are 32-bit shared-memory addresses (smem_addr).
+template <typename T, int ROWS, int BK, int CM, int KMAJOR>
+__device__ __forceinline__ void load_stage(unsigned s, const TensorMap* tm, unsigned full, int k0, int row0,
+                                           unsigned rank) {
     constexpr unsigned short ALL = static_cast<unsigned short>((1u << CM) - 1);
-    if constexpr (TB) {
-        constexpr int ROWS = BN / CM;
-        static_assert(ROWS % 8 == 0 && ROWS <= 256, "a TMA box of whole 8-row swizzle atoms, at most 256 rows");
-        T* dst = sB + rank * ROWS * BK;
-        const int row = col0 + static_cast<int>(rank) * ROWS;
-        if constexpr (CM > 1) tma_load_2d_multicast(dst, tmB, full, row, k0, ALL);
-        else tma_load_2d(dst, tmB, full, row, k0);
+    if constexpr (KMAJOR) {
+        constexpr int MINE = ROWS / CM;
+        static_assert(MINE % 8 == 0 && MINE <= 256, "a TMA box of whole 8-row swizzle atoms, at most 256 rows");
+        const unsigned dst = s + rank * MINE * BK * sizeof(T);
+        const int row = row0 + static_cast<int>(rank) * MINE;
+        if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, row, k0, ALL);
+        else tma_load_2d(dst, tm, full, row, k0);
     } else {
-        constexpr int MINE = BN / 64 / CM;
+        constexpr int MINE = ROWS / 64 / CM;
 #pragma unroll
         for (int j = 0; j < MINE; ++j) {
-            const int nb = static_cast<int>(rank) * MINE + j;
-            if constexpr (CM > 1) tma_load_2d_multicast(sB + nb * BK * 64, tmB, full, k0, col0 + nb * 64, ALL);
-            else tma_load_2d(sB + nb * BK * 64, tmB, full, k0, col0 + nb * 64);
+            const int box = static_cast<int>(rank) * MINE + j;
+            const unsigned dst = s + box * BK * 64 * sizeof(T);
+            if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, k0, row0 + box * 64, ALL);
+            else tma_load_2d(dst, tm, full, k0, row0 + box * 64);
         }
     }
 }
 
-// The wgmma descriptor of the first k16 slice of a K stage of B at sB, laid out by load_b_stage.
-// N-major: 64-column atoms BK * 128 bytes apart (leading byte offset), 8-row groups of K 1024 bytes
-// apart. K-major: as A's (8-row groups of N 16 BK bytes apart, swizzled over the BK-element row).
-template <int BK, int TB>
-__device__ __forceinline__ unsigned long long b_stage_desc(const void* sB) {
-    if constexpr (TB) return wgmma_desc(sB, 16, 16 * BK, BK == 64 ? WGMMA_SWIZZLE_128B : WGMMA_SWIZZLE_64B);
-    else return wgmma_desc(sB, BK * 128, 1024);
+// The wgmma descriptor of the first k16 slice of a K stage at s, laid out by load_stage.
+// K-major: 8-row groups 16 BK bytes apart, swizzled over the BK-element row (128 bytes, or 64 for
+// BK = 32). M- or N-major: 64-element atoms BK * 128 bytes apart (leading byte offset), 8-row groups
+// of K 1024 bytes apart.
+template <int BK, int KMAJOR>
+__device__ __forceinline__ unsigned long long stage_desc(const void* s) {
+    if constexpr (KMAJOR) return wgmma_desc(s, 16, 16 * BK, BK == 64 ? WGMMA_SWIZZLE_128B : WGMMA_SWIZZLE_64B);
+    else return wgmma_desc(s, BK * 128, 1024);
 }
 
 // What to add to that descriptor for the k16 slice starting at K offset kk (16-bit elements):
-// N-major, kk rows of 128 bytes further; K-major, kk elements along the (swizzled) row.
-template <int TB>
-__device__ __forceinline__ unsigned long long b_k_offset(int kk) {
-    return static_cast<unsigned long long>(TB ? (kk * 2) >> 4 : (kk * 128) >> 4);
+// K-major, kk elements along the (swizzled) row; M- or N-major, kk rows of 128 bytes further.
+template <int KMAJOR>
+__device__ __forceinline__ unsigned long long k_offset(int kk) {
+    return static_cast<unsigned long long>(KMAJOR ? (kk * 2) >> 4 : (kk * 128) >> 4);
 }
 
 // ---- Clusters and warpgroups -------------------------------------------------------------------

@@ -69,8 +69,9 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 
 // ---- wgmma.mma_async m64n128k16, fp32 accumulators, A and B from shared memory ------------------
 //
-// d (64 x 128 fp32) += A (64 x 16, K-major, descriptor da) * B (16 x 128, descriptor db).
-// TRANS_B = 1 reads B as N-major (rows along K, N contiguous), 0 as K-major. Accumulator layout:
+// d (64 x 128 fp32) += A (64 x 16, descriptor da) * B (16 x 128, descriptor db). TRANS_A = 0 reads
+// A as K-major (rows along M, K contiguous), 1 as M-major (rows along K, M contiguous); TRANS_B = 1
+// reads B as N-major (rows along K, N contiguous), 0 as K-major. Accumulator layout:
 // thread t of the warpgroup (warp w = t / 32, lane l = t % 32) holds, in d[i],
 //   row 16 w + l / 4 + 8 ((i / 2) % 2),  column 8 (i / 4) + 2 (l % 4) + i % 2
 // -- the m16n8 accumulator of mma.sync repeated over 16 column blocks of 8, per warp a 16-row slice.
@@ -114,30 +115,37 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 #define GEMMLAB_WGMMA_D64 "{" GEMMLAB_WGMMA_R0_63 "}"
 #define GEMMLAB_WGMMA_D64_OPERANDS(d) GEMMLAB_WGMMA_OPS0_63(d)
 // The operands after d: %64 descriptor of A, %65 descriptor of B; then scale-d = 1 (accumulate),
-// scale-a = scale-b = 1 (no negation), trans-a = 0 (A K-major), trans-b as given.
-#define GEMMLAB_WGMMA_TAIL(trans_b) " %64, %65, 1, 1, 1, 0, " #trans_b ";\n"
+// scale-a = scale-b = 1 (no negation), and %66, %67 the immediates trans-a and trans-b.
+#define GEMMLAB_WGMMA_TAIL " %64, %65, 1, 1, 1, %66, %67;\n"
 
-// One specialisation of an m64nNk16 wrapper, A and B from shared memory, A K-major:
-// wgmma_<SHAPE><T, TRANS_B>(d, da, db) for element type T (PTX type PTXT), NACC accumulators, with the
-// accumulator list REGS, its operands REGS##_OPERANDS and the descriptors' tail TAIL; B N-major
-// (TRANS_B 1: B's tile as [K][N] rows, a row-major B) or K-major (TRANS_B 0: [N][K] rows, a B
-// stored transposed, as w.t() of a [N][K] weight).
-#define GEMMLAB_WGMMA_SS(SHAPE, T, PTXT, NACC, REGS, TAIL, TRANS_B)                                        \
-    template <>                                                                                        \
-    __device__ __forceinline__ void wgmma_##SHAPE<T, TRANS_B>(float (&d)[NACC], unsigned long long da,  \
-                                                         unsigned long long db) {                      \
-        asm volatile("wgmma.mma_async.sync.aligned." #SHAPE ".f32." #PTXT "." #PTXT " " REGS "," TAIL(TRANS_B) \
-                     : REGS##_OPERANDS(d)                                                              \
-                     : "l"(da), "l"(db));                                                              \
+// The 16-bit element types wgmma multiplies: bf16 or fp16.
+template <typename T> constexpr bool is_bf16 = false;
+template <> constexpr bool is_bf16<__nv_bfloat16> = true;
+template <typename T> constexpr bool is_f16 = false;
+template <> constexpr bool is_f16<__half> = true;
+
+// One m64nNk16 wrapper, A and B from shared memory: wgmma_<SHAPE><T, TRANS_A, TRANS_B>(d, da, db)
+// for T = __nv_bfloat16 or __half, NACC accumulators, with the accumulator list REGS, its operands
+// REGS##_OPERANDS and the descriptors' tail TAIL. TRANS_A: 0 A K-major ([M][K] rows, a row-major
+// A), 1 M-major ([K][M] rows: an A stored transposed, as x.t() of a [K][M] matrix). TRANS_B: 1 B
+// N-major ([K][N] rows, a row-major B), 0 K-major ([N][K] rows: a B stored transposed, as w.t() of
+// a [N][K] weight). The flags reach the instruction as immediates ("n").
+#define GEMMLAB_WGMMA_SS(SHAPE, NACC, REGS, TAIL)                                                         \
+    template <typename T, int TRANS_A, int TRANS_B>                                                      \
+    __device__ __forceinline__ void wgmma_##SHAPE(float (&d)[NACC], unsigned long long da, unsigned long long db) { \
+        static_assert(is_bf16<T> || is_f16<T>, "16-bit inputs: __nv_bfloat16 or __half");                 \
+        static_assert((TRANS_A == 0 || TRANS_A == 1) && (TRANS_B == 0 || TRANS_B == 1), "trans flags are 0 or 1"); \
+        if constexpr (is_bf16<T>)                                                                         \
+            asm volatile("wgmma.mma_async.sync.aligned." #SHAPE ".f32.bf16.bf16 " REGS "," TAIL            \
+                         : REGS##_OPERANDS(d)                                                             \
+                         : "l"(da), "l"(db), "n"(TRANS_A), "n"(TRANS_B));                                 \
+        else                                                                                              \
+            asm volatile("wgmma.mma_async.sync.aligned." #SHAPE ".f32.f16.f16 " REGS "," TAIL              \
+                         : REGS##_OPERANDS(d)                                                             \
+                         : "l"(da), "l"(db), "n"(TRANS_A), "n"(TRANS_B));                                 \
     }
 
-template <typename T, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long da, unsigned long long db);
-
-GEMMLAB_WGMMA_SS(m64n128k16, __nv_bfloat16, bf16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL, 1)
-GEMMLAB_WGMMA_SS(m64n128k16, __nv_bfloat16, bf16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL, 0)
-GEMMLAB_WGMMA_SS(m64n128k16, __half, f16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL, 1)
-GEMMLAB_WGMMA_SS(m64n128k16, __half, f16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL, 0)
+GEMMLAB_WGMMA_SS(m64n128k16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL)
 
 // ---- wgmma.mma_async m64n256k16: the widest MMA, 128 fp32 accumulators a thread -----------------
 //
@@ -146,16 +154,10 @@ GEMMLAB_WGMMA_SS(m64n128k16, __half, f16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_T
 #define GEMMLAB_WGMMA_D128 "{" GEMMLAB_WGMMA_R0_63 ", " GEMMLAB_WGMMA_R64_95 ", " GEMMLAB_WGMMA_R96_127 "}"
 #define GEMMLAB_WGMMA_D128_OPERANDS(d) \
     GEMMLAB_WGMMA_OPS0_63(d), GEMMLAB_WGMMA_OPS64_95(d), GEMMLAB_WGMMA_OPS96_127(d)
-// After d: %128 descriptor of A, %129 descriptor of B, then the same immediates as above.
-#define GEMMLAB_WGMMA_TAIL256(trans_b) " %128, %129, 1, 1, 1, 0, " #trans_b ";\n"
+// After d: %128 descriptor of A, %129 descriptor of B, the same scales, %130 and %131 the trans flags.
+#define GEMMLAB_WGMMA_TAIL256 " %128, %129, 1, 1, 1, %130, %131;\n"
 
-template <typename T, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long da, unsigned long long db);
-
-GEMMLAB_WGMMA_SS(m64n256k16, __nv_bfloat16, bf16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256, 1)
-GEMMLAB_WGMMA_SS(m64n256k16, __nv_bfloat16, bf16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256, 0)
-GEMMLAB_WGMMA_SS(m64n256k16, __half, f16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256, 1)
-GEMMLAB_WGMMA_SS(m64n256k16, __half, f16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256, 0)
+GEMMLAB_WGMMA_SS(m64n256k16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256)
 
 // ---- wgmma.mma_async m64n192k16: 96 fp32 accumulators a thread ---------------------------------
 //
@@ -164,27 +166,21 @@ GEMMLAB_WGMMA_SS(m64n256k16, __half, f16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA
 // it on 132 SMs, 2.2 of 128 x 256 (configs.TC07_TILES).
 #define GEMMLAB_WGMMA_D96 "{" GEMMLAB_WGMMA_R0_63 ", " GEMMLAB_WGMMA_R64_95 "}"
 #define GEMMLAB_WGMMA_D96_OPERANDS(d) GEMMLAB_WGMMA_OPS0_63(d), GEMMLAB_WGMMA_OPS64_95(d)
-// After d: %96 descriptor of A, %97 descriptor of B, then the same immediates as above.
-#define GEMMLAB_WGMMA_TAIL192(trans_b) " %96, %97, 1, 1, 1, 0, " #trans_b ";\n"
+// After d: %96 descriptor of A, %97 descriptor of B, the same scales, %98 and %99 the trans flags.
+#define GEMMLAB_WGMMA_TAIL192 " %96, %97, 1, 1, 1, %98, %99;\n"
 
-template <typename T, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], unsigned long long da, unsigned long long db);
+GEMMLAB_WGMMA_SS(m64n192k16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
 
-GEMMLAB_WGMMA_SS(m64n192k16, __nv_bfloat16, bf16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192, 1)
-GEMMLAB_WGMMA_SS(m64n192k16, __nv_bfloat16, bf16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192, 0)
-GEMMLAB_WGMMA_SS(m64n192k16, __half, f16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192, 1)
-GEMMLAB_WGMMA_SS(m64n192k16, __half, f16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192, 0)
-
-// One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), B N-major
-// (TB = 0: a row-major B) or K-major (TB = 1: B stored transposed): the block-tile width and B's
-// layout as template parameters of the persistent steps.
-template <typename T, int N, int TB = 0>
+// One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), in the
+// persistent steps' terms: A K-major (TA = 0: a row-major A) or M-major (TA = 1: A stored
+// transposed); B N-major (TB = 0: a row-major B) or K-major (TB = 1: B stored transposed).
+template <typename T, int N, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
     static_assert(N == 128 || N == 192 || N == 256, "m64n128, m64n192 or m64n256");
     constexpr int TRANS_B = TB ? 0 : 1;
-    if constexpr (N == 128) wgmma_m64n128k16<T, TRANS_B>(d, da, db);
-    else if constexpr (N == 192) wgmma_m64n192k16<T, TRANS_B>(d, da, db);
-    else wgmma_m64n256k16<T, TRANS_B>(d, da, db);
+    if constexpr (N == 128) wgmma_m64n128k16<T, TA, TRANS_B>(d, da, db);
+    else if constexpr (N == 192) wgmma_m64n192k16<T, TA, TRANS_B>(d, da, db);
+    else wgmma_m64n256k16<T, TA, TRANS_B>(d, da, db);
 }
 
 // ---- wgmma.mma_async m64n256k8 TF32: fp32 inputs, both operands K-major ------------------------

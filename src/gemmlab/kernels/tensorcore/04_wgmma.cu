@@ -113,7 +113,7 @@ tc_wgmma(const T* __restrict__ A, const T* __restrict__ B, const TD* C, TD* D,
             const unsigned long long dbk = db + ((kk * 128) >> 4);
 #pragma unroll
             for (int j = 0; j < NSUB; ++j)
-                gemmlab::wgmma_m64n128k16<T, 1>(acc[j], dak, dbk + ((2 * j * ATOM_B * 2) >> 4));
+                gemmlab::wgmma_m64n128k16<T, 0, 1>(acc[j], dak, dbk + ((2 * j * ATOM_B * 2) >> 4));
         }
         gemmlab::wgmma_commit();
         gemmlab::wgmma_wait<0>();  // before the next barrier lets anyone overwrite this stage

@@ -83,7 +83,7 @@ tc_tma(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ g
         for (int kk = 0; kk < BK; kk += 16) {
 #pragma unroll
             for (int j = 0; j < NSUB; ++j)
-                gemmlab::wgmma_m64n128k16<T, 1>(acc[j], da + ((kk * 2) >> 4), db + ((kk * 128 + 2 * j * BK * 128) >> 4));
+                gemmlab::wgmma_m64n128k16<T, 0, 1>(acc[j], da + ((kk * 2) >> 4), db + ((kk * 128 + 2 * j * BK * 128) >> 4));
         }
         gemmlab::wgmma_commit();
         // Tile kt's MMAs may run on; those of tile kt - 1 must be done before its stage is refilled.

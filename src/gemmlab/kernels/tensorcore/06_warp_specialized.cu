@@ -79,7 +79,7 @@ tc_warp_specialized(const __grid_constant__ gemmlab::TensorMap tmA, const __grid
         gemmlab::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16)
-            gemmlab::wgmma_m64n256k16<T, 1>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
+            gemmlab::wgmma_m64n256k16<T, 0, 1>(acc, da + ((kk * 2) >> 4), db + ((kk * 128) >> 4));
         gemmlab::wgmma_commit();
         gemmlab::wgmma_wait<1>();  // tile kt - 1's MMAs are done: release its stage
 #pragma unroll

@@ -30,8 +30,11 @@
 // cluster along M (1, 2 or 4; BN / 64 must divide among them). GROUP: cluster-row pairs per scheduling
 // group. TMA_STORE: 1 the epilogue above (where D suits it), 0 registers straight to global memory (as
 // tc06). TB: 0 for a row-major B ([K][N]); 1 for a B stored transposed ([N][K] rows, the column-major
-// view w.t() of a [N][K] weight), whose tiles are K-major, as A's are (gemmlab::load_b_stage).
-template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB>
+// view w.t() of a [N][K] weight), whose tiles are K-major, as A's are. TA: 0 for a row-major A
+// ([M][K]); 1 for an A stored transposed ([K][M] rows, x.t() of a [K][M] matrix: the weight
+// gradient's dy.t() @ x), whose tiles are M-major, as a row-major B's are N-major, and which
+// wgmma reads transposed (trans-a). Both as gemmlab::load_stage lays them out.
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
                       const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
@@ -52,7 +55,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     static_assert(sizeof(T) == 2, "16-bit inputs");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
-    T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK]
+    T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK], or [STAGES][BM / 64][BK][64] (TA)
     T* sB = sA + STAGES * STAGE_A;         // [STAGES][BN / 64][BK][64], or [STAGES][BN][BK] (TB)
     T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][2][64][64], 128-byte swizzled
     unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * 2 * CHUNK);
@@ -80,6 +83,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     if (wg == 0) {
         gemmlab::setmaxnreg_dec<PRODUCER_REGS>();
         if (tid == 0) {
+            const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
             int it = 0;  // K steps issued by this block, over all its tiles: the ring position
             for (int t = first; t < tiles; t += stride) {
                 int row0, col0;
@@ -89,8 +93,11 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
                     // A's box and all of B's stage land here: ours and the peers' multicast shares.
                     gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                    gemmlab::tma_load_2d(sA + stage * STAGE_A, &tmA, &full[stage], row0, k0);
-                    gemmlab::load_b_stage<T, BN, BK, CM, TB>(sB + stage * STAGE_B, &tmB, &full[stage], k0, col0, rank);
+                    const unsigned bar = gemmlab::smem_addr(&full[stage]);
+                    gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0,
+                                                              row0, 0);
+                    gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0,
+                                                           col0, rank);
                 }
             }
         }
@@ -98,10 +105,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     } else {
         gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
         const int c = wg - 1, ctid = tid % 128;
-        // A: rows of BK elements, 8-row groups 8 * 2 BK bytes apart, swizzled over the row width.
-        const unsigned long long desc_a0 = gemmlab::wgmma_desc(
-            sA + c * 64 * BK, 16, 16 * BK, BK == 64 ? gemmlab::WGMMA_SWIZZLE_128B : gemmlab::WGMMA_SWIZZLE_64B);
-        const unsigned long long desc_b0 = gemmlab::b_stage_desc<BK, TB>(sB);
+        // This warpgroup's 64 rows of A, and B, as load_stage laid them out.
+        const unsigned long long desc_a0 = gemmlab::stage_desc<BK, 1 - TA>(sA + c * 64 * BK);
+        const unsigned long long desc_b0 = gemmlab::stage_desc<BK, TB>(sB);
         unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
         // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
         // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
@@ -125,7 +131,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                 gemmlab::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK; kk += 16)
-                    gemmlab::wgmma_m64nk16<T, BN, TB>(acc, da + ((kk * 2) >> 4), db + gemmlab::b_k_offset<TB>(kk));
+                    gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),
+                                                          db + gemmlab::k_offset<TB>(kk));
                 gemmlab::wgmma_commit();
                 gemmlab::wgmma_wait<1>();
 #pragma unroll

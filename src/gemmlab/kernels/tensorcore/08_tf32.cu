@@ -16,6 +16,10 @@
 // tile in 64 x 64 chunks into a 128-byte-swizzled staging buffer and one thread hands each chunk to
 // TMA stores, so the threads do not wait on 128 scalar global stores each.
 //
+// With TB, a B stored transposed ([N][K] rows: x @ w.t() of a float32 weight) is K-major already:
+// its tile is loaded as rows of K and both operands come from shared memory -- no fragments to
+// pick out, no registers held for them.
+//
 // With SPLIT, few tiles with a tall K (fp32 weight gradients: 256 x 256 x 65536 is one cluster
 // tile for 66 clusters) are split along K over every cluster, as tc09 splits them
 // (gemmlab::split_k_ways, split_k_finish): each run adds its part to a workspace, and the runs of
@@ -60,13 +64,15 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
 // few tall-K tiles along K (WS: a 64 x 256 fp32 part a consumer warpgroup and block of the grid;
 // FLAGS: a tile's [arrived, left] counts, zero between launches); 0 whole tiles only, the code of
 // the split left out (compiled in, it cost the whole tiles 2-4%: gemmlab launches SPLIT = 1 only
-// where it splits).
+// where it splits). TB: 0 for a row-major B ([K][N]); 1 for a B stored transposed ([N][K] rows),
+// whose tile is the MMA's shared-memory A operand as it lands.
 //
 // Shared layout of one stage (1024-byte aligned, 128-byte swizzled):
 //   A:  [BM][32]            K-major: rows m, 32 K-elements each (CN boxes of BM / CN rows)
 //   B:  [BN / 32][32][32]   as in memory: boxes of 32 rows k x 32 columns n
+//       or, with TB, [BN][32]: K-major rows n, 32 K-elements each (CM boxes of BN / CM rows)
 // then, with TMA_STORE, a 16 KB staging buffer per consumer (two boxes of 64 rows x 32 columns of D).
-template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT>
+template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT, int TB>
 __global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
         const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D,
@@ -75,6 +81,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(float);
     constexpr int MY_A_ROWS = BM / CN, MY_B_BOXES = BN / 32 / CM;  // this block's share of a stage
+    constexpr int MY_B_ROWS = BN / CM;                             // ... of a B stored transposed (TB)
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (BN = 64 or 128)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
@@ -85,7 +92,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     float* sA = reinterpret_cast<float*>(smem);  // [STAGES][BM][32]
-    float* sB = sA + STAGES * STAGE_A;           // [STAGES][BN / 32][32][32]
+    float* sB = sA + STAGES * STAGE_A;           // [STAGES][BN / 32][32][32], or [STAGES][BN][32] (TB)
     unsigned char* sOut = reinterpret_cast<unsigned char*>(sB + STAGES * STAGE_B);  // [CONSUMERS][16 KB], if TMA_STORE
     unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + (TMA_STORE ? CONSUMERS * 16384 : 0));
     unsigned long long* empty = full + STAGES;
@@ -138,14 +145,23 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                         gemmlab::tma_load_2d_multicast(a_dst, &tmA, &full[stage], a_row, k0, everyone);
                     else
                         gemmlab::tma_load_2d(a_dst, &tmA, &full[stage], a_row, k0);
-#pragma unroll
-                    for (int j = 0; j < MY_B_BOXES; ++j) {
-                        const int box = (CM > 1 ? rank * MY_B_BOXES : 0) + j;
-                        float* b_dst = sB + stage * STAGE_B + box * B_BOX;
+                    if constexpr (TB) {  // rows n of K, this block's share of them
+                        float* b_dst = sB + stage * STAGE_B + (CM > 1 ? rank * MY_B_ROWS * BK : 0);
+                        const int b_row = col0 + (CM > 1 ? rank * MY_B_ROWS : 0);
                         if constexpr (CM > 1)
-                            gemmlab::tma_load_2d_multicast(b_dst, &tmB, &full[stage], k0, col0 + box * 32, everyone);
+                            gemmlab::tma_load_2d_multicast(b_dst, &tmB, &full[stage], b_row, k0, everyone);
                         else
-                            gemmlab::tma_load_2d(b_dst, &tmB, &full[stage], k0, col0 + box * 32);
+                            gemmlab::tma_load_2d(b_dst, &tmB, &full[stage], b_row, k0);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < MY_B_BOXES; ++j) {
+                            const int box = (CM > 1 ? rank * MY_B_BOXES : 0) + j;
+                            float* b_dst = sB + stage * STAGE_B + box * B_BOX;
+                            if constexpr (CM > 1)
+                                gemmlab::tma_load_2d_multicast(b_dst, &tmB, &full[stage], k0, col0 + box * 32, everyone);
+                            else
+                                gemmlab::tma_load_2d(b_dst, &tmB, &full[stage], k0, col0 + box * 32);
+                        }
                     }
                 }
             }
@@ -167,8 +183,10 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         const int k_first = q + 4 * (q & 1), k_second = q + 4 * (1 - (q & 1));
         const bool odd = q & 1;
         auto at = [](int box, int chunk, int k, int w) { return box + k * 32 + ((chunk ^ (k & 7)) << 2) + w; };
-        // A's tile, the B of the MMA: K-major, 128-byte rows, 8-row groups 1024 bytes apart.
+        // A's tile, the B of the MMA: K-major, 128-byte rows, 8-row groups 1024 bytes apart; with TB
+        // this warpgroup's 64 rows of B's tile, the A of the MMA, alike.
         const unsigned long long desc0 = gemmlab::wgmma_desc(sA, 16, 1024);
+        const unsigned long long desc_bt0 = gemmlab::wgmma_desc(sB + c * 64 * BK, 16, 1024);
         // As on the host (api._tma_store_ok): TMA stores only into rows of whole, aligned 16-byte units.
         const bool tma_store = TMA_STORE != 0 && N % 4 == 0 && ldd % 4 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
@@ -196,13 +214,18 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         auto step = [&](unsigned (&f)[16], int kt, int it) {
             const int stage = it % STAGES;
             gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-            load_fragments(f, sB + stage * STAGE_B);
+            if constexpr (!TB) load_fragments(f, sB + stage * STAGE_B);
             const unsigned long long db = desc0 + (stage * STAGE_A * 4 >> 4);
+            const unsigned long long da = desc_bt0 + (stage * STAGE_B * 4 >> 4);
             gemmlab::wgmma_fence();
 #pragma unroll
             for (int s = 0; s < BK / 8; ++s) {
-                const unsigned a[4] = {f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3]};
-                gemmlab::wgmma_m64n256k8_tf32_rs(acc, a, db + ((s * 8 * 4) >> 4));
+                if constexpr (TB) {
+                    gemmlab::wgmma_m64n256k8_tf32(acc, da + ((s * 8 * 4) >> 4), db + ((s * 8 * 4) >> 4));
+                } else {
+                    const unsigned a[4] = {f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3]};
+                    gemmlab::wgmma_m64n256k8_tf32_rs(acc, a, db + ((s * 8 * 4) >> 4));
+                }
             }
             gemmlab::wgmma_commit();
             gemmlab::wgmma_wait<1>();

@@ -18,11 +18,11 @@
 // share of the parts and writes it.
 #include "common/tma.cuh"
 
-// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB: as tc07. SPLIT: 1 with the split-K of few tall
+// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA: as tc07. SPLIT: 1 with the split-K of few tall
 // tiles, 0 without its code (gemmlab launches SPLIT = 1 only where it splits). WS: fp32 parts of
 // split tiles, 64 x 256 a consumer warpgroup and block of the grid; FLAGS: one a consumer
 // warpgroup and block, zero between launches (the reader resets each it consumed).
-template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int SPLIT>
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA, int SPLIT>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
             const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
@@ -42,7 +42,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     static_assert(sizeof(T) == 2, "16-bit inputs");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
-    T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK]
+    T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK], or [STAGES][BM / 64][BK][64] (TA)
     T* sB = sA + STAGES * STAGE_A;         // [STAGES][BN / 64][BK][64], or [STAGES][BN][BK] (TB)
     T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][2][64][64], 128-byte swizzled
     unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * 2 * CHUNK);
@@ -71,6 +71,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     if (wg == 0) {
         gemmlab::setmaxnreg_dec<PRODUCER_REGS>();
         if (tid == 0) {
+            const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
             int it = 0;  // K steps issued by this block, over all its pieces: the ring position
             sched.for_each_piece(slot, [&](int t, int k_begin, int k_end) {
                 int row0, col0;
@@ -80,8 +81,11 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
                     // A's box and all of B's stage land here: ours and the peers' multicast shares.
                     gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                    gemmlab::tma_load_2d(sA + stage * STAGE_A, &tmA, &full[stage], row0, k0);
-                    gemmlab::load_b_stage<T, BN, BK, CM, TB>(sB + stage * STAGE_B, &tmB, &full[stage], k0, col0, rank);
+                    const unsigned bar = gemmlab::smem_addr(&full[stage]);
+                    gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0,
+                                                              row0, 0);
+                    gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0,
+                                                           col0, rank);
                 }
             });
         }
@@ -89,10 +93,9 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     } else {
         gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
         const int c = wg - 1, ctid = tid % 128;
-        // A: rows of BK elements, 8-row groups 8 * 2 BK bytes apart, swizzled over the row width.
-        const unsigned long long desc_a0 = gemmlab::wgmma_desc(
-            sA + c * 64 * BK, 16, 16 * BK, BK == 64 ? gemmlab::WGMMA_SWIZZLE_128B : gemmlab::WGMMA_SWIZZLE_64B);
-        const unsigned long long desc_b0 = gemmlab::b_stage_desc<BK, TB>(sB);
+        // This warpgroup's 64 rows of A, and B, as load_stage laid them out.
+        const unsigned long long desc_a0 = gemmlab::stage_desc<BK, 1 - TA>(sA + c * 64 * BK);
+        const unsigned long long desc_b0 = gemmlab::stage_desc<BK, TB>(sB);
         unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
         // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
         // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
@@ -131,7 +134,8 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                 gemmlab::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK; kk += 16)
-                    gemmlab::wgmma_m64nk16<T, BN, TB>(acc, da + ((kk * 2) >> 4), db + gemmlab::b_k_offset<TB>(kk));
+                    gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),
+                                                          db + gemmlab::k_offset<TB>(kk));
                 gemmlab::wgmma_commit();
                 gemmlab::wgmma_wait<1>();
 #pragma unroll
