@@ -76,7 +76,7 @@ if want layouts; then
   # Transposed views, read in place by tc07 and tc09: B stored transposed (nt: x @ w.t() of a [N, K]
   # weight, K-major tiles), A stored transposed (tn: dy.t() @ x, the weight gradient, M-major tiles),
   # and both (tt); the squares and a weight gradient's tall K
-  step "bench, transposed views (nt, tn, tt): bf16 and fp16 on the Hopper steps, against cuBLAS on the same views"
+  step "bench, transposed views (nt, tn, tt): bf16 and fp16 on tc07/tc09, TF32 nt on tc08, against cuBLAS on the same views"
   for layout in ${LAYOUTS:-nt tn tt}; do
     for dt in bf16 fp16; do
       python3 -m gemmlab bench --dtype $dt --layout $layout -k tc07_persistent_cluster -k tc09_stream_k \
@@ -84,6 +84,12 @@ if want layouts; then
         -s 4096x4096x16384 --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench $dt $layout"
     done
   done
+  # TF32 (tc08) reads a B stored transposed from shared memory (TB = 1); other layouts are copied
+  if [[ " ${LAYOUTS:-nt tn tt} " == *" nt "* ]]; then
+    python3 -m gemmlab bench --dtype tf32 --layout nt -k tc08_tf32 -s 2048x2048x2048 -s 4096x4096x4096 \
+      -s 6144x6144x6144 -s 8192x8192x8192 -s 5120x5120x5120 -s 4096x4096x16384 \
+      --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench tf32 nt"
+  fi
 fi
 
 if want sustained; then
