@@ -139,3 +139,17 @@ def test_columns_follow_the_ladder_not_the_first_shape():
             for k in ks]  # fmt: skip
     header = report.bench_table({"meta": run["meta"], "records": recs}).splitlines()[2]
     assert header.index("04 wgmma") < header.index("05 TMA") < header.index("06 warp") < header.index("07 persistent")
+
+
+def test_layout_notes_name_the_steps_that_read_the_views_in_place():
+    """A table of transposed views says which steps of its dtype read them where they lie
+    (KernelSpec.layouts) and that the others copy them: tc07/tc09 for 16-bit nt/tn/tt, tc08 for
+    TF32 nt only, none for TF32 tn or plain fp32."""
+    from gemmlab.bench.report import _arithmetic
+
+    for dtype in ("bfloat16-nt", "float16-tn", "bfloat16-tt", "bfloat16-fp32out-tn"):
+        assert "tc07 and tc09 read the transposed operands in place" in _arithmetic(dtype), dtype
+    assert "tc08 reads the transposed operands in place" in _arithmetic("tf32-nt")
+    for dtype in ("tf32-tn", "tf32-tt", "float32-nt"):
+        note = _arithmetic(dtype)
+        assert "copied row-major" in note and "in place" not in note, (dtype, note)

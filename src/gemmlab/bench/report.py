@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 import statistics
 
+import torch
+
 from .. import registry
 
 
@@ -118,10 +120,24 @@ def _held(meta: dict) -> str:
 _STAGED = "operands whose row stride TMA cannot take (odd sizes) are copied to padded rows inside the timed call"
 
 
-_LAYOUTS = {"nt": "B a transposed view (x @ w.t() of a [N, K] weight; tc07 and tc09 read it in place, "
-                   "other kernels get a row-major copy inside the timed call)",
-            "tn": "A a transposed view (copied row-major inside the timed call)",
-            "tt": "A and B transposed views (copied row-major inside the timed call)"}
+_LAYOUTS = {"nt": "B a transposed view (x @ w.t() of a [N, K] weight)",
+            "tn": "A a transposed view (dy.t() @ x of a [K, M] gradient, as a weight gradient passes it)",
+            "tt": "A and B transposed views"}
+
+
+def _layout_note(layout: str, base: str) -> str:
+    """A layout's views, and which steps of the table's dtype (base: bfloat16, tf32, ...) read them
+    in place (KernelSpec.layouts) rather than copy them."""
+    name = base.removesuffix("-fp32out")
+    math = "tf32" if name == "tf32" else "fp32"
+    dtype = getattr(torch, "float32" if name == "tf32" else name, None)
+    readers = [k.id.split("_")[0] for k in registry.KERNELS
+               if layout in getattr(k, "layouts", ()) and dtype in k.dtypes and getattr(k, "math", "fp32") == math]
+    if not readers:
+        return f"{_LAYOUTS[layout]}, copied row-major inside the timed call"
+    verb = "reads" if len(readers) == 1 else "read"
+    return (f"{_LAYOUTS[layout]}; {' and '.join(readers)} {verb} the transposed operands in place, other kernels "
+            "get row-major copies inside the timed call")
 
 
 def _arithmetic(dtype: str) -> str:
@@ -129,7 +145,7 @@ def _arithmetic(dtype: str) -> str:
     layout other than row-major (dtype suffix -nt, -tn, -tt) is named."""
     base, _, layout = dtype.rpartition("-")
     if layout in _LAYOUTS:
-        return f"{_arithmetic(base)}; {_LAYOUTS[layout]}, cuBLAS on the same views"
+        return f"{_arithmetic(base)}; {_layout_note(layout, base)}; cuBLAS on the same views"
     if dtype == "float32":
         return "float32 (TF32 off)"
     if dtype == "tf32":
