@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gemmlab
-from gemmlab import api, registry
+from gemmlab import api, configs, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.check import precision_of
 from gemmlab.configs import configs_in_use, select
@@ -210,6 +210,28 @@ def test_every_tc07_tile_against_float64(cfg, dtype, M, N, K):
         c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
         api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg)()
         assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} {cfg.as_dict()} out={out_dtype}", kernel)
+
+
+@pytest.mark.parametrize("kernel", ["tc07_persistent_cluster", "tc09_stream_k"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,N,K", [(65, 136, 70), (1000, 1024, 1022), (3000, 776, 300), (257, 3135, 2047), (200, 512, 20000)])
+def test_the_lean_epilogue_against_float64(kernel, dtype, M, N, K):
+    """With beta = 0 and a D TMA can store to -- rows of whole 16-byte units, or for N = 3135 the
+    padded buffer a staged step writes -- tc07 and tc09 launch EPI = 0 (TMA stores, no C): every
+    tile of tc07 'auto' may take, and tc09's whole, stream-K and split-K pieces, at sizes no tile
+    divides, into poisoned D, in the input type and in fp32. The same configs with beta != 0 run
+    EPI = 1 (prepare() takes the problem's)."""
+    spec = registry.get(kernel)
+    cfgs = [c for c in configs_in_use(spec) if c["EPI"] == 0 and not c["TA"] and not c["TB"]]
+    assert cfgs
+    for cfg in cfgs:
+        for out_dtype in (dtype, torch.float32):
+            a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)  # contiguous: N = 3135 goes wide
+            problem = problem_from_tensors(a, b, None, out)
+            assert configs.problem_flags(spec, problem, cfg)["EPI"] == 0, f"{problem.shape}: not a lean launch"
+            api.prepare(a, b, None, alpha=0.5, out=out, kernel=kernel, config=cfg)()
+            assert_ok(out, a, b, None, 0.5, 0.0, f"M={M} N={N} K={K} {cfg.as_dict()} out={out_dtype}", kernel)
 
 
 def transposed(rows, cols, dtype, pad=0):

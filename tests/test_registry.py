@@ -147,15 +147,16 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     assert cfg("tc07_persistent_cluster", 2048, 2048)["CM"] == 1
     assert cfg("tc07_persistent_cluster", 2560, 2560)["CM"] == 1
     assert cfg("tc07_persistent_cluster", 2561, 2560)["CM"] == 2
-    assert cfg("tc07_persistent_cluster", 8192, 8192) == registry.get("tc07_persistent_cluster").default_config()
+    assert cfg("tc07_persistent_cluster", 8192, 8192) == registry.get("tc07_persistent_cluster").config(EPI=0)  # beta = 0
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
     tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1)]
-    # each again for a B stored transposed, then all of those for an A stored transposed
+    # each again with the lean epilogue, all of those for a B stored transposed, then all of those
+    # for an A stored transposed
     in_use = configs_in_use(registry.get("tc07_persistent_cluster"))
-    assert [(c["BM"], c["BN"], c["CM"], c["TB"], c["TA"]) for c in in_use] == [
-        (*t, tb, ta) for ta in (0, 1) for tb in (0, 1) for t in tiles]
+    assert [(c["BM"], c["BN"], c["CM"], c["EPI"], c["TB"], c["TA"]) for c in in_use] == [
+        (*t, epi, tb, ta) for ta in (0, 1) for tb in (0, 1) for epi in (1, 0) for t in tiles]
 
 
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
@@ -316,7 +317,7 @@ def test_staged_steps_write_odd_d_through_a_padded_buffer():
     3135 bf16), tc07/tc09 write a buffer N rounded up to 16 bytes wide with TMA stores and gemm()
     copies N columns out; even rows (6132) keep the paired register stores, aligned ones TMA stores
     in place; tc08 and the unstaged steps never pad."""
-    from gemmlab.api import _wide_d
+    from gemmlab.configs import wide_d as _wide_d
 
     def wide(kernel, N, dtype=torch.bfloat16, out_dtype=None, **kw):
         a, b = torch.empty(64, 32, dtype=dtype), torch.empty(32, N, dtype=dtype)
@@ -383,3 +384,43 @@ def test_transposed_operands_are_read_in_place_or_copied():
     # B's box: 64-column boxes of K rows, or with TB its N rows (shared among a cluster's blocks)
     assert tc07.tma_boxes(tc07.config())["b"] == (64, 64) and tc07.tma_boxes(tc07.config(TB=1))["b"] == (128, 64)
     assert tc07.tma_boxes(tc07.config(TB=1, CM=1, BN=192))["b"] == (192, 64)
+
+
+def test_the_lean_epilogue_is_chosen_where_beta_is_zero_and_d_takes_tma_stores():
+    """configs.epilogue_for: tc07 and tc09 launch EPI = 0 (TMA stores, no C) only with beta = 0 and a
+    D whose rows are whole, aligned 16-byte units -- or that a staged step writes through its padded
+    buffer -- and EPI = 1 (every epilogue) otherwise; prepare() takes the problem's EPI whatever
+    config it is given, and a config with EPI = 0 but TMA_STORE = 0 is refused."""
+    from gemmlab.configs import config_for, epilogue_for, problem_flags
+
+    tc07, tc09 = registry.get("tc07_persistent_cluster"), registry.get("tc09_stream_k")
+
+    def problem(M, N, K, beta=0.0, out_cols=None, dtype=torch.bfloat16, out_dtype=None, offset=0):
+        a, b = torch.empty(M, K, dtype=dtype), torch.empty(K, N, dtype=dtype)
+        c = torch.empty(M, N, dtype=out_dtype or dtype) if beta else None
+        out = None
+        if out_cols is not None:
+            out = torch.empty(M, out_cols + offset, dtype=out_dtype or dtype)[:, offset : offset + N]
+        return problem_from_tensors(a, b, c, out, beta=beta, device_type="cpu", out_dtype=out_dtype)
+
+    for spec in (tc07, tc09):
+        assert epilogue_for(spec, problem(4096, 4096, 4096)) == 0
+        assert epilogue_for(spec, problem(4096, 4096, 4096, beta=1.0)) == 1  # C is read
+        assert epilogue_for(spec, problem(300, 4096, 64, out_cols=4100)) == 1  # rows of 8200 bytes: register stores
+        assert epilogue_for(spec, problem(300, 4096, 64, out_cols=4096, offset=2)) == 1  # D 4 bytes off 16
+        assert epilogue_for(spec, problem(300, 3135, 64)) == 0  # odd N: the padded buffer takes TMA stores
+        assert epilogue_for(spec, problem(300, 1022, 64)) == 1  # even N, rows not 16-byte units: pairs in place
+        assert epilogue_for(spec, problem(300, 1024, 64, out_dtype=torch.float32)) == 0
+        assert epilogue_for(spec, problem(300, 1022, 64, out_dtype=torch.float32)) == 1
+    assert config_for(tc07, problem(4096, 4096, 4096))["EPI"] == 0
+    assert config_for(tc07, problem(4096, 4096, 4096, beta=0.5))["EPI"] == 1
+    assert config_for(tc09, problem(8192, 8192, 8192))["EPI"] == 0
+    # what prepare() does to a config it is given: the problem's EPI (and layout flags)
+    assert problem_flags(tc07, problem(4096, 4096, 4096, beta=0.5), tc07.config(EPI=0))["EPI"] == 1
+    assert problem_flags(tc07, problem(4096, 4096, 4096), tc07.config())["EPI"] == 0
+    assert problem_flags(tc07, problem(4096, 4096, 4096), tc07.config(TMA_STORE=0))["EPI"] == 1
+    with pytest.raises(ValueError, match="EPI = 0 is the TMA-store epilogue"):
+        tc07.config(EPI=0, TMA_STORE=0)
+    # kernels without the parameter get no EPI
+    tc08 = registry.get("tc08_tf32")
+    assert "EPI" not in problem_flags(tc08, problem(256, 256, 64, dtype=torch.float32), tc08.config())

@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from . import jit, launch, registry, tma
-from .configs import _choice_key, select
+from .configs import _choice_key, problem_flags, select, wide_d
 from .problem import GemmProblem, problem_from_tensors
 from .registry import GemmConfig, KernelSpec
 
@@ -82,9 +82,8 @@ def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: Ge
     if config is not None:
         if config.kernel != spec.id:
             raise ValueError(f"config is for {config.kernel}, not {spec.id}")
-        # A's and B's layouts are the problem's, whatever the config says
-        native = problem.layout in spec.layouts
-        flags = {"TA": int(problem.a.trans and native), "TB": int(problem.b.trans and native)}
+        # what the problem decides (A's and B's layouts, the epilogue) is the problem's, whatever the config says
+        flags = problem_flags(spec, problem, config)
         config = GemmConfig(config.kernel, tuple((k, flags.get(k, v)) for k, v in config.values))
         cfg = config
     if not spec.reads_in_place(problem, cfg):
@@ -120,7 +119,7 @@ class _Plan(NamedTuple):
     tail: tuple  # M, N, K, lda, ldb, ldc, ldd as int32; alpha, beta as float32
     cluster: tuple | None  # blocks per cluster, for kernels launched in clusters
     maps: dict  # (address of a, b, out) -> the TMA maps for them: all else a map encodes is the plan's
-    wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (see _wide_d), 0: in place
+    wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (configs.wide_d), 0: in place
     copy: tuple = ()  # the inputs ("a", "b") a staged kernel copies on every call, for TMA to read
 
 
@@ -146,7 +145,7 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
         return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), (), None, {})
     types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
     loaded = jit.load_kernel(spec, cfg, device_id, *types)
-    wide = _wide_d(spec, problem)
+    wide = wide_d(spec, problem)
     ldd = wide or (problem.d.ld if problem.d is not None else N)
     ldc = wide if wide and problem.beta != 0 else (problem.c.ld if problem.c is not None else N)
     i32, f32 = launch.i32, launch.f32
@@ -163,27 +162,6 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
         grid = (resident if split else min(grid[0], resident), grid[1], grid[2])
     copy = registry.operands_to_copy(problem) if spec.staged and spec.tma else ()
     return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy)
-
-
-def _wide_d(spec: KernelSpec, problem: GemmProblem) -> int:
-    """For a staged 16-bit step (tc07, tc09) whose D the epilogue could only write element by
-    element -- rows not whole 16-byte units for TMA stores, nor pairs of elements for 4-byte
-    register stores (an odd row stride: N = 3135) -- the width of the padded buffer it writes
-    instead: N rounded up to 16 bytes. The kernel then runs as if N were that wide (B's map still
-    ends at N, so the extra columns are zeros nobody reads), and gemm() copies the N columns out.
-    0: D is written in place. Measured on an H100 (results/nvidia-h100-80gb-hbm3/tune-staged-d-*):
-    at 3135^3 bf16 tc07 +10%, tc09 +3%; where pairs were possible (1022, 2044, 6132) the extra copy
-    cost 1-10%, and TF32's tc08 lost 1-6% too, so they write D in place."""
-    if not (spec.staged and spec.type_param and "d" in spec.tma):
-        return 0
-    size = problem.result_dtype.itemsize
-    per16 = 16 // size
-    ld, ptr = (problem.d.ld, problem.d.ptr) if problem.d is not None else (problem.N, 0)  # torch.empty: aligned
-    if problem.N % per16 == 0 and ld % per16 == 0 and ptr % 16 == 0:
-        return 0  # TMA stores in place
-    if ld % 2 == 0 and ptr % (2 * size) == 0:
-        return 0  # register stores of pairs (the epilogue's own test)
-    return -(-problem.N // per16) * per16
 
 
 _PLAN_MAPS_MAX = 64  # address triples remembered per plan

@@ -78,16 +78,68 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
         cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
         if spec.id == "tc08_tf32" and cfg["SPLIT"] == 0 and problem.M * problem.N <= TC08_SMALL_MN:
             cfg = _rule_config(spec, tuple(sorted({**cfg.as_dict(), "BN": 64, "CN": 1}.items())))
-    return _layout_config(spec, problem, cfg)
+    return _problem_config(spec, problem, cfg)
 
 
-def _layout_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
-    """cfg, or its TA = 1 / TB = 1 twin where the kernel reads an A / a B stored transposed in place."""
-    if problem.layout != "nn" and problem.layout in getattr(spec, "layouts", ()):
-        values = cfg.as_dict()
-        flags = {k: v for k, v in (("TA", int(problem.a.trans)), ("TB", int(problem.b.trans))) if k in values}
-        return _rule_config(spec, tuple(sorted({**values, **flags}.items())))
-    return cfg
+def problem_flags(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> dict[str, int]:
+    """The config values the problem itself decides, for the parameters cfg has: TA / TB, whether
+    the kernel reads an A / a B stored transposed in place, and EPI, its epilogue (epilogue_for)."""
+    values = cfg.as_dict()
+    native = problem.layout in getattr(spec, "layouts", ("nn",))
+    flags = {"TA": int(problem.a.trans and native), "TB": int(problem.b.trans and native)}
+    if "EPI" in values:
+        flags["EPI"] = epilogue_for(spec, problem) if values.get("TMA_STORE", 1) else 1
+    return {k: v for k, v in flags.items() if k in values}
+
+
+def _problem_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
+    """cfg with the values the problem decides (problem_flags)."""
+    values = cfg.as_dict()
+    flags = problem_flags(spec, problem, cfg)
+    if all(values[k] == v for k, v in flags.items()):
+        return cfg
+    return _rule_config(spec, tuple(sorted({**values, **flags}.items())))
+
+
+def wide_d(spec: KernelSpec, problem: GemmProblem) -> int:
+    """For a staged 16-bit step (tc07, tc09) whose D the epilogue could only write element by
+    element -- rows not whole 16-byte units for TMA stores, nor pairs of elements for 4-byte
+    register stores (an odd row stride: N = 3135) -- the width of the padded buffer it writes
+    instead: N rounded up to 16 bytes. The kernel then runs as if N were that wide (B's map still
+    ends at N, so the extra columns are zeros nobody reads), and gemm() copies the N columns out.
+    0: D is written in place. Measured on an H100 (results/nvidia-h100-80gb-hbm3/tune-staged-d-*):
+    at 3135^3 bf16 tc07 +10%, tc09 +3%; where pairs were possible (1022, 2044, 6132) the extra copy
+    cost 1-10%, and TF32's tc08 lost 1-6% too, so they write D in place."""
+    if not (spec.staged and spec.type_param and "d" in spec.tma):
+        return 0
+    if _tma_stores_in_place(problem):
+        return 0
+    size = problem.result_dtype.itemsize
+    ld, ptr = (problem.d.ld, problem.d.ptr) if problem.d is not None else (problem.N, 0)  # torch.empty: aligned
+    if ld % 2 == 0 and ptr % (2 * size) == 0:
+        return 0  # register stores of pairs (the epilogue's own test)
+    per16 = 16 // size
+    return -(-problem.N // per16) * per16
+
+
+def _tma_stores_in_place(problem: GemmProblem) -> bool:
+    """Whether D's rows are whole, aligned 16-byte units: what the TMA-store epilogues need (a D
+    gemm() allocates is contiguous and aligned)."""
+    per16 = 16 // problem.result_dtype.itemsize
+    ld, ptr = (problem.d.ld, problem.d.ptr) if problem.d is not None else (problem.N, 0)
+    return problem.N % per16 == 0 and ld % per16 == 0 and ptr % 16 == 0
+
+
+# tc07 and tc09 with beta = 0 and a D TMA can store to (in place, or the padded buffer wide_d gives
+# a staged step) need only the TMA-store epilogue without C: EPI = 0 compiles that alone. The
+# register-store fallback and C's reads are 59 of tc07's 83 KB of SASS, and code a launch never
+# runs still costs: a probe build without them ran 0.6% faster at 4096^3 and 0.2-0.6% at 6144^3 on
+# an H200 (results/nvidia-h200/tune-lean-*.json).
+def epilogue_for(spec: KernelSpec, problem: GemmProblem) -> int:
+    """EPI for a problem: 0 where beta is 0 and D (or its padded buffer) takes TMA stores, else 1."""
+    if problem.beta != 0:
+        return 1
+    return 0 if _tma_stores_in_place(problem) or wide_d(spec, problem) else 1
 
 
 # tc08 on small problems that it does not split: 256 x 64 tiles, one consumer warpgroup, no
@@ -144,6 +196,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]
     if spec.id == "tc08_tf32":  # small problems it runs whole (TC08_SMALL_MN)
         out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "BN": 64, "CN": 1}.items()))))
+    if "EPI" in spec.default_config().as_dict():  # each again with the lean epilogue (epilogue_for)
+        out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "EPI": 0}.items()))) for c in out if c["TMA_STORE"]]
     if "nt" in getattr(spec, "layouts", ()):  # each again for a B stored transposed
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "TB": 1}.items()))) for c in out]
     if "tn" in getattr(spec, "layouts", ()):  # and for an A stored transposed
@@ -167,11 +221,12 @@ _CHOICES_MAX = 4096
 
 
 def _choice_key(problem: GemmProblem, kernel: str) -> tuple:
-    """Everything a kernel's constraints may look at: sizes, dtypes and precision, leading
-    dimensions and the 16-byte alignment of every operand (not the addresses themselves)."""
+    """Everything a kernel's constraints and config may look at: sizes, dtypes and precision,
+    whether beta is 0, leading dimensions and the 16-byte alignment of every operand (not the
+    addresses themselves)."""
     a, b, c, d = problem.a, problem.b, problem.c, problem.d
     return (
-        kernel, problem.dtype, problem.out_dtype, problem.precision, problem.M, problem.N, problem.K,
+        kernel, problem.dtype, problem.out_dtype, problem.precision, problem.M, problem.N, problem.K, problem.beta != 0,
         a.ld, a.ptr % 16, a.trans, b.ld, b.ptr % 16, b.trans,
         None if c is None else (c.ld, c.ptr % 16),
         None if d is None else (d.ld, d.ptr % 16),

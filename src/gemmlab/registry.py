@@ -789,7 +789,9 @@ def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256)) -> str | 
         or _first_failure((c["BN"] // 64 % c["CM"] == 0,
                            f"BN / 64 = {c['BN'] // 64} boxes of B do not divide among CM = {c['CM']} blocks"),
                           (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"),
-                          (c["TA"] in (0, 1), "TA must be 0 (A row-major) or 1 (A stored transposed)"))
+                          (c["TA"] in (0, 1), "TA must be 0 (A row-major) or 1 (A stored transposed)"),
+                          (c["EPI"] in (0, 1), "EPI must be 0 (TMA stores without C) or 1 (every epilogue)"),
+                          (c["EPI"] == 1 or c["TMA_STORE"] == 1, "EPI = 0 is the TMA-store epilogue: it needs TMA_STORE = 1"))
     )
 
 
@@ -819,6 +821,7 @@ TC_07 = KernelSpec(
         Param("TMA_STORE", 1, "1: epilogue through swizzled smem and TMA stores; 0: registers to global"),
         Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major; 0: B row-major (set from the problem)"),
         Param("TA", 0, "1: A stored transposed ([K][M], e.g. x.t()), read M-major; 0: A row-major (set from the problem)"),
+        Param("EPI", 1, "0: only the epilogue of beta = 0 and a D TMA stores to (set from the problem); 1: every epilogue"),
     ),
     block=_WS_BLOCK,
     grid=_CLUSTER_GRID,

@@ -477,13 +477,17 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
 // of 64 rows x 32 floats -- so each chunk waits for the last one's stores to have read it. Where D
 // cannot take TMA stores (tma_store false: rows not whole, aligned 16-byte units) the registers
 // go straight to global memory. The caller waits for the last stores (bulk_wait<0>) before exiting.
-template <typename TD, int NACC>
+// EPI = 0 compiles only the TMA stores without C, for launches whose beta is 0 and whose D TMA can
+// store to (the caller guarantees both); EPI = 1 every path. Code a launch never runs still costs:
+// the register path and the C reads are 59 of tc07's 83 KB of SASS (docs/ladder.md).
+template <typename TD, int NACC, int EPI = 1>
 __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const TD* C, TD* D, const TensorMap* tmD,
                                                 unsigned char* staging, bool tma_store, int barrier_id, int rows0,
                                                 int col0, int M, int N, int ldc, int ldd, float alpha, float beta) {
     static_assert(NACC % 32 == 0, "whole 64-column chunks");
+    static_assert(EPI == 0 || EPI == 1, "EPI: 0 TMA stores without C, 1 every epilogue");
     constexpr int CHUNKS = NACC / 32;
-    if (!tma_store) {
+    if (EPI != 0 && !tma_store) {
         store_accumulators<TD>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
         return;
     }
@@ -505,7 +509,7 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
                     const int q = q0 + m / 2, h = m % 2;
                     const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
                     float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
-                    if (beta != 0.0f) {
+                    if (EPI != 0 && beta != 0.0f) {
                         const int gr = rows0 + r_top + 8 * h, gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
                         const long long ci = offset(gr, gc, ldc);
                         if (gr < M && gc < N) v0 += beta * to_float(C[ci]);
@@ -538,7 +542,7 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
                     const int i = (8 * j + q) * 4 + 2 * h;  // this thread's pair in column block q
                     const int r = r_top + 8 * h, c = 8 * q + 2 * (lane % 4);  // in the chunk
                     float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
-                    if (beta != 0.0f) {
+                    if (EPI != 0 && beta != 0.0f) {
                         const int gr = rows0 + r, gc = col0 + 64 * j + c;
                         const long long ci = offset(gr, gc, ldc);
                         if (gr < M && gc < N) v0 += beta * to_float(C[ci]);

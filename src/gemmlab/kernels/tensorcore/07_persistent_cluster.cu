@@ -33,8 +33,10 @@
 // view w.t() of a [N][K] weight), whose tiles are K-major, as A's are. TA: 0 for a row-major A
 // ([M][K]); 1 for an A stored transposed ([K][M] rows, x.t() of a [K][M] matrix: the weight
 // gradient's dy.t() @ x), whose tiles are M-major, as a row-major B's are N-major, and which
-// wgmma reads transposed (trans-a). Both as gemmlab::load_stage lays them out.
-template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA>
+// wgmma reads transposed (trans-a). Both as gemmlab::load_stage lays them out. EPI: 0 only the
+// epilogue of a launch with beta = 0 and a D TMA stores to (gemmlab::store_tile_64xn), 1 every one.
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
+          int EPI>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
                       const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
@@ -116,6 +118,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         constexpr int E16 = 16 / sizeof(TD);
         const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
+        // EPI = 0 has only the epilogue of a launch with beta = 0 and TMA stores (configs.epilogue_for
+        // chooses it); a launch it cannot serve stops here rather than write a wrong D.
+        if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int row0, col0;
@@ -144,8 +149,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
             for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-            gemmlab::store_tile_64xn<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
-                                         ldd, alpha, beta);
+            gemmlab::store_tile_64xn<TD, BN / 2, EPI>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
+                                                      M, N, ldc, ldd, alpha, beta);
         }
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
     }

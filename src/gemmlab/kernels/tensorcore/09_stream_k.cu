@@ -18,11 +18,12 @@
 // share of the parts and writes it.
 #include "common/tma.cuh"
 
-// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA: as tc07. SPLIT: 1 with the split-K of few tall
+// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA, EPI: as tc07. SPLIT: 1 with the split-K of few tall
 // tiles, 0 without its code (gemmlab launches SPLIT = 1 only where it splits). WS: fp32 parts of
 // split tiles, 64 x 256 a consumer warpgroup and block of the grid; FLAGS: one a consumer
 // warpgroup and block, zero between launches (the reader resets each it consumed).
-template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA, int SPLIT>
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
+          int EPI, int SPLIT>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
             const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
@@ -104,6 +105,9 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
         constexpr int E16 = 16 / sizeof(TD);
         const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
+        // EPI = 0 has only the epilogue of a launch with beta = 0 and TMA stores (configs.epilogue_for
+        // chooses it); a launch it cannot serve stops here rather than write a wrong D.
+        if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
         // This warpgroup's part buffer and flag in block b of the grid.
         auto part = [&](int b) { return reinterpret_cast<float4*>(WS) + (b * CONSUMERS + c) * (128 * 128 / 4); };
         auto flag = [&](int b) { return FLAGS + b * CONSUMERS + c; };
@@ -179,8 +183,8 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                     if (ctid == 0) *flag(b) = 0u;  // consumed: zero again for the next launch
                 }
             }
-            gemmlab::store_tile_64xn<TD>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0, M, N, ldc,
-                                         ldd, alpha, beta);
+            gemmlab::store_tile_64xn<TD, BN / 2, EPI>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
+                                                      M, N, ldc, ldd, alpha, beta);
         });
         if (unpublished) publish();  // the head was this run's last piece
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
