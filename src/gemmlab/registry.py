@@ -168,8 +168,8 @@ class KernelSpec:
             values = dict(cfg.values)
             for flag, name, op in (("TA", "A", problem.a), ("TB", "B", problem.b)):
                 if values.get(flag, 0) != op.trans:
-                    kind = "stored transposed" if values.get(flag, 0) else "row-major"
-                    return f"config {flag}={values.get(flag, 0)} is for {'an' if name == 'A' else 'a'} {name} {kind}; this {name} is not"
+                    article, kind = "an" if name == "A" else "a", "stored transposed" if values.get(flag, 0) else "row-major"
+                    return f"config {flag}={values.get(flag, 0)} is for {article} {name} {kind}; this {name} is not"
         tma_reason = tma_constraints(problem, self.tma) if self.tma and not self.staged else None
         return tma_reason or self.extra_constraints(problem, cfg)
 

@@ -264,7 +264,7 @@ __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.w
 template <int N>
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// ---- Operand K stages in the persistent steps (tc07, tc09) --------------------------------------
+// ---- Operand K stages in the persistent steps (tc07, tc08, tc09) --------------------------------
 //
 // One K stage of an operand tile -- ROWS rows of the MMA (M for A, N for B) from row0, K from k0 --
 // into s, by the producer of block `rank` of a cluster of CM blocks that share the tile (each loads
@@ -274,9 +274,10 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 //          w.t() of a [N][K] weight): ROWS rows of BK K-elements, swizzled over the BK-element row;
 //          this block loads ROWS / CM rows.
 //  KMAJOR = 0, storage [K][rows] (a row-major B; an A stored transposed, x.t() of a [K][M] matrix):
-//          ROWS / 64 boxes of BK x 64 (128-byte swizzled rows of 64 M- or N-elements), box j at
-//          s + j * BK * 64; this block loads boxes rank * ROWS / 64 / CM on.
-// Either way 64 rows of the tile (one consumer warpgroup's A) start at s + 64 * BK * (row / 64).
+//          boxes of BK x W, W = 128 / sizeof(T) (128-byte swizzled rows of 64 16-bit or 32 fp32 M-
+//          or N-elements), box j at s + j * BK * W; this block loads boxes rank * ROWS / W / CM on.
+// For 16-bit T, either way 64 rows of the tile (one consumer warpgroup's A) start at
+// s + 64 * BK * (row / 64).
 // s and full are 32-bit shared-memory addresses (smem_addr).
 template <typename T, int ROWS, int BK, int CM, int KMAJOR>
 __device__ __forceinline__ void load_stage(unsigned s, const TensorMap* tm, unsigned full, int k0, int row0,
@@ -290,13 +291,14 @@ __device__ __forceinline__ void load_stage(unsigned s, const TensorMap* tm, unsi
         if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, row, k0, ALL);
         else tma_load_2d(dst, tm, full, row, k0);
     } else {
-        constexpr int MINE = ROWS / 64 / CM;
+        constexpr int W = 128 / sizeof(T), MINE = ROWS / W / CM;
+        static_assert(MINE * W * CM == ROWS, "whole boxes of 128-byte rows, as many for each block");
 #pragma unroll
         for (int j = 0; j < MINE; ++j) {
             const int box = static_cast<int>(rank) * MINE + j;
-            const unsigned dst = s + box * BK * 64 * sizeof(T);
-            if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, k0, row0 + box * 64, ALL);
-            else tma_load_2d(dst, tm, full, k0, row0 + box * 64);
+            const unsigned dst = s + box * BK * 128;
+            if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, k0, row0 + box * W, ALL);
+            else tma_load_2d(dst, tm, full, k0, row0 + box * W);
         }
     }
 }

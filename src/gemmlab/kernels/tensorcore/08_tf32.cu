@@ -80,8 +80,6 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     constexpr int CONSUMERS = BN / 64, CL = CM * CN;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(float);
-    constexpr int MY_A_ROWS = BM / CN, MY_B_BOXES = BN / 32 / CM;  // this block's share of a stage
-    constexpr int MY_B_ROWS = BN / CM;                             // ... of a B stored transposed (TB)
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (BN = 64 or 128)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
@@ -129,7 +127,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     if (wg == 0) {
         gemmlab::setmaxnreg_dec<PRODUCER_REGS>();
         if (tid == 0) {
-            constexpr unsigned short everyone = (1u << CL) - 1;
+            const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
             int it = 0;
             for (int p = first; p < pieces; p += stride) {
                 int t, k_begin, k_end, row0, col0;
@@ -139,30 +137,13 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
                     gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                    float* a_dst = sA + stage * STAGE_A + (CN > 1 ? rank * MY_A_ROWS * BK : 0);
-                    const int a_row = row0 + (CN > 1 ? rank * MY_A_ROWS : 0);
-                    if constexpr (CN > 1)
-                        gemmlab::tma_load_2d_multicast(a_dst, &tmA, &full[stage], a_row, k0, everyone);
-                    else
-                        gemmlab::tma_load_2d(a_dst, &tmA, &full[stage], a_row, k0);
-                    if constexpr (TB) {  // rows n of K, this block's share of them
-                        float* b_dst = sB + stage * STAGE_B + (CM > 1 ? rank * MY_B_ROWS * BK : 0);
-                        const int b_row = col0 + (CM > 1 ? rank * MY_B_ROWS : 0);
-                        if constexpr (CM > 1)
-                            gemmlab::tma_load_2d_multicast(b_dst, &tmB, &full[stage], b_row, k0, everyone);
-                        else
-                            gemmlab::tma_load_2d(b_dst, &tmB, &full[stage], b_row, k0);
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < MY_B_BOXES; ++j) {
-                            const int box = (CM > 1 ? rank * MY_B_BOXES : 0) + j;
-                            float* b_dst = sB + stage * STAGE_B + box * B_BOX;
-                            if constexpr (CM > 1)
-                                gemmlab::tma_load_2d_multicast(b_dst, &tmB, &full[stage], k0, col0 + box * 32, everyone);
-                            else
-                                gemmlab::tma_load_2d(b_dst, &tmB, &full[stage], k0, col0 + box * 32);
-                        }
-                    }
+                    // A's rows (shared along N: each block of a CN pair loads half), B's rows of K (TB) or
+                    // boxes of 32 columns (shared along M), as gemmlab::load_stage lays them out
+                    const unsigned bar = gemmlab::smem_addr(&full[stage]);
+                    gemmlab::load_stage<float, BM, BK, CN, 1>(sA_addr + stage * STAGE_A * 4, &tmA, bar, k0, row0,
+                                                              CN > 1 ? rank : 0);
+                    gemmlab::load_stage<float, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * 4, &tmB, bar, k0, col0,
+                                                               CM > 1 ? rank : 0);
                 }
             }
         }
