@@ -1,0 +1,56 @@
+"""What the probes share: time gemmlab kernels (registered variants included) beside cuBLAS in the same
+rounds, each result checked against float64 first (output poisoned with NaN), and write one record
+with the device, clocks under load and versions to $OUT/probe-<name>-<time>.json."""
+import datetime as dt
+import json
+import os
+import statistics
+
+import torch
+
+from gemmlab import api
+from gemmlab.bench import environment
+from gemmlab.bench.timing import HostGate, L2Flusher, interleaved
+
+
+def shape_of(text: str) -> tuple[int, int, int]:
+    """'4096' -> 4096^3; 'MxNxK' as given."""
+    return tuple(int(x) for x in text.split("x")) if "x" in text else (int(text),) * 3
+
+
+def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bfloat16, reps: int = 30) -> dict:
+    """kernels: kernel id -> GemmConfig (None: the kernel's own choice). Prints a line a kernel and shape."""
+    dev = torch.device("cuda", 0)
+    record = dict(name=name, note=note, environment=environment.describe(0), dtype=str(dtype), reps=reps, cases=[])
+    for text in shapes:
+        m, n, k = shape_of(text)
+        torch.manual_seed(0)
+        a = torch.randn(m, k, device=dev, dtype=dtype)
+        b = torch.randn(k, n, device=dev, dtype=dtype)
+        ref = a.double() @ b.double()
+        fns, errors = {}, {}
+        for kid, cfg in kernels.items():
+            d = torch.empty(m, n, device=dev, dtype=dtype)
+            fns[kid] = api.prepare(a, b, kernel=kid, out=d, config=cfg)
+            d.fill_(float("nan"))
+            fns[kid]()
+            torch.cuda.synchronize()
+            errors[kid] = ((d.double() - ref).norm() / ref.norm()).item()  # NaN if any output was missed
+        dc = torch.empty(m, n, device=dev, dtype=dtype)
+        fns["cublas"] = lambda: torch.mm(a, b, out=dc)
+        under_load = {}
+        times = interleaved(fns, reps=reps, warmup=3, flush=L2Flusher(0), gate=HostGate(0),
+                            mid_run=lambda: under_load.update(environment.clocks(0)))
+        med = {kid: statistics.median(v) * 1e3 for kid, v in times.items()}
+        for kid, us in med.items():
+            err = f"rel_fro {errors[kid]:.2e}" if kid in errors else ""
+            print(f"{text:>16s} {kid:24s} {us:9.1f} us {2.0 * m * n * k / us / 1e6:7.1f} TFLOP/s"
+                  f"  ratio {med['cublas'] / us:.3f}  {err}")
+        record["cases"].append(dict(shape=[m, n, k], median_us=med, ratio={kid: med["cublas"] / us for kid, us in med.items()},
+                                    rel_fro=errors, times_ms=times, clocks_under_load=under_load))
+    out = os.environ.get("OUT", "out")
+    os.makedirs(out, exist_ok=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    with open(os.path.join(out, f"probe-{name}-{stamp}.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    return record

@@ -1,0 +1,51 @@
+"""Probe (not part of the package): what do tc07's loads cost its main loop, and is shared-memory
+bandwidth the reason?
+
+A 128 x 256 tile's K stage has TMA write 48 KB into shared memory while the MMAs read 80 KB from
+it: at the tensor cores' full rate about 127 of the 128 bytes a clock an SM's shared memory serves.
+Copies of tc07 (written here, next to it, git-ignored) take parts of the work away, the MMAs kept:
+  noload   the producer stops loading after the ring's first fill (the consumers multiply stale
+           operands: wrong sums, the same MMAs);
+  noloadA  only A's loads stop (16 KB a stage, half of what a block reads from L2);
+  noloadB  only B's loads stop (32 KB a stage written by multicast, the other half of the L2 reads);
+  noepi    no epilogue (D is not written).
+Shared-memory bandwidth as the limit predicts twice the gain without B as without A; L2 as the limit,
+the same gain. Times them beside tc07 and cuBLAS at each shape given (M x N x K). On the GPU machine:
+    PYTHONPATH=src:probes GEMMLAB_CACHE_DIR=/tmp/gc python3 probes/smem_probe.py 4096 4096x4096x8192"""
+import dataclasses
+import pathlib
+import sys
+
+from gemmlab import configs, registry
+
+import probe_record
+
+root = pathlib.Path(__file__).resolve().parents[1] / "src/gemmlab/kernels/tensorcore"
+src = (root / "07_persistent_cluster.cu").read_text()
+
+
+def variant(name: str, *edits: tuple[str, str]) -> str:
+    text = src
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (root / f"probe_07_{name}.cu").write_text(text)
+    spec = dataclasses.replace(registry.TC_07, id="probe_07_" + name, source=f"tensorcore/probe_07_{name}.cu",
+                               auto_skip=lambda p, c: None)
+    registry._BY_ID[spec.id] = spec
+    configs.SIZE_RULES[spec.id] = configs.SIZE_RULES.get(registry.TC_07.id, ())
+    return spec.id
+
+
+arm = """                    gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"""
+load_a = """                    gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr"""
+load_b = """                    gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr"""
+epilogue = "            gemmlab::store_tile_64xn<TD, BN / 2, EPI>("
+kernels = {registry.TC_07.id: None}
+kernels[variant("noload", (arm, "                    if (it >= STAGES) { gemmlab::mbar_arrive(&full[stage]); continue; }\n" + arm))] = None
+for name, kept, skipped in (("noloadA", "STAGE_B", load_a), ("noloadB", "STAGE_A", load_b)):
+    kernels[variant(name, (arm, arm.replace("STAGE_BYTES", f"it >= STAGES ? {kept} * sizeof(T) : STAGE_BYTES")),
+                    (skipped, "                    if (it < STAGES) " + skipped.lstrip()))] = None
+kernels[variant("noepi", (epilogue, "            if (alpha == 12345.0f) " + epilogue.lstrip()))] = None
+
+probe_record.run("loads", __doc__, kernels, sys.argv[1:] or ["4096", "4096x4096x8192"])
