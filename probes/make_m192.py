@@ -34,15 +34,11 @@ __device__ __forceinline__ bool probe_mbar_test(unsigned long long* bar, unsigne
 }
 '''
 
-LOADER = r'''    {
+# Both loaders: the L-th K step of this block's walk into stage L % STAGES (A's box, B's share).
+ISSUE = r'''    {
         const int c = wg, ctid = tid % 128;
         const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
         const int total = (first < tiles ? (tiles - first + stride - 1) / stride : 0) * KT;
-        // The loads: the L-th K step of this block's walk goes into stage L % STAGES once every
-        // consumer of the cluster has released that stage. Thread 0 of each consumer warpgroup looks
-        // (test_wait, without waiting) after issuing each K step's MMAs and after each release; the
-        // first to see the next load's stage free claims it (compare-and-swap on next_load) and
-        // issues it. A consumer waits only where its own next stage is not yet loaded.
         auto issue = [&](int L) {
             const int stage = L % STAGES;
             int row0, col0;
@@ -53,6 +49,13 @@ LOADER = r'''    {
             gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0, row0, 0);
             gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0, col0, rank);
         };
+'''
+
+LOADER = ISSUE + r'''        // The loads: the L-th K step of this block's walk goes into stage L % STAGES once every
+        // consumer of the cluster has released that stage. Thread 0 of each consumer warpgroup looks
+        // (test_wait, without waiting) after issuing each K step's MMAs and after each release; the
+        // first to see the next load's stage free claims it (compare-and-swap on next_load) and
+        // issues it. A consumer waits only where its own next stage is not yet loaded.
         auto try_loads = [&]() {
             if (ctid != 0) return;
             for (;;) {
@@ -80,21 +83,10 @@ LOADER = r'''    {
         try_loads();
 '''
 
-LOADER_V1 = r"""    {
-        const int c = wg, ctid = tid % 128;
-        const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
-        const int total = (first < tiles ? (tiles - first + stride - 1) / stride : 0) * KT;
-        auto refill = [&](int L) {
+LOADER_V1 = ISSUE + r"""        auto refill = [&](int L) {
             if (tid != 0 || L >= total) return;
-            const int stage = L % STAGES;
-            if (L >= STAGES) gemmlab::mbar_wait(&empty[stage], (L / STAGES - 1) & 1);
-            int row0, col0;
-            tile_origin(first + (L / KT) * stride, row0, col0);
-            const int k0 = (L % KT) * BK;
-            gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-            const unsigned bar = gemmlab::smem_addr(&full[stage]);
-            gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0, row0, 0);
-            gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0, col0, rank);
+            if (L >= STAGES) gemmlab::mbar_wait(&empty[L % STAGES], (L / STAGES - 1) & 1);
+            issue(L);
         };
         for (int L = 0; L < STAGES; ++L) refill(L);
 """
