@@ -100,8 +100,7 @@ def without_producer(loader: str) -> None:
     """Three consumer warpgroups at most, no producer: the loader's code in place of the producer's."""
     global src
     src = tc07
-    rep("__launch_bounds__((BM / 64 + 1) * 128, 1)", "__launch_bounds__((BM / 64) * 128, 1)")
-    rep("static_assert(CONSUMERS >= 1 && CONSUMERS <= 2,", "static_assert(CONSUMERS >= 1 && CONSUMERS <= 3,")
+    rep("__maxnreg__(BM == 192 ? 160 : BM == 128 ? 168 : 232)", "__launch_bounds__((BM / 64) * 128, 1)")
     rep('    static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");\n', "")
     start = src.index("    if (wg == 0) {\n        gemmlab::setmaxnreg_dec<PRODUCER_REGS>();")
     src = src[:start] + loader + src[src.index(HEAD) + len(HEAD):]
@@ -127,3 +126,25 @@ rep("                gemmlab::wgmma_commit();\n", "                gemmlab::wgmm
 rep(RELEASE_IN_LOOP, RELEASE_IN_LOOP + "                if (kt > 0) after_release(it - 1);\n")
 rep(RELEASE_AT_END, RELEASE_AT_END + "            if (KT > 0) after_release(it - 1);\n")
 (root / "probe_07_m192.cu").write_text(src)
+
+# The 192 x 256 tile WITH tc07's producer warpgroup (512 threads) is tc07's own BM = 192 config now:
+# compiled for 160 registers a thread and launched with 128 (gemmlab.cubin). m192_probe.py's m192p
+# runs it. (Its records of 2026-11-24 05:07-05:11 ran a generated copy of tc07 as at 87b56d6 with the
+# same edits, the producer at 24 registers instead of 32, spilling 20 bytes.)
+
+# probe_09_m192p.cu: the same for tc09 (stream-K), whose partial tiles a 192-row tile needs where
+# 192 does not divide the rows into whole waves (4096, 8192).
+src = (root / "09_stream_k.cu").read_text()
+rep("__launch_bounds__((BM / 64 + 1) * 128, 1)", "__maxnreg__(160)")
+rep("static_assert(CONSUMERS >= 1 && CONSUMERS <= 2,", "static_assert(CONSUMERS >= 1 && CONSUMERS <= 3,")
+rep("constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;",
+    "constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 160;")
+(root / "probe_09_m192p.cu").write_text(src)
+
+# probe_07_m192q.cu: the 192 x 256 tile with a producer and no epilogue staging (TMA_STORE = 0: the
+# registers straight to global memory), so that four stages of 56 KB fit where three did.
+src = tc07
+rep("(sOut + CONSUMERS * 2 * CHUNK)", "(sOut + (TMA_STORE ? CONSUMERS * 2 * CHUNK : 0))")
+rep("if (EPI == 0 && (beta", "if (TMA_STORE && EPI == 0 && (beta")
+rep("store_tile_64xn<TD, BN / 2, EPI>", "store_tile_64xn<TD, BN / 2, TMA_STORE ? EPI : 1>")
+(root / "probe_07_m192q.cu").write_text(src)

@@ -37,15 +37,17 @@ def variant(name: str, *edits: tuple[str, str]) -> str:
     return spec.id
 
 
-arm = """                    gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"""
-load_a = """                    gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr"""
-load_b = """                    gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr"""
+# The producer's K step (load_k_step, a lambda since 2026-11-24: `return` ends a step; the records of
+# ea3fbad ran the same edits on the loop body it replaced, `continue` for `return`)
+arm = """                gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"""
+load_a = """                gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr"""
+load_b = """                gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr"""
 epilogue = "            gemmlab::store_tile_64xn<TD, BN / 2, EPI>("
 kernels = {registry.TC_07.id: None}
-kernels[variant("noload", (arm, "                    if (it >= STAGES) { gemmlab::mbar_arrive(&full[stage]); continue; }\n" + arm))] = None
+kernels[variant("noload", (arm, "                if (it >= STAGES) { gemmlab::mbar_arrive(&full[stage]); return; }\n" + arm))] = None
 for name, kept, skipped in (("noloadA", "STAGE_B", load_a), ("noloadB", "STAGE_A", load_b)):
     kernels[variant(name, (arm, arm.replace("STAGE_BYTES", f"it >= STAGES ? {kept} * sizeof(T) : STAGE_BYTES")),
-                    (skipped, "                    if (it < STAGES) " + skipped.lstrip()))] = None
+                    (skipped, "                if (it < STAGES) " + skipped.lstrip()))] = None
 kernels[variant("noepi", (epilogue, "            if (alpha == 12345.0f) " + epilogue.lstrip()))] = None
 
 probe_record.run("loads", __doc__, kernels, sys.argv[1:] or ["4096", "4096x4096x8192"])

@@ -151,7 +151,7 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
-    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1)]
+    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1), (192, 256, 2)]
     # each again with the lean epilogue, all of those for a B stored transposed, then all of those
     # for an A stored transposed
     in_use = configs_in_use(registry.get("tc07_persistent_cluster"))
@@ -163,7 +163,9 @@ def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
     """configs.tile_time on 132 SMs: 64 x 128 tiles where 128 x 256 ones would leave most SMs idle
     (one part-full wave), 128 x 192 where they fill the last wave better (1536^2: 96 tiles in one
     wave; 3072^2: 384 tiles in 3 waves against 144 cluster tiles in 3 waves of 66 clusters), 128 x
-    256 wherever it loses no wave (H100 tune record, tune-tiles-20261123T152942Z.json)."""
+    256 wherever it loses no wave (H100 tune record, tune-tiles-20261123T152942Z.json); 192 x 256 only
+    where it fills the waves better (2304 x 2816: 66 cluster tiles, one wave, against 99; 5632^2),
+    since no gain of its own is assumed (H200 probe records, probe-m192-20261124T05*)."""
     from gemmlab.configs import config_for, tile_time
 
     def tile(M, N, K=512):
@@ -175,6 +177,8 @@ def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
         (64, 128, 1), (64, 128, 1), (64, 128, 1), (128, 192, 1), (128, 256, 1), (128, 256, 1),
         (128, 192, 1), (128, 256, 2), (128, 256, 2)]  # fmt: skip
     assert tile(1, 8192) == (64, 128, 1) and tile(16384, 512) == (128, 256, 2)  # thin: fill the SMs / no wave lost
+    assert [tile(2304, 2816), tile(5632, 5632), tile(6144, 6144), tile(2305, 2816)] == [
+        (192, 256, 2), (192, 256, 2), (128, 256, 2), (128, 256, 1)]  # 6144^2: 6 and 9 waves, a tie; 2305: 2 waves of 192
     a = torch.empty((3072, 64), dtype=torch.bfloat16)
     p = problem_from_tensors(a, a.T.contiguous(), device_type="cpu")
     spec = registry.get("tc07_persistent_cluster")

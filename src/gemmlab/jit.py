@@ -195,7 +195,7 @@ def parse_ptxas(log: str, lowered_name: str, dynamic_smem: int = 0) -> ResourceU
     )
 
 
-def _cache_key(sources: dict[str, str], name_expression: str, arch: str) -> str:
+def _cache_key(sources: dict[str, str], name_expression: str, arch: str, launch_registers: int | None = None) -> str:
     h = hashlib.sha256()
     payload = dict(
         sources=sorted(sources.items()),
@@ -205,6 +205,8 @@ def _cache_key(sources: dict[str, str], name_expression: str, arch: str) -> str:
         cuda_headers=_headers_version(),
         format=CACHE_FORMAT.decode(),
     )
+    if launch_registers is not None:  # the cubin is stored as rewritten (gemmlab.cubin)
+        payload["launch_registers"] = launch_registers
     h.update(json.dumps(payload, sort_keys=True).encode())
     return h.hexdigest()
 
@@ -269,7 +271,8 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
     main = spec.source
     sources = source_closure(spec.source_path())
     name_expression = spec.name_expression(cfg, dtype, out_dtype)
-    key = _cache_key(sources, name_expression, arch)
+    launch_registers = spec.launch_registers(cfg)
+    key = _cache_key(sources, name_expression, arch, launch_registers)
     path = cache_dir() / f"{spec.id}-{arch}-{key[:24]}.bin"
     entry = _read_entry(path)
     dynamic = spec.dynamic_smem(cfg)
@@ -286,6 +289,8 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
         # -1 marks it unknown (the driver's attributes still give registers and local memory).
         warnings.warn(f"no ptxas resource report for {name_expression}; resources unknown", RuntimeWarning, stacklevel=2)
         usage = ResourceUsage(-1, -1, dynamic, -1, -1, -1, source="unknown")
+    if launch_registers is not None:
+        cubin, usage, log = _lower_launch_registers(spec, name_expression, arch, cubin, usage, log, launch_registers)
     if usage.source == "unknown":  # not cached: the next process compiles again and may get the report
         return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False)
     header = dict(
@@ -300,6 +305,25 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
     )
     _write_atomic(path, header, cubin)
     return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False)
+
+
+def _lower_launch_registers(spec: KernelSpec, name_expression: str, arch: str, cubin: bytes, usage: ResourceUsage,
+                            log: str, count: int) -> tuple[bytes, ResourceUsage, str]:
+    """A kernel compiled for more registers a thread than its block can launch with (see
+    gemmlab.cubin), rewritten to start with count; its usage then reports count, the log says both."""
+    from . import cubin as cubin_mod
+    from .sass import ToolMissing
+
+    try:
+        cubin, old, top = cubin_mod.lower_launch_registers(cubin, count)
+    except (ValueError, ToolMissing, RuntimeError) as exc:
+        raise CompileError(f"{spec.id} ({name_expression}, {arch})",
+                           f"its launch register count cannot be lowered to {count}: {exc}") from None
+    note = (f"gemmlab: launch register count rewritten from {old} to {count} a thread (the code before "
+            f"setmaxnreg names R0-R{top}; setmaxnreg gives the warpgroups their own counts from there)")
+    if usage.source != "unknown":
+        usage = ResourceUsage(**{**asdict(usage), "registers": count})
+    return cubin, usage, f"{log}\n{note}\n"
 
 
 # ----------------------------------------------------------------------------------------------

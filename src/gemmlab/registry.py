@@ -106,6 +106,9 @@ class KernelSpec:
     # x @ w.t() passes it) takes a TB = 1 config, "tn" (A stored transposed, as dy.t() @ x passes
     # it) a TA = 1 config, "tt" both (configs.config_for sets them).
     layouts: tuple[str, ...] = ("nn",)
+    # The register count a thread starts with, where a config compiles for more than its block can
+    # launch with and the cubin is rewritten (gemmlab.cubin: tc07's 192-row tile); None: as compiled.
+    launch_registers: Callable[[GemmConfig], int | None] = field(default=lambda cfg: None, repr=False)
 
     def default_config(self) -> GemmConfig:
         return _default_config(self)
@@ -782,9 +785,9 @@ def _tc07_smem(c: GemmConfig) -> int:
     return c["STAGES"] * _tma_stage_bytes(c) + staging + _barriers(c) + 1024
 
 
-def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256)) -> str | None:
+def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256), max_bm: int = 192) -> str | None:
     return (
-        _check_tma_tiles(c, bn, 128, _tc07_smem(c), bk=(64, 32))
+        _check_tma_tiles(c, bn, max_bm, _tc07_smem(c), bk=(64, 32))
         or _check_cluster(c, (1, 2, 4))
         or _first_failure((c["BN"] // 64 % c["CM"] == 0,
                            f"BN / 64 = {c['BN'] // 64} boxes of B do not divide among CM = {c['CM']} blocks"),
@@ -812,7 +815,7 @@ TC_07 = KernelSpec(
     source="tensorcore/07_persistent_cluster.cu",
     entry="tc_persistent_cluster",
     params=(
-        _WS_BM,
+        Param("BM", 128, "rows of C a block: 64 per consumer warpgroup (64, 128 or 192; 192 fits three stages)"),
         Param("BN", 256, "columns of C a block: 128, 192 or 256 (one m64nBNk16 MMA a warpgroup)"),
         Param("BK", 64, "K slice of one stage: 64 (128-byte swizzle rows of A) or 32 (64-byte, twice the stages)"),
         _WS_STAGES,
@@ -838,6 +841,8 @@ TC_07 = KernelSpec(
     staged=True,
     auto_skip=_copies_pay,
     layouts=("nn", "nt", "tn", "tt"),
+    # BM = 192: compiled for 160 registers a thread, launched with 128 (see the kernel and gemmlab.cubin)
+    launch_registers=lambda c: 128 if c["BM"] == 192 else None,
 )
 
 
@@ -1029,7 +1034,7 @@ TC_09 = KernelSpec(
     grid=lambda M, N, c: (GRID_X_MAX // c["CM"] * c["CM"], 1, 1),
     dtypes=(torch.bfloat16, torch.float16),
     dynamic_smem=_tc07_smem,
-    check_config=lambda c: _check_07_tc(c, bn=(256,)),
+    check_config=lambda c: _check_07_tc(c, bn=(256,), max_bm=128),
     seeds="issue 3: past tc07 -- stream-K (Osama et al., 2023) for the wave-quantisation loss measured in tc07",
     type_param=True,
     tma=("a", "b", "d"),

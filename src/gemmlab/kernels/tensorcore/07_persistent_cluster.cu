@@ -16,7 +16,9 @@
 // The block tile is 128 x 256 by default. 128 x 192 and 128 x 128 tiles (BN) trade a little MMA
 // efficiency for whole waves: at 3072^2, 288 tiles of 128 x 256 fill 132 SMs 2.2 times -- the third
 // wave runs a fifth full -- where 384 tiles of 128 x 192 fill them 2.9 times; and a problem of one
-// part-full wave (1024^2: 32 tiles of 128 x 256) spreads over more SMs in smaller tiles.
+// part-full wave (1024^2: 32 tiles of 128 x 256) spreads over more SMs in smaller tiles. A 192 x 256
+// tile (three consumer warpgroups, three stages) reads fewer operand bytes per MMA and fills the waves
+// of other shapes (2304 x 2816: 66 cluster tiles, one wave, where 128 x 256 makes 99).
 //
 // The epilogue writes each consumer's 64 x BN accumulators as BN / 64 chunks of 64 x 64, through two
 // 128-byte-swizzled staging buffers (stmatrix), with one TMA store a chunk, which clips at the
@@ -26,6 +28,8 @@
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
 // (BM / 64 consumer warpgroups; BN = 128, 192 or 256: one m64nBNk16 MMA a warpgroup and k16 step).
+// BM = 192 (three consumers and the producer: 512 threads) needs its cubin's launch register count
+// rewritten (gemmlab.cubin; see the register budget below), which jit does for it.
 // BK: 64, or 32 for twice the stages in the same memory (A then 64-byte swizzled). CM: blocks per
 // cluster along M (1, 2 or 4; BN / 64 must divide among them). GROUP: cluster-row pairs per scheduling
 // group. TMA_STORE: 1 the epilogue above (where D suits it), 0 registers straight to global memory (as
@@ -35,9 +39,19 @@
 // gradient's dy.t() @ x), whose tiles are M-major, as a row-major B's are N-major, and which
 // wgmma reads transposed (trans-a). Both as gemmlab::load_stage lays them out. EPI: 0 only the
 // epilogue of a launch with beta = 0 and a D TMA stores to (gemmlab::store_tile_64xn), 1 every one.
+//
+// The register budget. ptxas takes a kernel's register target from its thread bound -- 168 at 384
+// threads, 128 at 512 -- and checks every wgmma against it, whatever setmaxnreg grants later: an
+// m64n256k16 with its 128 accumulators needs 154, so BM = 192 with a producer warpgroup cannot be
+// compiled under a 512-thread bound (C7602). So the kernel states its registers instead of its threads
+// (__maxnreg__: the count each warp starts with, and the most any region may use). For BM = 64 and
+// 128 that is the count their thread bounds gave (232, 168): the same code. For BM = 192 it is 160,
+// too many to launch 512 threads with; jit rewrites the cubin's count to 128 after checking that the
+// code before setmaxnreg stays below R128, and from there the producer gives back down to 32 and the
+// consumers take 160 (32 x 128 + 160 x 384 = 65536: the whole register file).
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
           int EPI>
-__global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
+__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 ? 168 : 232)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
                       const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
                       int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
@@ -46,8 +60,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
     constexpr int B_BOXES = BN / 64;                              // 64-column boxes of a row-major B
     constexpr int CHUNK = 64 * 64;                                // elements of one 64 x 64 staging buffer
-    constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 rows)");
+    constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 40, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 232;
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups (64, 128 or 192 rows)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
     static_assert(BN == 128 || BN == 192 || BN == 256, "one m64nBNk16 MMA a warpgroup and k16 step");
     static_assert(B_BOXES % CM == 0, "each block of a cluster loads as many 64-column boxes of B");
@@ -87,19 +101,23 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         if (tid == 0) {
             const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
             int it = 0;  // K steps issued by this block, over all its tiles: the ring position
+            auto load_k_step = [&](int kt, int row0, int col0) {
+                const int stage = it % STAGES, k0 = kt * BK;
+                if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
+                // A's box and all of B's stage land here: ours and the peers' multicast shares.
+                gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
+                const unsigned bar = gemmlab::smem_addr(&full[stage]);
+                gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0, row0, 0);
+                gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0, col0, rank);
+            };
             for (int t = first; t < tiles; t += stride) {
                 int row0, col0;
                 tile_origin(t, row0, col0);
-                for (int kt = 0; kt < KT; ++kt, ++it) {
-                    const int stage = it % STAGES, k0 = kt * BK;
-                    if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
-                    // A's box and all of B's stage land here: ours and the peers' multicast shares.
-                    gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                    const unsigned bar = gemmlab::smem_addr(&full[stage]);
-                    gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0,
-                                                              row0, 0);
-                    gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0,
-                                                           col0, rank);
+                if constexpr (CONSUMERS == 3) {  // 32 registers: a loop ptxas unrolls would spill (TA = 1)
+#pragma unroll 1
+                    for (int kt = 0; kt < KT; ++kt, ++it) load_k_step(kt, row0, col0);
+                } else {
+                    for (int kt = 0; kt < KT; ++kt, ++it) load_k_step(kt, row0, col0);
                 }
             }
         }
