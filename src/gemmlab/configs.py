@@ -43,10 +43,11 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # 192 at 1536 (0.85x against 0.71x) and 3072 (0.86x against 0.75x, and tc09's 0.83x). 128 x 128
 # tiles (CM 1 or 2) never won a size there, so 'auto' does not use them.
 # 192 x 256 (three consumer warpgroups, three stages; its cubin's launch register count rewritten,
-# gemmlab.cubin) runs its main loop about 3% faster than 128 x 256 at the full clock (H200, bf16 and
-# fp16: 834-838 TFLOP/s at 2304 x 2816 x 16384, one wave of its cluster tiles, against 808-814 for
-# 128 x 256 at 1536 x 2816 x 16384, its own one wave; results/nvidia-h200/probe-m192-20261124T05*),
-# but where both fill the same waves (6144^3) it measured -0.4% to +1.5%, and nothing was measured
+# gemmlab.cubin) runs its main loop about 5% faster than 128 x 256 at the full clock (H200, bf16:
+# 857 TFLOP/s at 2304 x 2816 x 16384, one wave of its cluster tiles, results/nvidia-h200/
+# tune-m192-20261124T052243Z.json, against 808-814 for 128 x 256 at 1536 x 2816 x 16384, its own one
+# wave, probe-m192-20261124T05*), but where both fill the same waves (6144^3) it measured between
+# -0.4% and +2% against 128 x 256 over four runs, and nothing was measured
 # where the card is power-limited; so its rate is taken as 1.0: 'auto' runs it only where its taller
 # tiles fill the waves better (2304 x 2816: one wave instead of one and a half; 5632^2).
 TC07_TILES: tuple[tuple[dict[str, int], float], ...] = (
