@@ -67,6 +67,18 @@ def test_tc07_192_row_tile_is_launched_with_128_registers():
     assert cubin.register_counts(ck.cubin) == [168] == [ck.usage.registers]
 
 
+def test_tc09_192_row_tile_is_launched_with_128_registers():
+    """tc09 takes the same tile: its stream-K schedule lives in shared memory, so its consumers fit
+    160 registers without spills; whole tiles and stream-K pieces (SPLIT = 0) in 16-bit results,
+    and fp32 results with the lean epilogue. The code before setmaxnreg stays below R128."""
+    spec = registry.TC_09
+    for kw, out in ((dict(EPI=0), None), (dict(EPI=1, TA=1), None), (dict(EPI=0, TB=1), torch.float32)):
+        ck = jit.compile_kernel(spec, spec.config(BM=192, STAGES=3, **kw), ARCH, torch.float16, out)
+        assert cubin.register_counts(ck.cubin) == [128]
+        assert ck.usage.registers == 128 and ck.usage.spills == 0 and ck.usage.stack_frame == 0
+        assert cubin.registers_before_setmaxnreg(sass.disassemble(ck.cubin)) < 128
+
+
 def test_rewriting_the_count_changes_nothing_else():
     spec = registry.TC_07
     ck = jit.compile_kernel(spec, spec.default_config(), ARCH, torch.float16)

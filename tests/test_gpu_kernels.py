@@ -619,3 +619,28 @@ def test_tensor_maps_do_not_keep_tensors_alive(kernel):
     del a, b, out
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,N,K,beta", [(1000, 1024, 1022, 0.0), (4000, 777, 300, -1.0), (2500, 3100, 2047, 0.0),
+                                        (385, 257, 1000, 1.0), (4096, 4096, 256, 0.0), (8192, 2048, 130, -1.0)])
+def test_stream_k_192_row_tile_against_float64(dtype, M, N, K, beta):
+    """tc09 with the 192 x 256 tile (three consumer warpgroups at 160 registers, its schedule read
+    from shared memory): whole tiles and stream-K pieces -- heads written to the workspace, tails
+    adding them -- at sizes 192 does not divide, in all four layouts, with beta = 0 (the lean
+    epilogue) and beta != 0 (every epilogue), into poisoned D; fp32 results where beta is 0; and a
+    second launch on the same flags."""
+    kernel, spec = "tc09_stream_k", registry.get("tc09_stream_k")
+    for layout in ("nn", "nt", "tn", "tt"):
+        ta, tb = int(layout[0] == "t"), int(layout[1] == "t")
+        a = transposed(M, K, dtype, 8) if ta else mat(kernel, M, K, dtype)
+        b = transposed(K, N, dtype, 8) if tb else mat(kernel, K, N, dtype)
+        for out_dtype in (dtype, torch.float32) if beta == 0 else (dtype,):
+            cfg = spec.config(BM=192, STAGES=3, TA=ta, TB=tb, EPI=int(beta != 0))
+            c = mat(kernel, M, N, out_dtype) if beta else None
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+            run = api.prepare(a, b, c, alpha=0.5, beta=beta, out=out, kernel=kernel, config=cfg)
+            for _ in range(2):
+                out.fill_(float("nan"))
+                run()
+                assert_ok(out, a, b, c, 0.5, beta, f"M={M} N={N} K={K} {layout} beta={beta} out={out_dtype}", kernel)

@@ -245,6 +245,25 @@ def test_auto_splits_few_tall_k_tiles_along_k():
     assert "too few K steps" in spec.auto_skip(problem_from_tensors(a, a, device_type="cpu"), spec.config(CM=1))
 
 
+def test_tc09_192_row_tile_limits():
+    """tc09's 192-row tile has no split-K instantiation, takes fp32 results only with the lean
+    epilogue, and no tc09 config takes a K its 32-bit schedule cannot count; each is a clear reason."""
+    spec = registry.get("tc09_stream_k")
+    with pytest.raises(ValueError, match="BM = 192 has no split-K"):
+        spec.config(BM=192, STAGES=3, SPLIT=1)
+    with pytest.raises(ValueError, match="227 KB"):
+        spec.config(BM=192, STAGES=4)
+    a, b = torch.empty(4096, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
+    d32 = torch.empty(4096, 4096, dtype=torch.float32)
+    tall = spec.config(BM=192, STAGES=3)
+    assert spec.why_not(problem_from_tensors(a, b, out=d32, device_type="cpu"), tall) is not None  # EPI = 1
+    assert spec.why_not(problem_from_tensors(a, b, out=d32, device_type="cpu"), spec.config(BM=192, STAGES=3, EPI=0)) is None
+    assert spec.why_not(problem_from_tensors(a, b, device_type="cpu"), tall) is None
+    deep = problem_from_tensors(torch.empty(1, 2**26, dtype=torch.bfloat16), torch.empty(2**26, 1, dtype=torch.bfloat16),
+                                device_type="cpu")  # K / BK = 2^20
+    assert "32-bit stream-K schedule" in spec.why_not(deep, spec.default_config())
+
+
 def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     """tc08 splits along K by tc09's rule (tma.cuh split_k_ways, mirrored by registry.split_k_ways),
     counted in its own 256 x 256 cluster tiles and 32-wide K steps. The split is its SPLIT = 1

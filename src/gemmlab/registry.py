@@ -785,9 +785,34 @@ def _tc07_smem(c: GemmConfig) -> int:
     return c["STAGES"] * _tma_stage_bytes(c) + staging + _barriers(c) + 1024
 
 
-def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256), max_bm: int = 192) -> str | None:
+def _stream_k_steps_fit(problem: GemmProblem, c: GemmConfig) -> str | None:
+    """tc09 counts the K steps of its split tiles in 32-bit integers (gemmlab::StreamK): fewer than
+    two waves of tiles -- two a resident cluster, of at most STREAM_K_MAX_SLOTS -- times K / BK."""
+    if 2 * STREAM_K_MAX_SLOTS * cdiv(problem.K, c["BK"]) >= 2**31:
+        return (f"K = {problem.K} is too deep for tc09's 32-bit stream-K schedule "
+                f"(K / BK must stay below {2**31 // (2 * STREAM_K_MAX_SLOTS)})")
+    return None
+
+
+STREAM_K_MAX_SLOTS = 1024  # resident clusters: more than any GPU's SMs
+
+
+def _tc09_tall_tile_serves(problem: GemmProblem, c: GemmConfig) -> str | None:
+    """tc09's 192-row tile launches with 128 registers a thread only where the code before its
+    setmaxnreg stays below R128 (gemmlab.cubin checks every build). With fp32 results and the full
+    epilogue (beta != 0, or a D that TMA cannot store to) ptxas puts that code in R152-R157."""
+    if c["BM"] == 192 and problem.result_dtype == torch.float32 and (c["EPI"] == 1 or problem.beta != 0):
+        return "tc09's BM = 192 tile with fp32 results takes only beta = 0 and a D TMA can store to (EPI = 0)"
+    return None
+
+
+def _tc09_smem(c: GemmConfig) -> int:
+    return _tc07_smem(c) + 64  # and the stream-K schedule (gemmlab::StreamK, tile counts), after the barriers
+
+
+def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256), max_bm: int = 192, smem: int | None = None) -> str | None:
     return (
-        _check_tma_tiles(c, bn, max_bm, _tc07_smem(c), bk=(64, 32))
+        _check_tma_tiles(c, bn, max_bm, _tc07_smem(c) if smem is None else smem, bk=(64, 32))
         or _check_cluster(c, (1, 2, 4))
         or _first_failure((c["BN"] // 64 % c["CM"] == 0,
                            f"BN / 64 = {c['BN'] // 64} boxes of B do not divide among CM = {c['CM']} blocks"),
@@ -1033,8 +1058,9 @@ TC_09 = KernelSpec(
     # half a wave of tiles or less, the idle ones take a share of each tile's K steps
     grid=lambda M, N, c: (GRID_X_MAX // c["CM"] * c["CM"], 1, 1),
     dtypes=(torch.bfloat16, torch.float16),
-    dynamic_smem=_tc07_smem,
-    check_config=lambda c: _check_07_tc(c, bn=(256,), max_bm=128),
+    dynamic_smem=_tc09_smem,
+    check_config=lambda c: _check_07_tc(c, bn=(256,), smem=_tc09_smem(c)) or _first_failure(
+        (c["BM"] < 192 or c["SPLIT"] == 0, "BM = 192 has no split-K (SPLIT = 0): its code before setmaxnreg would call a subroutine")),
     seeds="issue 3: past tc07 -- stream-K (Osama et al., 2023) for the wave-quantisation loss measured in tc07",
     type_param=True,
     tma=("a", "b", "d"),
@@ -1047,7 +1073,9 @@ TC_09 = KernelSpec(
     splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"], c["BM"] * c["CM"], c["BN"]),
     staged=True,
     auto_skip=lambda p, c: _copies_pay(p, c) or _stream_k_pays(p, c),
+    extra_constraints=lambda p, c: _stream_k_steps_fit(p, c) or _tc09_tall_tile_serves(p, c),
     layouts=TC_07.layouts,
+    launch_registers=TC_07.launch_registers,
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.

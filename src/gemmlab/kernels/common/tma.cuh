@@ -145,56 +145,77 @@ __device__ __forceinline__ int split_k_ways(int tiles, int slots, int KT) {
 // (starting each run at its own K offset, as range order does, made tc09 read 59% more from DRAM
 // than tc07). The tail's holder owns the tile: it adds the head's part, which the slot before it
 // wrote before that slot's own tail, and writes the tile.
+//
+// The schedule is kept in 32-bit integers (gemmlab.registry refuses tc09 where the split tiles'
+// K steps would not fit: K beyond about 500 million) and lives in shared memory: each piece is
+// worked out from its index alone, so nothing of it stays in registers across a piece's MMAs --
+// with three consumer warpgroups at 160 registers each (BM = 192) every register counts.
 struct StreamK {
     int tiles, slots, KT, dp, runs;  // runs: the slots that get K steps of split tiles
     int ways;                        // > 0: every tile is split, over this many runs (slots w*t .. w*t+w-1)
-    long long sk_steps;              // K steps of the split tiles, all together
+    int sk_steps;                    // K steps of the split tiles, all together
+    int slot, b, e, count;           // the slot whose pieces these are: its run [b, e), its pieces
 
-    // split: whether few tall tiles may be split (split-K), or run whole.
-    __device__ StreamK(int tiles_, int slots_, int KT_, bool split) : tiles(tiles_), slots(slots_), KT(KT_) {
+    StreamK() = default;  // trivial, so that a block can hold one in shared memory
+    // The schedule as slot `slot_` runs it. split: whether few tall tiles may be split (split-K),
+    // or run whole.
+    __device__ StreamK(int tiles_, int slots_, int KT_, bool split, int slot_)
+        : tiles(tiles_), slots(slots_), KT(KT_), slot(slot_) {
         dp = tiles, runs = slots, ways = 0;
         if (KT > 1 && tiles > slots && tiles % slots != 0) {
             dp = (tiles / slots - 1) * slots;
         } else if (split && (ways = split_k_ways(tiles, slots, KT)) > 0) {
             dp = 0, runs = tiles * ways;
         }
-        sk_steps = static_cast<long long>(tiles - dp) * KT;
+        sk_steps = (tiles - dp) * KT;
+        b = begin(slot), e = begin(slot + 1);
+        count = whole_tiles() + (e - tail_end() + KT - 1) / KT + (tail_end() > b);
     }
     // The first split K step (counted over the split tiles) of slot s's run; begin(s) = the end
     // for every s >= runs (those slots hold no split steps).
-    __device__ long long begin(int s) const { return s >= runs ? sk_steps : s * sk_steps / runs; }
+    // (s * sk_steps / runs, in 32 bits: s * r < runs^2 <= slots^2.)
+    __device__ int begin(int s) const {
+        const int q = sk_steps / runs, r = sk_steps % runs;
+        return s >= runs ? sk_steps : s * q + s * r / runs;
+    }
     // The first split K step of tile t (t >= dp).
-    __device__ long long tile_begin(int t) const { return static_cast<long long>(t - dp) * KT; }
+    __device__ int tile_begin(int t) const { return (t - dp) * KT; }
 
+    // The slot's pieces, in order: its whole tiles (slot, slot + slots, ... below dp), then the
+    // split pieces that start a tile, then its run's tail piece -- [b, tail_end), when the run
+    // starts inside a tile.
+    __device__ int whole_tiles() const { return slot < dp ? (dp - 1 - slot) / slots + 1 : 0; }
+    __device__ int tail_end() const { return b % KT != 0 ? min(e, (b / KT + 1) * KT) : b; }
+    // Piece p (p < count): its tile and K steps [k0, k1).
+    __device__ void piece(int p, int& t, int& k0, int& k1) const {
+        const int whole = whole_tiles();
+        if (p < whole) {
+            t = slot + p * slots, k0 = 0, k1 = KT;
+            return;
+        }
+        const int te = tail_end(), q = p - whole;
+        if (q < (e - te + KT - 1) / KT) {  // after the tail, every split piece starts a tile
+            const int it = te + q * KT;
+            t = dp + it / KT, k0 = 0, k1 = min(KT, e - it);
+        } else {
+            t = dp + b / KT, k0 = b % KT, k1 = te - (b / KT) * KT;
+        }
+    }
+
+    // One call site for every kind of piece, whole tiles included: the body is inlined once.
+    // Twice made tc09 spill. With the whole tiles on a call site of their own it was inlined
+    // twice -- 181 KB of code, against 100 KB now and tc07's 83 KB -- and at 4096^3 every
+    // block lost about 11 us on its first split piece, the first run of that second copy (a
+    // 3.7 us gap before it, 7.5 us in an epilogue that took 1.5 us in the whole tiles; per-piece
+    // timestamps on an H100): the cost of fetching code not yet in the instruction cache.
+    // Held in shared memory (as tc09 holds it), count and the fields are read again after each
+    // piece's body rather than kept in registers through it.
     template <typename F>
-    __device__ void for_each_piece(int slot, F&& piece) const {
-        const long long b = begin(slot), e = begin(slot + 1);
-        // [b, tail_end): the run's tail piece, when it starts inside a tile; it goes last.
-        const long long tail_end = b % KT != 0 ? min(e, (b / KT + 1) * KT) : b;
-        // One call site for every kind of piece, whole tiles included: the body is inlined once.
-        // Twice made tc09 spill. With the whole tiles on a call site of their own it was inlined
-        // twice -- 181 KB of code, against 100 KB now and tc07's 83 KB -- and at 4096^3 every
-        // block lost about 11 us on its first split piece, the first run of that second copy (a
-        // 3.7 us gap before it, 7.5 us in an epilogue that took 1.5 us in the whole tiles; per-piece
-        // timestamps on an H100): the cost of fetching code not yet in the instruction cache.
-        bool tail_left = tail_end > b;
-        int whole = slot;  // the next whole tile of this slot, while < dp
-        for (long long it = tail_end;;) {
+    __device__ void for_each_piece(F&& body) const {
+        for (int p = 0; p < count; ++p) {
             int t, k0, k1;
-            if (whole < dp) {
-                t = whole, k0 = 0, k1 = KT;
-                whole += slots;
-            } else if (it < e) {  // after the tail, every split piece starts a tile
-                t = dp + static_cast<int>(it / KT), k0 = 0, k1 = static_cast<int>(min(static_cast<long long>(KT), e - it));
-                it += k1;
-            } else if (tail_left) {
-                t = dp + static_cast<int>(b / KT), k0 = static_cast<int>(b % KT);
-                k1 = static_cast<int>(tail_end - (b / KT) * KT);
-                tail_left = false;
-            } else {
-                break;
-            }
-            piece(t, k0, k1);
+            piece(p, t, k0, k1);
+            body(t, k0, k1);
         }
     }
 };

@@ -16,15 +16,20 @@
 // is split instead, over as many runs as the SMs allow (split-K; StreamK::ways): each run writes
 // its part and counts itself in, and once a tile's count is full each of its runs adds up its
 // share of the parts and writes it.
+//
+// The block tile is tc07's 128 x 256, or its 192 x 256 (three consumer warpgroups; whole tiles and
+// stream-K pieces, no split-K), which 'auto' does not take: on an H200 it ran behind the 128-row
+// tile with stream-K at every square measured but 6144 (docs/ladder.md, "Stream-K on the 192-row tile").
 #include "common/tma.cuh"
 
-// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA, EPI: as tc07. SPLIT: 1 with the split-K of few tall
-// tiles, 0 without its code (gemmlab launches SPLIT = 1 only where it splits). WS: fp32 parts of
-// split tiles, 64 x 256 a consumer warpgroup and block of the grid; FLAGS: one a consumer
-// warpgroup and block, zero between launches (the reader resets each it consumed).
+// T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA, EPI: as tc07, the register budget too (BM = 192:
+// 160 registers a thread, launched with 128, the producer giving back to 32). SPLIT: 1 with the
+// split-K of few tall tiles, 0 without its code (gemmlab launches SPLIT = 1 only where it splits).
+// WS: fp32 parts of split tiles, 64 x 256 a consumer warpgroup and block of the grid; FLAGS: one a
+// consumer warpgroup and block, zero between launches (the reader resets each it consumed).
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
           int EPI, int SPLIT>
-__global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
+__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 ? 168 : 232)
 tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
             const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
             unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
@@ -33,8 +38,8 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
     constexpr int B_BOXES = BN / 64;                              // 64-column boxes of a row-major B
     constexpr int CHUNK = 64 * 64;                                // elements of one 64 x 64 staging buffer
-    constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 rows)");
+    constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 40, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 232;
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups (64, 128 or 192 rows)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
     static_assert(BN == 256, "one m64n256k16 MMA a warpgroup and k16 step");
     static_assert(BK == 64 || BK == 32, "a K stage is one 128-byte (BK = 64) or 64-byte (BK = 32) swizzle row of A");
@@ -48,16 +53,23 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][2][64][64], 128-byte swizzled
     unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * 2 * CHUNK);
     unsigned long long* empty = full + STAGES;
+    // The schedule, set up once by thread 0 and read from shared memory where it is used, so that
+    // none of it stays in registers through the MMAs: every piece is worked out from it and its
+    // index (StreamK), every tile's origin from the tile counts.
+    struct Plan {
+        gemmlab::StreamK sched;
+        int tiles_m, tiles_n;
+    };
+    Plan* plan = reinterpret_cast<Plan*>(empty + STAGES);
+    const gemmlab::StreamK& sched = plan->sched;
 
     const int tid = threadIdx.x, wg = tid / 128;
     const unsigned rank = CM > 1 ? gemmlab::cluster_rank() : 0;
     const int KT = gemmlab::ceil_div(K, BK);
-    const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);  // cluster tiles
-    const int tiles = tiles_m * tiles_n, slot = blockIdx.x / CM;
-    const gemmlab::StreamK sched(tiles, gridDim.x / CM, KT, SPLIT != 0);
+    const int slot = blockIdx.x / CM;
 
     auto tile_origin = [&](int t, int& row0, int& col0) {
-        gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, static_cast<int>(rank), BM, BN, row0, col0);
+        gemmlab::grouped_tile_origin(t, plan->tiles_m, plan->tiles_n, GROUP, CM, static_cast<int>(rank), BM, BN, row0, col0);
     };
 
     if (tid == 0) {
@@ -65,6 +77,9 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
         gemmlab::tma_prefetch_map(&tmB);
         gemmlab::tma_prefetch_map(&tmD);
         gemmlab::init_ring(full, empty, STAGES, CONSUMERS * CM);  // every consumer of the cluster releases
+        const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);  // cluster tiles
+        plan->tiles_m = tiles_m, plan->tiles_n = tiles_n;
+        plan->sched = gemmlab::StreamK(tiles_m * tiles_n, gridDim.x / CM, KT, SPLIT != 0, slot);
     }
     // No block may signal a peer's barriers before the peer has initialised them.
     if constexpr (CM > 1) gemmlab::cluster_sync(); else __syncthreads();
@@ -74,9 +89,10 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
         if (tid == 0) {
             const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
             int it = 0;  // K steps issued by this block, over all its pieces: the ring position
-            sched.for_each_piece(slot, [&](int t, int k_begin, int k_end) {
+            sched.for_each_piece([&](int t, int k_begin, int k_end) {
                 int row0, col0;
                 tile_origin(t, row0, col0);
+#pragma unroll 1  // as tc07's: at 32 registers (three consumers) an unrolled loop would spill
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
@@ -124,7 +140,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
             unpublished = false;
         };
         int it = 0;
-        sched.for_each_piece(slot, [&](int t, int k_begin, int k_end) {
+        sched.for_each_piece([&](int t, int k_begin, int k_end) {
             int row0, col0;
             tile_origin(t, row0, col0);
             float acc[128];
@@ -167,7 +183,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                 return;
             }
             if (k_begin > 0) {  // a tile's tail: its owner adds the head, from the slot(s) before
-                const long long first = sched.tile_begin(t);
+                const int first = sched.tile_begin(t);
                 for (int s = slot - 1; s >= 0 && sched.begin(s + 1) > first; --s) {
                     if (sched.begin(s + 1) == sched.begin(s)) continue;  // an empty run holds no part
                     const int b = s * CM + static_cast<int>(rank);
