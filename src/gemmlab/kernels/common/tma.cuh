@@ -168,8 +168,8 @@ struct StreamK {
             dp = 0, runs = tiles * ways;
         }
         sk_steps = (tiles - dp) * KT;
-        b = begin(slot), e = begin(slot + 1);
-        count = whole_tiles() + (e - tail_end() + KT - 1) / KT + (tail_end() > b);
+        b = begin(slot), e = begin(slot + 1);  // e > b only where KT > 0 (K = 0: whole tiles alone)
+        count = whole_tiles() + (e > b ? (e - tail_end() + KT - 1) / KT + (tail_end() > b) : 0);
     }
     // The first split K step (counted over the split tiles) of slot s's run; begin(s) = the end
     // for every s >= runs (those slots hold no split steps).
@@ -186,7 +186,7 @@ struct StreamK {
     // starts inside a tile.
     __device__ int whole_tiles() const { return slot < dp ? (dp - 1 - slot) / slots + 1 : 0; }
     __device__ int tail_end() const { return b % KT != 0 ? min(e, (b / KT + 1) * KT) : b; }
-    // Piece p (p < count): its tile and K steps [k0, k1).
+    // Piece p (p < count): its tile and K steps [k0, k1). Past the whole tiles, e > b (so KT > 0).
     __device__ void piece(int p, int& t, int& k0, int& k1) const {
         const int whole = whole_tiles();
         if (p < whole) {
