@@ -49,7 +49,10 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # wave, probe-m192-20261124T05*), but where both fill the same waves (6144^3) it measured between
 # -0.4% and +2% against 128 x 256 over four runs, and nothing was measured
 # where the card is power-limited; so its rate is taken as 1.0: 'auto' runs it only where its taller
-# tiles fill the waves better (2304 x 2816: one wave instead of one and a half; 5632^2).
+# tiles fill the waves better (2304 x 2816: one wave instead of one and a half; 5632^2). At the
+# squares where both tiles fill the same waves it was 1.4-1.7% ahead at 4864, 1.6% at 6144 (bf16),
+# even to 1.4% ahead at 6912 and 0.5-2% behind at 7936 (results/nvidia-h200/tune-m192-rate-*.json),
+# and tc09's stream-K beat both at all but 6144: the rate stays 1.0.
 TC07_TILES: tuple[tuple[dict[str, int], float], ...] = (
     (dict(BN=192, CM=1), 0.85),
     (dict(BM=64, BN=128, CM=1, STAGES=8), 0.45),
