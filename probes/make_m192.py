@@ -132,14 +132,8 @@ rep(RELEASE_AT_END, RELEASE_AT_END + "            if (KT > 0) after_release(it -
 # runs it. (Its records of 2026-11-24 05:07-05:11 ran a generated copy of tc07 as at 87b56d6 with the
 # same edits, the producer at 24 registers instead of 32, spilling 20 bytes.)
 
-# probe_09_m192p.cu: the same for tc09 (stream-K), whose partial tiles a 192-row tile needs where
-# 192 does not divide the rows into whole waves (4096, 8192).
-src = (root / "09_stream_k.cu").read_text()
-rep("__launch_bounds__((BM / 64 + 1) * 128, 1)", "__maxnreg__(160)")
-rep("static_assert(CONSUMERS >= 1 && CONSUMERS <= 2,", "static_assert(CONSUMERS >= 1 && CONSUMERS <= 3,")
-rep("constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;",
-    "constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 160;")
-(root / "probe_09_m192p.cu").write_text(src)
+# (probe_09_m192p.cu, the same edits to tc09, is gone: since a16de46 tc09 takes the 192-row tile
+# itself, tc09_stream_k[BM=192,STAGES=3].)
 
 # probe_07_m192q.cu: the 192 x 256 tile with a producer and no epilogue staging (TMA_STORE = 0: the
 # registers straight to global memory), so that four stages of 56 KB fit where three did.
