@@ -785,6 +785,9 @@ def _tc07_smem(c: GemmConfig) -> int:
     return c["STAGES"] * _tma_stage_bytes(c) + staging + _barriers(c) + 1024
 
 
+STREAM_K_MAX_SLOTS = 1024  # resident clusters: more than any GPU's SMs
+
+
 def _stream_k_steps_fit(problem: GemmProblem, c: GemmConfig) -> str | None:
     """tc09 counts the K steps of its split tiles in 32-bit integers (gemmlab::StreamK): fewer than
     two waves of tiles -- two a resident cluster, of at most STREAM_K_MAX_SLOTS -- times K / BK."""
@@ -792,9 +795,6 @@ def _stream_k_steps_fit(problem: GemmProblem, c: GemmConfig) -> str | None:
         return (f"K = {problem.K} is too deep for tc09's 32-bit stream-K schedule "
                 f"(K / BK must stay below {2**31 // (2 * STREAM_K_MAX_SLOTS)})")
     return None
-
-
-STREAM_K_MAX_SLOTS = 1024  # resident clusters: more than any GPU's SMs
 
 
 def _tc09_tall_tile_serves(problem: GemmProblem, c: GemmConfig) -> str | None:

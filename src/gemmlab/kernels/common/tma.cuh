@@ -147,7 +147,7 @@ __device__ __forceinline__ int split_k_ways(int tiles, int slots, int KT) {
 // wrote before that slot's own tail, and writes the tile.
 //
 // The schedule is kept in 32-bit integers (gemmlab.registry refuses tc09 where the split tiles'
-// K steps would not fit: K beyond about 500 million) and lives in shared memory: each piece is
+// K steps might not fit: K / BK of 2^20 or more) and lives in shared memory: each piece is
 // worked out from its index alone, so nothing of it stays in registers across a piece's MMAs --
 // with three consumer warpgroups at 160 registers each (BM = 192) every register counts.
 struct StreamK {

@@ -92,7 +92,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
             sched.for_each_piece([&](int t, int k_begin, int k_end) {
                 int row0, col0;
                 tile_origin(t, row0, col0);
-#pragma unroll 1  // as tc07's: at 32 registers (three consumers) an unrolled loop would spill
+#pragma unroll 1  // rolled for every tile: at 32 registers (three consumers) unrolled it would spill
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
