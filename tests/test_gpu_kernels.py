@@ -234,6 +234,27 @@ def test_the_lean_epilogue_against_float64(kernel, dtype, M, N, K):
             assert_ok(out, a, b, None, 0.5, 0.0, f"M={M} N={N} K={K} {cfg.as_dict()} out={out_dtype}", kernel)
 
 
+@pytest.mark.parametrize("M,N,K", [(65, 136, 70), (1000, 1024, 1022), (3000, 776, 300), (200, 512, 20000), (1, 4, 8192)])
+def test_the_tf32_lean_epilogue_against_float64(M, N, K):
+    """tc08 with beta = 0 and a D TMA can store to (rows of whole 16-byte units: N a multiple of 4)
+    launches EPI = 0 (TMA stores, no C): every config 'auto' may take -- whole tiles, split-K,
+    single blocks, 256 x 64, B stored transposed -- at sizes no tile divides, into poisoned D. The
+    same problem with beta != 0, or with an N TMA cannot store, runs EPI = 1."""
+    kernel, spec = "tc08_tf32", registry.get("tc08_tf32")
+    cfgs = [c for c in configs_in_use(spec) if c["EPI"] == 0]
+    assert cfgs
+    for cfg in cfgs:
+        a = mat(kernel, M, K, torch.float32)
+        b = mat(kernel, N, K, torch.float32).t() if cfg["TB"] else mat(kernel, K, N, torch.float32)
+        out = mat(kernel, M, N, torch.float32, float("nan"))
+        problem = problem_from_tensors(a, b, None, out, precision="tf32")
+        assert configs.problem_flags(spec, problem, cfg)["EPI"] == 0, f"{problem.shape}: not a lean launch"
+        api.prepare(a, b, None, alpha=0.5, out=out, kernel=kernel, config=cfg, precision="tf32")()
+        assert_ok(out, a, b, None, 0.5, 0.0, f"M={M} N={N} K={K} {cfg.as_dict()}", kernel)
+    a, b, c = mat(kernel, M, K, torch.float32), mat(kernel, K, N, torch.float32), mat(kernel, M, N, torch.float32)
+    assert configs.problem_flags(spec, problem_from_tensors(a, b, c, beta=1.0, precision="tf32"), cfgs[0])["EPI"] == 1
+
+
 def transposed(rows, cols, dtype, pad=0):
     """A rows x cols column-major view: the transpose of a [cols][rows + pad] matrix's first rows columns."""
     return rand(cols, rows + pad, dtype=dtype)[:, :rows].t()

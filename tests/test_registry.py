@@ -292,14 +292,16 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     assert config_for(spec, problem(256, 256, 65536))["SPLIT"] == 1
     assert config_for(spec, problem(4096, 4096, 4096))["SPLIT"] == 0
     assert config_for(spec, problem(512, 512, 512))["SPLIT"] == 0
-    assert sorted((c["SPLIT"], c["CN"], c["BN"], c["TB"]) for c in configs_in_use(spec)) == sorted(
-        (*c, tb) for c in [(0, 1, 64), (0, 1, 128), (0, 2, 128), (1, 1, 128), (1, 2, 128)] for tb in (0, 1))  # TB: w.t()
+    assert sorted((c["SPLIT"], c["CN"], c["BN"], c["TB"], c["EPI"]) for c in configs_in_use(spec)) == sorted(
+        (*c, tb, epi) for c in [(0, 1, 64), (0, 1, 128), (0, 2, 128), (1, 1, 128), (1, 2, 128)]
+        for tb in (0, 1) for epi in (0, 1))  # TB: w.t(); EPI = 0: beta = 0 and TMA stores
     # small problems it does not split: 256 x 64 single blocks; from 1536^2 on, 256 x 128 pairs
-    assert config_for(spec, problem(512, 512, 512)) == spec.config(BN=64, CN=1)
-    assert config_for(spec, problem(1024, 1024, 1024)) == spec.config(SPLIT=1)
-    assert config_for(spec, problem(1536, 1536, 1536)) == spec.config()
+    # (beta = 0 and D's rows whole 16-byte units: the lean epilogue, EPI = 0)
+    assert config_for(spec, problem(512, 512, 512)) == spec.config(BN=64, CN=1, EPI=0)
+    assert config_for(spec, problem(1024, 1024, 1024)) == spec.config(SPLIT=1, EPI=0)
+    assert config_for(spec, problem(1536, 1536, 1536)) == spec.config(EPI=0)
     # no wider than one 128-column block: single blocks, not pairs along N with an idle second block
-    assert config_for(spec, problem(64, 64, 65536)) == spec.config(SPLIT=1, CN=1)
+    assert config_for(spec, problem(64, 64, 65536)) == spec.config(SPLIT=1, CN=1, EPI=0)
     assert config_for(spec, problem(4096, 128, 4096))["CN"] == 1 and config_for(spec, problem(4096, 129, 4096))["CN"] == 2
 
 
@@ -410,7 +412,7 @@ def test_transposed_operands_are_read_in_place_or_copied():
 
 
 def test_the_lean_epilogue_is_chosen_where_beta_is_zero_and_d_takes_tma_stores():
-    """configs.epilogue_for: tc07 and tc09 launch EPI = 0 (TMA stores, no C) only with beta = 0 and a
+    """configs.epilogue_for: tc07, tc09 and tc08 launch EPI = 0 (TMA stores, no C) only with beta = 0 and a
     D whose rows are whole, aligned 16-byte units -- or that a staged step writes through its padded
     buffer -- and EPI = 1 (every epilogue) otherwise; prepare() takes the problem's EPI whatever
     config it is given, and a config with EPI = 0 but TMA_STORE = 0 is refused."""
@@ -444,6 +446,18 @@ def test_the_lean_epilogue_is_chosen_where_beta_is_zero_and_d_takes_tma_stores()
     assert problem_flags(tc07, problem(4096, 4096, 4096), tc07.config(TMA_STORE=0))["EPI"] == 1
     with pytest.raises(ValueError, match="EPI = 0 is the TMA-store epilogue"):
         tc07.config(EPI=0, TMA_STORE=0)
-    # kernels without the parameter get no EPI
+    # TF32's tc08 alike (fp32 D: rows of whole 16-byte units are multiples of 4 columns; no padded
+    # buffer, so an N that is not gets every epilogue)
     tc08 = registry.get("tc08_tf32")
-    assert "EPI" not in problem_flags(tc08, problem(256, 256, 64, dtype=torch.float32), tc08.config())
+    fp32 = dict(dtype=torch.float32)
+    assert epilogue_for(tc08, problem(4096, 4096, 4096, **fp32)) == 0
+    assert epilogue_for(tc08, problem(4096, 4096, 4096, beta=1.0, **fp32)) == 1
+    assert epilogue_for(tc08, problem(300, 3135, 64, **fp32)) == 1
+    assert epilogue_for(tc08, problem(300, 1024, 64, out_cols=1024, offset=1, **fp32)) == 1
+    assert problem_flags(tc08, problem(256, 256, 64, **fp32), tc08.config())["EPI"] == 0
+    assert problem_flags(tc08, problem(256, 256, 64, **fp32), tc08.config(TMA_STORE=0))["EPI"] == 1
+    with pytest.raises(ValueError, match="EPI = 0 is the TMA-store epilogue"):
+        tc08.config(EPI=0, TMA_STORE=0)
+    # kernels without the parameter get no EPI
+    tc06 = registry.get("tc06_warp_specialized")
+    assert "EPI" not in problem_flags(tc06, problem(256, 256, 64), tc06.config())

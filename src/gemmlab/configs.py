@@ -142,7 +142,7 @@ def _tma_stores_in_place(problem: GemmProblem) -> bool:
     return problem.N % per16 == 0 and ld % per16 == 0 and ptr % 16 == 0
 
 
-# tc07 and tc09 with beta = 0 and a D TMA can store to (in place, or the padded buffer wide_d gives
+# tc07, tc09 and tc08 with beta = 0 and a D TMA can store to (in place, or the padded buffer wide_d gives
 # a staged step) need only the TMA-store epilogue without C: EPI = 0 compiles that alone. The
 # register-store fallback and C's reads are 59 of tc07's 83 KB of SASS, and code a launch never
 # runs still costs: a probe build without them ran 0.6% faster at 4096^3 and 0.2-0.6% at 6144^3 on

@@ -888,6 +888,8 @@ def _check_08_tc(c: GemmConfig) -> str | None:
         (c["TMA_STORE"] in (0, 1), "TMA_STORE must be 0 or 1"),
         (c["SPLIT"] in (0, 1), "SPLIT must be 0 or 1"),
         (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"),
+        (c["EPI"] in (0, 1), "EPI must be 0 (TMA stores without C) or 1 (every epilogue)"),
+        (c["EPI"] == 1 or c["TMA_STORE"] == 1, "EPI = 0 is the TMA-store epilogue: it needs TMA_STORE = 1"),
         (_tc08_smem(c) <= 227 * 1024, f"shared memory {_tc08_smem(c)} B exceeds 227 KB"),
     )
 
@@ -912,6 +914,7 @@ TC_08 = KernelSpec(
         Param("TMA_STORE", 1, "1: the epilogue through shared memory and TMA stores; 0: scalar stores from registers"),
         Param("SPLIT", 0, "1: few tiles with a tall K split along K over every SM (tc09's split-K; chosen where it splits); 0: whole tiles only"),
         Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major from shared memory; 0: B row-major, its fragments from registers (set from the problem)"),
+        Param("EPI", 1, "0: only the epilogue of beta = 0 and a D TMA stores to (set from the problem); 1: every epilogue"),
     ),
     block=lambda c: ((c["BN"] // 64 + 1) * 128, 1, 1),
     grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"] * c["CN"]) * c["CM"] * c["CN"], 1, 1),

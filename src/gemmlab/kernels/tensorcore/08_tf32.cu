@@ -31,7 +31,9 @@
 // [32 j, 32 j + 32), each through `staging` (tma.cuh's 16 KB fp32 staging: two 128-byte-swizzled
 // boxes of 64 rows x 32 fp32, n < 32 and n >= 32) and two TMA stores, which clip at the matrix edge. For one register, a
 // warp writes rows m, m + 2, m + 4, m + 6 at eight consecutive n -- two 16-byte units a row -- and
-// the swizzle (unit ^ m % 8) spreads the 32 words over all 32 banks.
+// the swizzle (unit ^ m % 8) spreads the 32 words over all 32 banks. WITH_C = false leaves out the
+// reads of C (a launch with beta = 0).
+template <bool WITH_C>
 __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], const float* C, const gemmlab::TensorMap* tmD,
                                                      unsigned char* staging, int barrier_id, int m0, int n0, int M,
                                                      int N, int ldc, float alpha, float beta) {
@@ -45,7 +47,7 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
             const int i = 32 * j + ii;
             const int n = n_top + 8 * ((i / 2) % 2), m = 8 * (ii / 4) + 2 * (lane % 4) + i % 2;  // in the chunk
             float v = alpha * acc[i];
-            if (beta != 0.0f && m0 + 64 * j + m < M && n0 + n < N)
+            if (WITH_C && beta != 0.0f && m0 + 64 * j + m < M && n0 + n < N)
                 v += beta * C[gemmlab::offset(m0 + 64 * j + m, n0 + n, ldc)];
             *reinterpret_cast<float*>(staging + gemmlab::staged_fp32_offset(m, n)) = v;
         }
@@ -65,14 +67,16 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
 // FLAGS: a tile's [arrived, left] counts, zero between launches); 0 whole tiles only, the code of
 // the split left out (compiled in, it cost the whole tiles 2-4%: gemmlab launches SPLIT = 1 only
 // where it splits). TB: 0 for a row-major B ([K][N]); 1 for a B stored transposed ([N][K] rows),
-// whose tile is the MMA's shared-memory A operand as it lands.
+// whose tile is the MMA's shared-memory A operand as it lands. EPI: 0 only the TMA-store epilogue
+// without C (a launch with beta = 0 and a D TMA can store to: configs.epilogue_for), 1 every
+// epilogue -- as tc07's: code a launch never runs still costs.
 //
 // Shared layout of one stage (1024-byte aligned, 128-byte swizzled):
 //   A:  [BM][32]            K-major: rows m, 32 K-elements each (CN boxes of BM / CN rows)
 //   B:  [BN / 32][32][32]   as in memory: boxes of 32 rows k x 32 columns n
 //       or, with TB, [BN][32]: K-major rows n, 32 K-elements each (CM boxes of BN / CM rows)
 // then, with TMA_STORE, a 16 KB staging buffer per consumer (two boxes of 64 rows x 32 columns of D).
-template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT, int TB>
+template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT, int TB, int EPI>
 __global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
         const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D,
@@ -87,6 +91,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     static_assert(BK == 32, "a K stage is one 128-byte swizzle row: 32 fp32");
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 blocks, along M or along N");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
+    static_assert(EPI == 1 || TMA_STORE == 1, "EPI = 0 is the TMA-store epilogue");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     float* sA = reinterpret_cast<float*>(smem);  // [STAGES][BM][32]
@@ -171,6 +176,9 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         // As on the host (api._tma_store_ok): TMA stores only into rows of whole, aligned 16-byte units.
         const bool tma_store = TMA_STORE != 0 && N % 4 == 0 && ldd % 4 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
+        // EPI = 0 has only the epilogue of beta = 0 and TMA stores; a launch it cannot serve stops
+        // here rather than write a wrong D.
+        if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
 
         // The fragments of one stage: 4 k8 steps x 4 registers, rounded to TF32.
         auto load_fragments = [&](unsigned (&f)[16], const float* stage_b) {
@@ -240,8 +248,10 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                     if (m < M && n < N)
                         D[gemmlab::offset(m, n, ldd)] = gemmlab::epilogue16<float>(v, alpha, beta, C, gemmlab::offset(m, n, ldc));
                 });
+            else if (EPI == 0)
+                store_transposed_tma<false>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
             else if (tma_store)
-                store_transposed_tma(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
+                store_transposed_tma<true>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
             else
                 gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
         }
