@@ -406,6 +406,35 @@ def test_tf32_splits_few_tall_k_tiles_and_sums_them_right(M, N, K, cluster):
         assert select(problem_from_tensors(a, b, precision="tf32"), kernel)[1]["SPLIT"] == int(ways > 0)
 
 
+@pytest.mark.parametrize(
+    "M,N,K,cfg",
+    # 16 x 16 cluster tiles (3.9 waves of 66) at a K no stage divides; 12 x 12 (2.2 waves) with beta
+    # = 0 (the lean epilogue); 20 x 4 (1.2 waves) of 10 K steps; a B stored transposed; clusters along
+    # M; K = 0 and one K step (nothing to split: whole tiles)
+    [(4096, 4096, 1000, {}), (2900, 3000, 777, {"beta": 0.0}), (5000, 1000, 300, {}), (3000, 2900, 515, {"TB": 1}),
+     (4000, 2200, 260, {"CM": 2, "CN": 1}), (4096, 4096, 0, {}), (4096, 4096, 32, {})],
+)
+def test_tf32_stream_k_against_float64(M, N, K, cfg):
+    """tc08 with stream-K (SK = 1): more cluster tiles than the 66 clusters of an H100/H200, so the
+    last full wave and the partial one are cut along K into one run a cluster, tiles falling to two
+    runs summed through the workspace; alpha and beta into poisoned D, twice on the same flags,
+    every flag back at zero after."""
+    kernel, spec = "tc08_tf32", registry.get("tc08_tf32")
+    beta = cfg.pop("beta", -1.0)
+    config = spec.config(SK=1, **cfg)
+    a = mat(kernel, M, K, torch.float32)
+    b = mat(kernel, N, K, torch.float32).t() if config["TB"] else mat(kernel, K, N, torch.float32)
+    c, out = mat(kernel, M, N, torch.float32), mat(kernel, M, N, torch.float32, float("nan"))
+    run = api.prepare(a, b, c, alpha=0.5, beta=beta, out=out, kernel=kernel, config=config, precision="tf32")
+    for attempt in range(2):
+        run()
+        assert_ok(out, a, b, c, 0.5, beta, f"launch {attempt}: M={M} N={N} K={K} {config.as_dict()}", kernel)
+        out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    flags = [ws[1] for key, ws in api._WORKSPACES.items() if key[0] == 0]
+    assert flags and all(int(f.count_nonzero()) == 0 for f in flags), "a flag was left raised"
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_tma_kernels_decline_what_tma_cannot_load_and_auto_goes_around(dtype):
     a, b = rand(64, 33, dtype=dtype), rand(33, 72, dtype=dtype)  # K = 33: rows of a are 66 bytes apart

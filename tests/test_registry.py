@@ -292,9 +292,9 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     assert config_for(spec, problem(256, 256, 65536))["SPLIT"] == 1
     assert config_for(spec, problem(4096, 4096, 4096))["SPLIT"] == 0
     assert config_for(spec, problem(512, 512, 512))["SPLIT"] == 0
-    assert sorted((c["SPLIT"], c["CN"], c["BN"], c["TB"], c["EPI"]) for c in configs_in_use(spec)) == sorted(
-        (*c, tb, epi) for c in [(0, 1, 64), (0, 1, 128), (0, 2, 128), (1, 1, 128), (1, 2, 128)]
-        for tb in (0, 1) for epi in (0, 1))  # TB: w.t(); EPI = 0: beta = 0 and TMA stores
+    assert sorted((c["SPLIT"], c["CN"], c["BN"], c["SK"], c["TB"], c["EPI"]) for c in configs_in_use(spec)) == sorted(
+        (*c, tb, epi) for c in [(0, 1, 64, 0), (0, 1, 128, 0), (0, 2, 128, 0), (1, 1, 128, 0), (1, 2, 128, 0), (0, 2, 128, 1)]
+        for tb in (0, 1) for epi in (0, 1))  # TB: w.t(); EPI = 0: beta = 0 and TMA stores; SK = 1: stream-K
     # small problems it does not split: 256 x 64 single blocks; from 1536^2 on, 256 x 128 pairs
     # (beta = 0 and D's rows whole 16-byte units: the lean epilogue, EPI = 0)
     assert config_for(spec, problem(512, 512, 512)) == spec.config(BN=64, CN=1, EPI=0)

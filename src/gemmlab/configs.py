@@ -208,8 +208,9 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "CN": 1}.items()))) for c in out if c.as_dict().get("CN", 1) > 1]
     if getattr(spec, "splits_k", None) is not None:  # (the CPU ladder's specs have none)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]
-    if spec.id == "tc08_tf32":  # small problems it runs whole (TC08_SMALL_MN)
+    if spec.id == "tc08_tf32":  # small problems it runs whole (TC08_SMALL_MN); stream-K over the last waves
         out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "BN": 64, "CN": 1}.items()))))
+        out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "SK": 1}.items()))))
     if "EPI" in spec.default_config().as_dict():  # each again with the lean epilogue (epilogue_for)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "EPI": 0}.items()))) for c in out if c["TMA_STORE"]]
     if "nt" in getattr(spec, "layouts", ()):  # each again for a B stored transposed

@@ -873,7 +873,7 @@ TC_07 = KernelSpec(
 
 def _tc08_smem(c: GemmConfig) -> int:
     staging = (c["TMA_STORE"] > 0) * (c["BN"] // 64) * 16384  # 16 KB of fp32 staging per consumer
-    return c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 4 + staging + _barriers(c) + 1024
+    return c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 4 + staging + _barriers(c) + 64 * c["SK"] + 1024  # (SK: the stream-K plan after the barriers)
 
 
 def _check_08_tc(c: GemmConfig) -> str | None:
@@ -890,6 +890,8 @@ def _check_08_tc(c: GemmConfig) -> str | None:
         (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"),
         (c["EPI"] in (0, 1), "EPI must be 0 (TMA stores without C) or 1 (every epilogue)"),
         (c["EPI"] == 1 or c["TMA_STORE"] == 1, "EPI = 0 is the TMA-store epilogue: it needs TMA_STORE = 1"),
+        (c["SK"] in (0, 1), "SK must be 0 (whole tiles) or 1 (stream-K over the last waves)"),
+        (c["SK"] == 0 or c["SPLIT"] == 0, "SK = 1 (stream-K) and SPLIT = 1 (split-K of few tall tiles) are separate builds"),
         (_tc08_smem(c) <= 227 * 1024, f"shared memory {_tc08_smem(c)} B exceeds 227 KB"),
     )
 
@@ -915,6 +917,7 @@ TC_08 = KernelSpec(
         Param("SPLIT", 0, "1: few tiles with a tall K split along K over every SM (tc09's split-K; chosen where it splits); 0: whole tiles only"),
         Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major from shared memory; 0: B row-major, its fragments from registers (set from the problem)"),
         Param("EPI", 1, "0: only the epilogue of beta = 0 and a D TMA stores to (set from the problem); 1: every epilogue"),
+        Param("SK", 0, "1: the last full wave of tiles and the partial one split along K over every cluster (tc09's stream-K); 0: whole tiles"),
     ),
     block=lambda c: ((c["BN"] // 64 + 1) * 128, 1, 1),
     grid=lambda M, N, c: (cdiv(M, c["BM"] * c["CM"]) * cdiv(N, c["BN"] * c["CN"]) * c["CM"] * c["CN"], 1, 1),
@@ -936,6 +939,7 @@ TC_08 = KernelSpec(
     # as tc09's: one 64 x 256 fp32 part a consumer warpgroup and block, and the tiles' counters
     workspace=lambda c, blocks: (blocks * (c["BN"] // 64) * 64 * 256, blocks * (c["BN"] // 64)),
     splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"] * c["CN"], c["BM"] * c["CM"], c["BN"] * c["CN"]),
+    extra_constraints=lambda p, c: _stream_k_steps_fit(p, c) if c["SK"] else None,
     layouts=("nn", "nt"),
 )
 

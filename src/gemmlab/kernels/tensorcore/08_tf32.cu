@@ -24,6 +24,12 @@
 // tile for 66 clusters) are split along K over every cluster, as tc09 splits them
 // (gemmlab::split_k_ways, split_k_finish): each run adds its part to a workspace, and the runs of
 // a tile then sum a share of it each and write that share of D.
+//
+// With SK, the last full wave of tiles and the partial one are cut along K into one equal run a
+// cluster, as tc09 cuts them (gemmlab::StreamK: a tile falls to at most two runs; the holder of its
+// first K steps writes them to the workspace and raises a flag, the holder of the last ones adds
+// them and writes the tile). A TF32 tile takes twice a bf16 tile's time for the same parts to
+// pass, so the fix-up costs half as much against the wave it saves.
 #include "common/tma.cuh"
 
 // The TMA-store epilogue of a consumer warpgroup whose acc holds a 64 x 256 tile of D^T (top-left
@@ -57,6 +63,23 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
     }
 }
 
+// Every piece of a block, in order, to body(t, k_begin, k_end, run), from one call site so that the
+// body is inlined once: with SK the stream-K schedule's pieces (sched), otherwise pieces first,
+// first + stride, ... below `pieces` (piece_of; run: which of a split-K tile's runs it is).
+template <int SK, typename PieceOf, typename Body>
+__device__ __forceinline__ void tf32_pieces(const gemmlab::StreamK& sched, int first, int pieces, int stride, int ways,
+                                            const PieceOf& piece_of, const Body& body) {
+    if constexpr (SK != 0) {
+        sched.for_each_piece([&](int t, int k_begin, int k_end) { body(t, k_begin, k_end, 0); });
+    } else {
+        for (int p = first; p < pieces; p += stride) {
+            int t, k_begin, k_end;
+            piece_of(p, t, k_begin, k_end);
+            body(t, k_begin, k_end, ways ? p % ways : 0);
+        }
+    }
+}
+
 // BM x BN: one block's tile of C. BM = 256 rows of C (the N of one m64n256k8 MMA); BN = 64
 // columns per consumer warpgroup (the MMA's M). BK = 32 fp32 (one 128-byte swizzle row).
 // CM, CN: blocks per cluster along M or along N (at most one of them 2). Along M the pair shares
@@ -69,14 +92,16 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], co
 // where it splits). TB: 0 for a row-major B ([K][N]); 1 for a B stored transposed ([N][K] rows),
 // whose tile is the MMA's shared-memory A operand as it lands. EPI: 0 only the TMA-store epilogue
 // without C (a launch with beta = 0 and a D TMA can store to: configs.epilogue_for), 1 every
-// epilogue -- as tc07's: code a launch never runs still costs.
+// epilogue -- as tc07's: code a launch never runs still costs. SK: 1 stream-K over the last waves
+// (with SPLIT = 0 only; FLAGS then hold one flag a consumer warpgroup and block), 0 whole tiles.
 //
 // Shared layout of one stage (1024-byte aligned, 128-byte swizzled):
 //   A:  [BM][32]            K-major: rows m, 32 K-elements each (CN boxes of BM / CN rows)
 //   B:  [BN / 32][32][32]   as in memory: boxes of 32 rows k x 32 columns n
 //       or, with TB, [BN][32]: K-major rows n, 32 K-elements each (CM boxes of BN / CM rows)
 // then, with TMA_STORE, a 16 KB staging buffer per consumer (two boxes of 64 rows x 32 columns of D).
-template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT, int TB, int EPI>
+template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT, int TB, int EPI,
+          int SK>
 __global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
         const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D,
@@ -92,6 +117,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 blocks, along M or along N");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     static_assert(EPI == 1 || TMA_STORE == 1, "EPI = 0 is the TMA-store epilogue");
+    static_assert(SK == 0 || SPLIT == 0, "stream-K (SK) or the split-K of few tall tiles (SPLIT), not both");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     float* sA = reinterpret_cast<float*>(smem);  // [STAGES][BM][32]
@@ -99,6 +125,15 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
     unsigned char* sOut = reinterpret_cast<unsigned char*>(sB + STAGES * STAGE_B);  // [CONSUMERS][16 KB], if TMA_STORE
     unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + (TMA_STORE ? CONSUMERS * 16384 : 0));
     unsigned long long* empty = full + STAGES;
+    // With SK the stream-K schedule and the tile counts, built once by thread 0 and read from shared
+    // memory where they are used (as tc09's): the consumers' registers are full (fragments and
+    // accumulators), and held through the MMAs these spilled.
+    struct Plan {
+        gemmlab::StreamK sched;
+        int tiles_m, tiles_n;
+    };
+    Plan* plan = reinterpret_cast<Plan*>(empty + STAGES);
+    const gemmlab::StreamK& sched = plan->sched;
 
     const int tid = threadIdx.x, wg = tid / 128;
     const int rank = CL > 1 ? static_cast<int>(gemmlab::cluster_rank()) : 0;
@@ -114,11 +149,14 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         k_end = ways ? static_cast<int>(static_cast<long long>(p % ways + 1) * KT / ways) : KT;
     };
 
+
     auto tile_origin = [&](int t, int& row0, int& col0) {
         if constexpr (CN > 1)  // the same walk with the roles of rows and columns swapped
-            gemmlab::grouped_tile_origin(t, tiles_n, tiles_m, GROUP, CN, rank, BN, BM, col0, row0);
+            gemmlab::grouped_tile_origin(t, SK ? plan->tiles_n : tiles_n, SK ? plan->tiles_m : tiles_m, GROUP, CN, rank,
+                                         BN, BM, col0, row0);
         else
-            gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, rank, BM, BN, row0, col0);
+            gemmlab::grouped_tile_origin(t, SK ? plan->tiles_m : tiles_m, SK ? plan->tiles_n : tiles_n, GROUP, CM, rank,
+                                         BM, BN, row0, col0);
     };
 
     if (tid == 0) {
@@ -126,6 +164,10 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         gemmlab::tma_prefetch_map(&tmB);
         if constexpr (TMA_STORE != 0) gemmlab::tma_prefetch_map(&tmD);
         gemmlab::init_ring(full, empty, STAGES, CONSUMERS * CL);  // every consumer of the cluster releases
+        if constexpr (SK != 0) {
+            plan->sched = gemmlab::StreamK(tiles, stride, KT, false, first);
+            plan->tiles_m = tiles_m, plan->tiles_n = tiles_n;
+        }
     }
     if constexpr (CL > 1) gemmlab::cluster_sync(); else __syncthreads();
 
@@ -134,9 +176,8 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         if (tid == 0) {
             const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
             int it = 0;
-            for (int p = first; p < pieces; p += stride) {
-                int t, k_begin, k_end, row0, col0;
-                piece_of(p, t, k_begin, k_end);
+            tf32_pieces<SK>(sched, first, pieces, stride, ways, piece_of, [&](int t, int k_begin, int k_end, int) {
+                int row0, col0;
                 tile_origin(t, row0, col0);
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES, k0 = kt * BK;
@@ -150,7 +191,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                     gemmlab::load_stage<float, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * 4, &tmB, bar, k0, col0,
                                                                CM > 1 ? rank : 0);
                 }
-            }
+            });
         }
         __syncwarp();
     } else {
@@ -193,6 +234,19 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                 f[4 * s + 3] = gemmlab::to_tf32(odd ? hi1 : hi2);  // (n_lo + 8, k = 8 s + q + 4)
             }
         };
+        // With SK: this warpgroup's part buffer and flag in block b of the grid. A head part is
+        // published (flag raised) once the next piece's first MMAs are issued, as in tc09.
+        auto part = [&](int b) { return reinterpret_cast<float4*>(WS) + (b * CONSUMERS + c) * (128 * 128 / 4); };
+        auto flag = [&](int b) { return FLAGS + b * CONSUMERS + c; };
+        bool unpublished = false;
+        auto publish = [&]() {
+            gemmlab::named_barrier(1 + c, 128);
+            if (tid % 128 == 0) {
+                __threadfence();
+                gemmlab::flag_release(flag(blockIdx.x), 1u);
+            }
+            unpublished = false;
+        };
         float acc[128];
         // One stage: its fragments into f, four MMAs, and the previous stage released once its
         // MMAs are done (wait<1>: one group stays in flight). Two fragment arrays take turns, so
@@ -221,11 +275,12 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (kt > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
+            if (SK != 0 && unpublished) publish();  // (kt == k_begin: this stage's MMAs are in flight)
         };
         int it = 0;
-        for (int p = first; p < pieces; p += stride) {
-            int t, k_end, row0, col0;
-            piece_of(p, t, k_begin, k_end);
+        tf32_pieces<SK>(sched, first, pieces, stride, ways, piece_of, [&](int t, int k_first, int k_end, int run) {
+            int row0, col0;
+            k_begin = k_first;
             tile_origin(t, row0, col0);
 #pragma unroll
             for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -241,8 +296,30 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (k_end > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
-            if (ways)  // the runs of the tile add up its parts, a share each: D^T's row r is column n of D
-                gemmlab::split_k_finish<CONSUMERS>(acc, WS, FLAGS, t, p % ways, ways, CL, rank, c,
+            if (SK != 0 && k_end < sched.KT) {  // a tile's head: its part to the workspace; the flag follows
+                gemmlab::store_part(acc, part(blockIdx.x));
+                unpublished = true;
+                return;
+            }
+            if (SK != 0 && k_begin > 0) {  // a tile's tail: its owner adds the head(s), from the slot(s) before
+                const int first_step = sched.tile_begin(t), slot = blockIdx.x / CL;
+                for (int s = slot - 1; s >= 0 && sched.begin(s + 1) > first_step; --s) {
+                    if (sched.begin(s + 1) == sched.begin(s)) continue;  // an empty run holds no part
+                    const int b = s * CL + rank;
+                    if (tid % 128 == 0)
+                        while (gemmlab::flag_acquire(flag(b)) == 0u) __nanosleep(64);
+                    gemmlab::named_barrier(1 + c, 128);
+                    const float4* theirs = part(b);
+#pragma unroll
+                    for (int i = 0; i < 128; i += 4) {
+                        const float4 v = __ldcg(theirs + (i / 4) * 128 + tid % 128);
+                        acc[i] += v.x, acc[i + 1] += v.y, acc[i + 2] += v.z, acc[i + 3] += v.w;
+                    }
+                    if (tid % 128 == 0) *flag(b) = 0u;  // consumed: zero again for the next launch
+                }
+            }
+            if (SK == 0 && ways)  // the runs of the tile add up its parts, a share each: D^T's row r is column n of D
+                gemmlab::split_k_finish<CONSUMERS>(acc, WS, FLAGS, t, run, ways, CL, rank, c,
                                                    [&](int r, int col, float v) {
                     const int m = row0 + col, n = col0 + 64 * c + r;
                     if (m < M && n < N)
@@ -254,7 +331,8 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                 store_transposed_tma<true>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
             else
                 gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
-        }
+        });
+        if (SK != 0 && unpublished) publish();  // the head was this run's last piece
         if (tma_store && tid % 128 == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
     }
     __syncwarp();
