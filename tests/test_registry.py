@@ -2,6 +2,7 @@
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -300,6 +301,16 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     assert config_for(spec, problem(512, 512, 512)) == spec.config(BN=64, CN=1, EPI=0)
     assert config_for(spec, problem(1024, 1024, 1024)) == spec.config(SPLIT=1, EPI=0)
     assert config_for(spec, problem(1536, 1536, 1536)) == spec.config(EPI=0)
+    # stream-K (SK = 1) where its cost is below the idle share of the last wave of whole tiles:
+    # 3072^2 (2.2 waves of 66 cluster tiles), 5120^2, 6144^2 and 8192^2, not 4096^2 (3.9) nor one wave
+    sk = {n: config_for(spec, problem(n, n, n))["SK"] for n in (2048, 3072, 4096, 5120, 6144, 8192)}
+    assert sk == {2048: 0, 3072: 1, 4096: 0, 5120: 1, 6144: 1, 8192: 1}
+    assert config_for(spec, problem(8192, 8192, 8192)) == spec.config(SK=1, EPI=0)
+    assert config_for(spec, problem(6144, 6144, 32))["SK"] == 0  # one K step: nothing to split
+    with pytest.raises(ValueError, match="separate builds"):
+        spec.config(SK=1, SPLIT=1)
+    deep = SimpleNamespace(K=2**25 + 32)  # K / BK >= 2^20: too deep for StreamK's 32-bit counts
+    assert spec.extra_constraints(deep, spec.config(SK=1)) is not None and spec.extra_constraints(deep, spec.config()) is None
     # no wider than one 128-column block: single blocks, not pairs along N with an idle second block
     assert config_for(spec, problem(64, 64, 65536)) == spec.config(SPLIT=1, CN=1, EPI=0)
     assert config_for(spec, problem(4096, 128, 4096))["CN"] == 1 and config_for(spec, problem(4096, 129, 4096))["CN"] == 2

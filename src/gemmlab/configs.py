@@ -90,7 +90,36 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
         cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
         if spec.id == "tc08_tf32" and cfg["SPLIT"] == 0 and problem.M * problem.N <= TC08_SMALL_MN:
             cfg = _rule_config(spec, tuple(sorted({**cfg.as_dict(), "BN": 64, "CN": 1}.items())))
+        cfg = _tf32_stream_k_config(spec, problem, cfg)
     return _problem_config(spec, problem, cfg)
+
+
+# tc08's stream-K (SK = 1) costs, against the wave of tiles it saves, about this share of what
+# tc09's costs (registry.stream_k_cost): the parts passed between runs are as large, a TF32 tile
+# takes twice as long. Measured on an H200 against whole tiles in the same rounds (results/
+# nvidia-h200/tune-tf32-sk-*.json, two runs): 3072^3 +23% (0.92x -> 1.13x cuBLAS TF32), 5120^3
+# +12%, 6144^3 +5%, 8192^3 +2.5%, 3000 x 5000 x 4000 +5%; 4096^3 -1.4% (3.88 waves: the idle share
+# of the last one is less than splitting costs), 4096 x 4096 x 16384 even. The rule below takes
+# stream-K at all of those but the two 4096 x 4096 ones.
+TF32_STREAM_K_COST_SHARE = 0.5
+
+
+def _tf32_stream_k_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
+    """tc08's whole-tile config with SK = 1 where stream-K finishes first: more cluster tiles than
+    slots, not a whole number of waves, and tiles / slots plus the cost of splitting below the
+    waves whole tiles take."""
+    d = cfg.as_dict()
+    if spec.id != "tc08_tf32" or d["SPLIT"] or d["SK"] or (d["BN"], d["CM"], d["CN"]) != (128, 1, 2):
+        return cfg
+    slots = registry._sm_count(problem.device) // 2
+    tiles = registry.cdiv(problem.M, d["BM"]) * registry.cdiv(problem.N, 2 * d["BN"])
+    if slots == 0 or registry.cdiv(problem.K, d["BK"]) <= 1 or tiles <= slots or tiles % slots == 0:
+        return cfg
+    waves = -(-tiles // slots)
+    if tiles / slots + TF32_STREAM_K_COST_SHARE * registry.stream_k_cost(waves) >= waves:
+        return cfg
+    sk = _rule_config(spec, tuple(sorted({**d, "SK": 1}.items())))
+    return sk if registry._stream_k_steps_fit(problem, sk) is None else cfg
 
 
 def problem_flags(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> dict[str, int]:
