@@ -900,7 +900,7 @@ TC_08 = KernelSpec(
     id="tc08_tf32",
     step=8,
     title="TF32 wgmma",
-    idea="float32 inputs on the tensor cores as TF32 (asked for with precision='tf32'): D^T = B^T A^T, B's fragments from registers, no transposed copy (a B stored transposed: both from shared memory); few tall-K tiles split along K",
+    idea="float32 inputs on the tensor cores as TF32 (asked for with precision='tf32'): D^T = B^T A^T, B's fragments from registers, no transposed copy (a B stored transposed: both from shared memory); the last waves split along K (stream-K, as tc09), few tall-K tiles each split over many",
     source="tensorcore/08_tf32.cu",
     entry="tc_tf32",
     params=(
