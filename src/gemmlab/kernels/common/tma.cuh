@@ -368,6 +368,32 @@ __device__ __forceinline__ void store_part(const float (&acc)[128], float4* part
     for (int i = 0; i < 128; i += 4) __stcg(part + (i / 4) * 128 + ctid, make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
 }
 
+// Stream-K's fix-up at the owner of split tile t -- the holder of its tail: slot `slot`, block
+// `rank` of a cluster of `cl` -- by one consumer warpgroup (its thread ctid; named barrier
+// barrier_id): adds the parts the slots before it wrote for their pieces of t (StreamK: a head
+// each), waiting for each part's flag and zeroing the flag once read, for the next launch. part(b)
+// and flag(b): this warpgroup's part buffer and flag in block b of the grid (store_part's layout).
+// (tc09's SASS is the same instruction for instruction as with this loop written in its kernel.)
+template <typename Part, typename Flag>
+__device__ __forceinline__ void add_head_parts(float (&acc)[128], const StreamK& sched, int t, int slot, int cl,
+                                               int rank, int ctid, int barrier_id, Part&& part, Flag&& flag) {
+    const int first = sched.tile_begin(t);
+    for (int s = slot - 1; s >= 0 && sched.begin(s + 1) > first; --s) {
+        if (sched.begin(s + 1) == sched.begin(s)) continue;  // an empty run holds no part
+        const int b = s * cl + rank;
+        if (ctid == 0)
+            while (flag_acquire(flag(b)) == 0u) __nanosleep(64);
+        named_barrier(barrier_id, 128);
+        const float4* theirs = part(b);
+#pragma unroll
+        for (int i = 0; i < 128; i += 4) {
+            const float4 p = __ldcg(theirs + (i / 4) * 128 + ctid);
+            acc[i] += p.x, acc[i + 1] += p.y, acc[i + 2] += p.z, acc[i + 3] += p.w;
+        }
+        if (ctid == 0) *flag(b) = 0u;  // consumed: zero again for the next launch
+    }
+}
+
 // The end of a split-K run, by consumer warpgroup c of a block: tile t is split over `ways` runs
 // (this one: run `run`), each block of a run's cluster of `cl` holding its own rows of it (rank).
 // The run writes its part to its block's place in ws (64 x 256 fp32 a warpgroup and block) and

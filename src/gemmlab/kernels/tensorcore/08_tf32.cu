@@ -149,7 +149,6 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         k_end = ways ? static_cast<int>(static_cast<long long>(p % ways + 1) * KT / ways) : KT;
     };
 
-
     auto tile_origin = [&](int t, int& row0, int& col0) {
         if constexpr (CN > 1)  // the same walk with the roles of rows and columns swapped
             gemmlab::grouped_tile_origin(t, SK ? plan->tiles_n : tiles_n, SK ? plan->tiles_m : tiles_m, GROUP, CN, rank,
@@ -301,23 +300,8 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                 unpublished = true;
                 return;
             }
-            if (SK != 0 && k_begin > 0) {  // a tile's tail: its owner adds the head(s), from the slot(s) before
-                const int first_step = sched.tile_begin(t), slot = blockIdx.x / CL;
-                for (int s = slot - 1; s >= 0 && sched.begin(s + 1) > first_step; --s) {
-                    if (sched.begin(s + 1) == sched.begin(s)) continue;  // an empty run holds no part
-                    const int b = s * CL + rank;
-                    if (tid % 128 == 0)
-                        while (gemmlab::flag_acquire(flag(b)) == 0u) __nanosleep(64);
-                    gemmlab::named_barrier(1 + c, 128);
-                    const float4* theirs = part(b);
-#pragma unroll
-                    for (int i = 0; i < 128; i += 4) {
-                        const float4 v = __ldcg(theirs + (i / 4) * 128 + tid % 128);
-                        acc[i] += v.x, acc[i + 1] += v.y, acc[i + 2] += v.z, acc[i + 3] += v.w;
-                    }
-                    if (tid % 128 == 0) *flag(b) = 0u;  // consumed: zero again for the next launch
-                }
-            }
+            if (SK != 0 && k_begin > 0)  // a tile's tail: its owner adds the head, from the slot(s) before
+                gemmlab::add_head_parts(acc, sched, t, first, CL, rank, tid % 128, 1 + c, part, flag);
             if (SK == 0 && ways)  // the runs of the tile add up its parts, a share each: D^T's row r is column n of D
                 gemmlab::split_k_finish<CONSUMERS>(acc, WS, FLAGS, t, run, ways, CL, rank, c,
                                                    [&](int r, int col, float v) {

@@ -182,23 +182,8 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                 unpublished = true;  // published during the next piece, or after the last
                 return;
             }
-            if (k_begin > 0) {  // a tile's tail: its owner adds the head, from the slot(s) before
-                const int first = sched.tile_begin(t);
-                for (int s = slot - 1; s >= 0 && sched.begin(s + 1) > first; --s) {
-                    if (sched.begin(s + 1) == sched.begin(s)) continue;  // an empty run holds no part
-                    const int b = s * CM + static_cast<int>(rank);
-                    if (ctid == 0)
-                        while (gemmlab::flag_acquire(flag(b)) == 0u) __nanosleep(64);
-                    gemmlab::named_barrier(1 + c, 128);
-                    const float4* theirs = part(b);
-#pragma unroll
-                    for (int i = 0; i < 128; i += 4) {
-                        const float4 p = __ldcg(theirs + (i / 4) * 128 + ctid);
-                        acc[i] += p.x, acc[i + 1] += p.y, acc[i + 2] += p.z, acc[i + 3] += p.w;
-                    }
-                    if (ctid == 0) *flag(b) = 0u;  // consumed: zero again for the next launch
-                }
-            }
+            if (k_begin > 0)  // a tile's tail: its owner adds the head, from the slot(s) before
+                gemmlab::add_head_parts(acc, sched, t, slot, CM, static_cast<int>(rank), ctid, 1 + c, part, flag);
             gemmlab::store_tile_64xn<TD, BN / 2, EPI>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
                                                       M, N, ldc, ldd, alpha, beta);
         });
