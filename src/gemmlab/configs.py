@@ -111,8 +111,8 @@ def _tf32_stream_k_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfi
     d = cfg.as_dict()
     if spec.id != "tc08_tf32" or d["SPLIT"] or d["SK"] or (d["BN"], d["CM"], d["CN"]) != (128, 1, 2):
         return cfg
-    slots = registry._sm_count(problem.device) // 2
-    tiles = registry.cdiv(problem.M, d["BM"]) * registry.cdiv(problem.N, 2 * d["BN"])
+    slots = registry._sm_count(problem.device) // d["CN"]  # clusters of CN = 2 blocks along N
+    tiles = registry.cdiv(problem.M, d["BM"]) * registry.cdiv(problem.N, d["CN"] * d["BN"])
     if slots == 0 or registry.cdiv(problem.K, d["BK"]) <= 1 or tiles <= slots or tiles % slots == 0:
         return cfg
     waves = -(-tiles // slots)

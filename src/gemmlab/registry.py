@@ -789,10 +789,11 @@ STREAM_K_MAX_SLOTS = 1024  # resident clusters: more than any GPU's SMs
 
 
 def _stream_k_steps_fit(problem: GemmProblem, c: GemmConfig) -> str | None:
-    """tc09 counts the K steps of its split tiles in 32-bit integers (gemmlab::StreamK): fewer than
-    two waves of tiles -- two a resident cluster, of at most STREAM_K_MAX_SLOTS -- times K / BK."""
+    """tc09 and tc08 with SK = 1 count the K steps of their split tiles in 32-bit integers
+    (gemmlab::StreamK): fewer than two waves of tiles -- two a resident cluster, of at most
+    STREAM_K_MAX_SLOTS -- times K / BK."""
     if 2 * STREAM_K_MAX_SLOTS * cdiv(problem.K, c["BK"]) >= 2**31:
-        return (f"K = {problem.K} is too deep for tc09's 32-bit stream-K schedule "
+        return (f"K = {problem.K} is too deep for the 32-bit stream-K schedule "
                 f"(K / BK must stay below {2**31 // (2 * STREAM_K_MAX_SLOTS)})")
     return None
 
