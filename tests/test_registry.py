@@ -164,9 +164,11 @@ def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
     """configs.tile_time on 132 SMs: 64 x 128 tiles where 128 x 256 ones would leave most SMs idle
     (one part-full wave), 128 x 192 where they fill the last wave better (1536^2: 96 tiles in one
     wave; 3072^2: 384 tiles in 3 waves against 144 cluster tiles in 3 waves of 66 clusters), 128 x
-    256 wherever it loses no wave (H100 tune record, tune-tiles-20261123T152942Z.json); 192 x 256 only
+    256 wherever it loses no wave (H100 tune record, tune-tiles-20261123T152942Z.json); 192 x 256
     where it fills the waves better (2304 x 2816: 66 cluster tiles, one wave, against 99; 5632^2),
-    since no gain of its own is assumed (H200 probe records, probe-m192-20261124T05*)."""
+    and where both fill the same waves (6144^2: 6 against 9) below configs.TALL_TILE_MAX_FLOPS, its
+    rate of 1.01 breaking the tie; above it, power-limited, no gain of its own is assumed (H200
+    records tune-rate192-*, tune-m192-rate-*)."""
     from gemmlab.configs import config_for, tile_time
 
     def tile(M, N, K=512):
@@ -179,18 +181,32 @@ def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
         (128, 192, 1), (128, 256, 2), (128, 256, 2)]  # fmt: skip
     assert tile(1, 8192) == (64, 128, 1) and tile(16384, 512) == (128, 256, 2)  # thin: fill the SMs / no wave lost
     assert [tile(2304, 2816), tile(5632, 5632), tile(6144, 6144), tile(2305, 2816)] == [
-        (192, 256, 2), (192, 256, 2), (128, 256, 2), (128, 256, 1)]  # 6144^2: 6 and 9 waves, a tie; 2305: 2 waves of 192
+        (192, 256, 2), (192, 256, 2), (192, 256, 2), (128, 256, 1)]  # 6144^2: 6 and 9 waves; 2305: 2 waves of 192
+    # the same tie of waves past TALL_TILE_MAX_FLOPS (6144^2 x 16384, 10752^3): 128 x 256
+    assert tile(6144, 6144, 6144) == (192, 256, 2) and tile(6144, 6144, 16384) == (128, 256, 2)
+    assert tile(10752, 10752, 10752) == (128, 256, 2)
+    # nor where the 192-row tile's gain was not measured or was not there: A stored transposed,
+    # beta != 0, a D whose rows TMA cannot store (6132 bf16 = 12264 bytes)
+    spec = registry.get("tc07_persistent_cluster")
+
+    def tall(a, b, c=None, **kw):
+        return config_for(spec, problem_from_tensors(a, b, c, device_type="cpu", **kw))["BM"] == 192
+
+    x = torch.empty(6144, 6144, dtype=torch.bfloat16)
+    assert tall(x, x) and tall(x, x.t()) and tall(x, x, out_dtype=torch.float32)
+    assert not tall(x.t(), x) and not tall(x, x, x, beta=1.0)
+    y = torch.empty(6132, 6132, dtype=torch.bfloat16)
+    assert not tall(y, y)
     a = torch.empty((3072, 64), dtype=torch.bfloat16)
     p = problem_from_tensors(a, a.T.contiguous(), device_type="cpu")
-    spec = registry.get("tc07_persistent_cluster")
     assert tile_time(p, spec.config(CM=2)) == 3  # 144 cluster tiles over 66 clusters: 3 waves
     assert tile_time(p, spec.config(BN=192, CM=1), 0.5) == 3 * 0.75 / 0.5  # 384 tiles, 3 waves, 3/4 the area
 
 
 def test_auto_takes_stream_k_only_where_the_last_wave_idles():
     """tc09 serves every shape when named; 'auto' takes it where tc07's best tile leaves more of the
-    cluster-time idle than splitting costs (5120^2, 6144^2, 8192^2 on 132 SMs), tc07 elsewhere
-    (H200 and H100 records)."""
+    cluster-time idle than splitting costs (5120^2, 8192^2 on 132 SMs), tc07 elsewhere (H200 and
+    H100 records): at 6144^3 tc07's 192-row tile, 0.5-1.1% ahead of tc09 (tune-rate192-*)."""
     from gemmlab.configs import select
 
     def auto(n):
@@ -199,7 +215,7 @@ def test_auto_takes_stream_k_only_where_the_last_wave_idles():
 
     assert [auto(n) for n in (2048, 2560, 3072, 4096, 5120, 6144, 8192)] == [
         "tc07_persistent_cluster", "tc07_persistent_cluster", "tc07_persistent_cluster", "tc07_persistent_cluster",
-        "tc09_stream_k", "tc09_stream_k", "tc09_stream_k",
+        "tc09_stream_k", "tc07_persistent_cluster", "tc09_stream_k",
     ]  # fmt: skip
     a = torch.empty(4096, 4096, dtype=torch.bfloat16)
     p = problem_from_tensors(a, a, device_type="cpu")

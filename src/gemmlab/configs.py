@@ -46,18 +46,34 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # gemmlab.cubin) runs its main loop about 5% faster than 128 x 256 at the full clock (H200, bf16:
 # 857 TFLOP/s at 2304 x 2816 x 16384, one wave of its cluster tiles, results/nvidia-h200/
 # tune-m192-20261124T052243Z.json, against 808-814 for 128 x 256 at 1536 x 2816 x 16384, its own one
-# wave, probe-m192-20261124T05*), but where both fill the same waves (6144^3) it measured between
-# -0.4% and +2% against 128 x 256 over four runs, and nothing was measured
-# where the card is power-limited; so its rate is taken as 1.0: 'auto' runs it only where its taller
-# tiles fill the waves better (2304 x 2816: one wave instead of one and a half; 5632^2). At the
-# squares where both tiles fill the same waves it was 1.4-1.7% ahead at 4864, 1.6% at 6144 (bf16),
-# even to 1.4% ahead at 6912 and 0.5-2% behind at 7936 (results/nvidia-h200/tune-m192-rate-*.json),
-# and tc09's stream-K beat both at all but 6144: the rate stays 1.0.
+# wave, probe-m192-20261124T05*); with its longer epilogue and shallower ring, where both tiles fill
+# the same waves it ran up to 2% ahead: 6144^3 1.6% in bf16 in five records (tune-m192-rate-*,
+# tune-sk192-*, tune-6144-*, tune-rate192-*), 6016^3 1.5-2%, 6144 x 6144 x 2048 1%, 4864^3
+# 1.4-1.7%, 3200-3456^3 even to 1%. So its rate is 1.01 -- enough to break the tie of whole waves
+# at 6144^2, where it also beat tc09's stream-K by 0.5-1.1% in the same records (B stored
+# transposed: 0.5%, both operands: even). Only where that was measured (tile_rate): beta = 0 with
+# TMA stores (at 6132^3, whose D rows TMA cannot store, it lost 0.7-1.2% to tc09; with fp32 results,
+# which TMA stores there, it won by 1.6-2.8%), A row-major (A stored transposed, 6144^3: 6% behind
+# tc09 in one run, 0.5% ahead in the next -- unsettled), and below TALL_TILE_MAX_FLOPS: where the card is
+# power-limited it was 0.5-2% behind at 7936^3 (560-610 W, 1950-1965 MHz) and 1.3-1.5% at 10752^3.
+# Elsewhere its rate is 1.0, and 'auto' takes it only where its taller tiles fill the waves better
+# (2304 x 2816: one wave instead of one and a half; 5632^2).
 TC07_TILES: tuple[tuple[dict[str, int], float], ...] = (
     (dict(BN=192, CM=1), 0.85),
     (dict(BM=64, BN=128, CM=1, STAGES=8), 0.45),
-    (dict(BM=192, STAGES=3), 1.0),
+    (dict(BM=192, STAGES=3), 1.01),
 )
+TALL_TILE_MAX_FLOPS = 5e11  # 2 x 6300^3: past it the 192-row tile's gain is gone (power-limited)
+
+
+def tile_rate(problem: GemmProblem, overrides: dict[str, int], rate: float) -> float:
+    """A TC07_TILES entry's rate for the problem: the 192-row tile's gain only where it was measured
+    (beta = 0, D taking TMA stores, A row-major, below the power limit)."""
+    if overrides.get("BM") != 192:
+        return rate
+    measured = (problem.beta == 0 and _tma_stores_in_place(problem) and not problem.a.trans
+                and problem.flops <= TALL_TILE_MAX_FLOPS)
+    return rate if measured else min(rate, 1.0)
 
 
 def tile_time(problem: GemmProblem, cfg: GemmConfig, rate: float = 1.0) -> float:
@@ -77,7 +93,7 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
     best_time = tile_time(problem, best)
     for overrides, rate in TC07_TILES:
         cfg = _rule_config(spec, tuple(sorted(overrides.items())))
-        t = tile_time(problem, cfg, rate)
+        t = tile_time(problem, cfg, tile_rate(problem, overrides, rate))
         if t < best_time:
             best, best_time = cfg, t
     return best, best_time
