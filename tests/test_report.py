@@ -153,3 +153,13 @@ def test_layout_notes_name_the_steps_that_read_the_views_in_place():
     for dtype in ("tf32-tn", "tf32-tt", "float32-nt"):
         note = _arithmetic(dtype)
         assert "copied row-major" in note and "in place" not in note, (dtype, note)
+
+
+def test_tables_say_when_a_record_came_from_an_uncommitted_tree():
+    """A record made on a tree with uncommitted changes carries "+dirty" after its commit; the
+    tables keep the mark rather than name the bare commit, which measured something else."""
+    sha = "9e503e9ec600c5eb74b959d2f9141122df153da5"
+    assert report.short_commit(sha) == "9e503e9ec600"
+    assert report.short_commit(sha + "+dirty") == "9e503e9ec600+dirty"
+    note = report._commits({"commits": {sha: "2026-11-24T09:44", sha + "+dirty": "2026-11-24T10:24"}})
+    assert "`9e503e9ec600` (2026-11-24T09:44), `9e503e9ec600+dirty` (2026-11-24T10:24)" in note

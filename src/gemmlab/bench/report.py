@@ -85,7 +85,7 @@ def bench_table(run: dict, peak: dict | None = None) -> str:
             row.append(f"{100 * best / top:.0f}%")
         lines.append("| " + " | ".join(row) + " |")
     peak_note = (
-        f" Peak: {top:.1f} TFLOP/s measured by `gemmlab peak` (FFMA loop) on this GPU, commit `{peak['meta']['commit'][:12]}`."
+        f" Peak: {top:.1f} TFLOP/s measured by `gemmlab peak` (FFMA loop) on this GPU, commit `{short_commit(peak['meta']['commit'])}`."
         if top
         else ""
     )
@@ -157,9 +157,15 @@ def _arithmetic(dtype: str) -> str:
     return f"{what}; for tc07 and tc09 {_STAGED}"
 
 
+def short_commit(commit: str) -> str:
+    """A record's commit as tables name it: 12 hex digits, and "+dirty" where the tree that made the
+    record had uncommitted changes (the record then measured more than that commit)."""
+    return commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
+
+
 def _commits(meta: dict) -> str:
     runs = meta.get("commits") or {meta["commit"]: meta["time"]}
-    return "runs " + ", ".join(f"`{c[:12]}` ({t})" for c, t in sorted(runs.items(), key=lambda x: x[1]))
+    return "runs " + ", ".join(f"`{short_commit(c)}` ({t})" for c, t in sorted(runs.items(), key=lambda x: x[1]))
 
 
 def _cpu_note(meta: dict, recs: list[dict]) -> str:
@@ -178,7 +184,7 @@ def overhead_table(run: dict) -> str:
     meta = run["meta"]
     tables = [_overhead_rows(r) for r in run["records"]]
     r = run["records"][0]
-    return "\n\n".join(tables) + f"\n\n{meta['gpu']}, commit `{meta['commit'][:12]}`, {meta['time']}; medians of {r['calls']} calls."
+    return "\n\n".join(tables) + f"\n\n{meta['gpu']}, commit `{short_commit(meta['commit'])}`, {meta['time']}; medians of {r['calls']} calls."
 
 
 def _overhead_rows(r: dict) -> str:
@@ -277,7 +283,7 @@ def reorder_table(cpu_run: dict) -> str:
         r2 = recs[("cpu02_reordered", M, N, K)]
         lines.append(f"| {M} x {N} x {K} | {r['median_ms']:.2f} | {r2['median_ms']:.2f} | {r['median_ms'] / r2['median_ms']:.1f}x |")
     meta = cpu_run["meta"]
-    return "\n".join(lines) + f"\n\n{meta['cpu']}, {meta['cores']} cores, commit `{meta['commit'][:12]}`, {meta['time']}."
+    return "\n".join(lines) + f"\n\n{meta['cpu']}, {meta['cores']} cores, commit `{short_commit(meta['commit'])}`, {meta['time']}."
 
 
 def cpu_vs_gpu_table(cpu_run: dict, gpu_run: dict, shape=(2048, 2048, 1024)) -> str:
@@ -299,8 +305,8 @@ def cpu_vs_gpu_table(cpu_run: dict, gpu_run: dict, shape=(2048, 2048, 1024)) -> 
     for name, ms, tf in rows:
         lines.append(f"| {name} | {ms:.2f} | {tf * 1e3:.0f} | {best_cpu['median_ms'] / ms:.1f}x |")
     return "\n".join(lines) + (
-        f"\n\nCPU run: {cpu_run['meta']['cpu']}, commit `{cpu_run['meta']['commit'][:12]}`, {cpu_run['meta']['time']}; "
-        f"GPU run: commit `{gpu_run['meta']['commit'][:12]}`, {gpu_run['meta']['time']}."
+        f"\n\nCPU run: {cpu_run['meta']['cpu']}, commit `{short_commit(cpu_run['meta']['commit'])}`, {cpu_run['meta']['time']}; "
+        f"GPU run: commit `{short_commit(gpu_run['meta']['commit'])}`, {gpu_run['meta']['time']}."
     )
 
 
@@ -359,7 +365,7 @@ def sustained_table(run: dict) -> str:
         )
     sampling = f" {meta['sampling']}." if meta.get("sampling") else ""
     return "\n".join(lines) + (
-        f"\n\n{meta['gpu']} ({meta.get('dtype', '?')}), commit `{meta['commit'][:12]}`, {meta['time']}; each kernel "
+        f"\n\n{meta['gpu']} ({meta.get('dtype', '?')}), commit `{short_commit(meta['commit'])}`, {meta['time']}; each kernel "
         f"launched back to back for {meta['seconds']:g} s, cuBLAS before and after (ratio: against their mean); clock "
         f"and power are medians of nvidia-smi samples every {meta['sample_ms']} ms after the first "
         f"{meta['settle_s']:g} s of a window.{sampling}"
@@ -401,7 +407,7 @@ def k_sweep_table(runs: list[dict], min_k: int = 1024) -> str:
             f"| {_title(kernel)} | {recs[0]['dtype']} | {M} x {N} | {ks[0]}-{ks[-1]} | {a:.1f} | {ca:.1f} | "
             f"{b * 1024:.2f} | {cb * 1024:.2f} | {cb / b:.3f} |"
         )
-        notes.append(f"`{run['meta']['commit'][:12]}` ({run['meta']['time']})")
+        notes.append(f"`{short_commit(run['meta']['commit'])}` ({run['meta']['time']})")
     gpu = runs[0]["meta"]["gpu"]
     return "\n".join(lines) + (
         f"\n\n{gpu}, runs {', '.join(notes)}; medians of event-timed runs with L2 flushed, cuBLAS timed in the same "
@@ -477,7 +483,7 @@ def ncu_table(csv_path: Path) -> str:
                 cells.append(f"{v * scale:,.2f}")
         lines.append(f"| `{name.split('<')[0]}` | " + " | ".join(cells) + " |")
     note = (
-        f"\n\nNsight Compute, {meta.get('gpu', '?')}, shape {meta.get('shape')}, commit `{str(meta.get('commit', '?'))[:12]}`, "
+        f"\n\nNsight Compute, {meta.get('gpu', '?')}, shape {meta.get('shape')}, commit `{short_commit(str(meta.get('commit', '?')))}`, "
         f"{meta.get('time', '?')}, clocks not locked (`--clock-control none`); one launch per step. Stalls are "
         f"warps stalled per issued instruction."
     )
@@ -511,7 +517,7 @@ def peak_table(run: dict) -> str:
     lines = ["| ceiling | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
     return "\n".join(lines) + (
         f"\n\n{meta['gpu']}, {r['sm_count']} SMs, max SM clock {r['max_sm_clock_mhz']} MHz, "
-        f"commit `{meta['commit'][:12]}`, {meta['time']}."
+        f"commit `{short_commit(meta['commit'])}`, {meta['time']}."
     )
 
 
@@ -536,7 +542,7 @@ def lab_sections(results_root: Path, sass_listing: Path | None = None) -> dict[s
         rows = read_ncu_csv(csv_path)
         names = [n.split("<")[0] for n, _ in rows]
         sections["profile"] = profile.markdown(rows, names) + (
-            f"\n\n`{meta.get('command', '')}` on {meta.get('gpu', '?')}, commit `{str(meta.get('commit', '?'))[:12]}`, {meta.get('time', '?')}."
+            f"\n\n`{meta.get('command', '')}` on {meta.get('gpu', '?')}, commit `{short_commit(str(meta.get('commit', '?')))}`, {meta.get('time', '?')}."
         )
     if sass_listing is not None and sass_listing.exists():
         mix = sass.instruction_mix(sass_listing.read_text())
@@ -564,7 +570,7 @@ def pad_table(run: dict) -> str:
         )
     meta = run["meta"]
     return "\n".join(lines) + (
-        f"\n\n{meta['gpu']}, commit `{meta['commit'][:12]}`, {meta['time']}; medians of {run['records'][0]['reps']} "
+        f"\n\n{meta['gpu']}, commit `{short_commit(meta['commit'])}`, {meta['time']}; medians of {run['records'][0]['reps']} "
         f"event-timed runs, L2 flushed, interleaved with cuBLAS. 'padding pays' = predicated / padded total (> 1: the copies pay for themselves)."
     )
 
