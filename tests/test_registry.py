@@ -205,18 +205,26 @@ def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
 
 def test_auto_takes_stream_k_only_where_the_last_wave_idles():
     """tc09 serves every shape when named; 'auto' takes it where tc07's best tile leaves more of the
-    cluster-time idle than splitting costs (5120^2, 8192^2 on 132 SMs), tc07 elsewhere (H200 and
-    H100 records): at 6144^3 tc07's 192-row tile, 0.5-1.1% ahead of tc09 (tune-rate192-*)."""
+    cluster-time idle than splitting costs (2560^2, 5120^2, 8192^2 on 132 SMs), tc07 elsewhere (H200
+    and H100 records): at 6144^3 tc07's 192-row tile, 0.5-1.1% ahead of tc09 (tune-rate192-*). The
+    cost is a fixed number of K steps (the fix-up) and a share of a wave, fitted on an H200
+    (tune-skcost-*): at 3200^3 and 3328^3 tc09 ran 3-4% ahead of both tc07 tiles, at 2560^2 4-6%,
+    at 3072^3 2-4% behind tc07's 128 x 192 tile, at 3584^3 and 4608^3 6% and 2.5% behind tc07."""
     from gemmlab.configs import select
+
+    def auto_of(a, b):
+        return select(problem_from_tensors(a, b, device_type="cpu"), device="cuda")[0].id
 
     def auto(n):
         a = torch.empty(n, n, dtype=torch.bfloat16)
-        return select(problem_from_tensors(a, a, device_type="cpu"), device="cuda")[0].id
+        return auto_of(a, a)
 
     assert [auto(n) for n in (2048, 2560, 3072, 4096, 5120, 6144, 8192)] == [
-        "tc07_persistent_cluster", "tc07_persistent_cluster", "tc07_persistent_cluster", "tc07_persistent_cluster",
+        "tc07_persistent_cluster", "tc09_stream_k", "tc07_persistent_cluster", "tc07_persistent_cluster",
         "tc09_stream_k", "tc07_persistent_cluster", "tc09_stream_k",
     ]  # fmt: skip
+    assert [auto(n) for n in (3200, 3328, 3584, 4608)] == [
+        "tc09_stream_k", "tc09_stream_k", "tc07_persistent_cluster", "tc07_persistent_cluster"]  # fmt: skip
     a = torch.empty(4096, 4096, dtype=torch.bfloat16)
     p = problem_from_tensors(a, a, device_type="cpu")
     spec = registry.get("tc09_stream_k")
@@ -224,7 +232,12 @@ def test_auto_takes_stream_k_only_where_the_last_wave_idles():
     assert "idle" in spec.auto_skip(p, spec.default_config())
     a = torch.empty(3072, 3072, dtype=torch.bfloat16)  # tc07's 128 x 192 tiles beat splitting there
     assert "128 x 192" in spec.auto_skip(problem_from_tensors(a, a, device_type="cpu"), spec.default_config())
-    assert [round(registry.stream_k_cost(w), 2) for w in (2, 3, 16)] == [0.7, 0.5, 0.17]
+    # in waves: 0.11 + 10.8 K steps of a tile's time -- more of a wave where tiles take few K steps
+    assert [round(registry.stream_k_cost(kt), 2) for kt in (32, 64, 128)] == [0.45, 0.28, 0.19]
+    a, b = torch.empty(3072, 2048, dtype=torch.bfloat16), torch.empty(2048, 3072, dtype=torch.bfloat16)
+    assert auto_of(a, b) == "tc07_persistent_cluster"  # 32 K steps: 128 x 192 tiles beat splitting
+    a, b = torch.empty(3072, 8192, dtype=torch.bfloat16), torch.empty(8192, 3072, dtype=torch.bfloat16)
+    assert auto_of(a, b) == "tc09_stream_k"  # 128 K steps: splitting beats them (0.96x against 0.93x)
 
 
 def test_auto_splits_few_tall_k_tiles_along_k():

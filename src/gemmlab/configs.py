@@ -41,7 +41,11 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # throughput per SM against 128 x 256 at 2048-8192: 128 x 192 0.80-0.90, 64 x 128 0.45-0.55.
 # Measured picks: 64 x 128 at 512-1024 (0.86-0.91x cuBLAS against 0.55-0.59x for 128 x 256), 128 x
 # 192 at 1536 (0.85x against 0.71x) and 3072 (0.86x against 0.75x, and tc09's 0.83x). 128 x 128
-# tiles (CM 1 or 2) never won a size there, so 'auto' does not use them.
+# tiles (CM 1 or 2) never won a size there, so 'auto' does not use them. On an H200 the 128 x 192
+# tile's rate came out at 0.84-0.95, median 0.91, over 19 shapes from 2304 x 2304 x 8192 to 7936 x
+# 7936 x 2048 (results/nvidia-h200/tune-skcost-*.json, against 128 x 256 in the same rounds), and
+# with the 0.85 of the H100 'auto' split 3072^3 with tc09 once stream-K's cost was refitted
+# (registry.stream_k_cost), 4% behind this tile; so 0.91.
 # 192 x 256 (three consumer warpgroups, three stages; its cubin's launch register count rewritten,
 # gemmlab.cubin) runs its main loop about 5% faster than 128 x 256 at the full clock (H200, bf16:
 # 857 TFLOP/s at 2304 x 2816 x 16384, one wave of its cluster tiles, results/nvidia-h200/
@@ -59,7 +63,7 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # Elsewhere its rate is 1.0, and 'auto' takes it only where its taller tiles fill the waves better
 # (2304 x 2816: one wave instead of one and a half; 5632^2).
 TC07_TILES: tuple[tuple[dict[str, int], float], ...] = (
-    (dict(BN=192, CM=1), 0.85),
+    (dict(BN=192, CM=1), 0.91),
     (dict(BM=64, BN=128, CM=1, STAGES=8), 0.45),
     (dict(BM=192, STAGES=3), 1.01),
 )
@@ -110,14 +114,15 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     return _problem_config(spec, problem, cfg)
 
 
-# tc08's stream-K (SK = 1) costs, against the wave of tiles it saves, about this share of what
-# tc09's costs (registry.stream_k_cost): the parts passed between runs are as large, a TF32 tile
-# takes twice as long. Measured on an H200 against whole tiles in the same rounds (results/
-# nvidia-h200/tune-tf32-sk-*.json, two runs): 3072^3 +23% (0.92x -> 1.13x cuBLAS TF32), 5120^3
-# +12%, 6144^3 +5%, 8192^3 +2.5%, 3000 x 5000 x 4000 +5%; 4096^3 -1.4% (3.88 waves: the idle share
-# of the last one is less than splitting costs), 4096 x 4096 x 16384 even. The rule below takes
-# stream-K at all of those but the two 4096 x 4096 ones.
-TF32_STREAM_K_COST_SHARE = 0.5
+# tc08's stream-K (SK = 1) costs what tc09's does for the same K steps (registry.stream_k_cost):
+# the parts passed between runs are as large, and a 32-wide TF32 K step of its 256 x 128 tile takes
+# as long as a 64-wide bf16 step of 128 x 256 -- so at the same K, with twice the steps, half the
+# waves. Measured on an H200 against whole tiles in the same rounds (results/nvidia-h200/
+# tune-tf32-sk-*.json, two runs): 3072^3 +23% (0.92x -> 1.13x cuBLAS TF32), 5120^3 +12%, 6144^3
+# +5%, 8192^3 +2.5%, 3000 x 5000 x 4000 +5%; 4096^3 -1.4% (3.88 waves: the idle share of the last
+# one is less than splitting costs), 4096 x 4096 x 16384 even; and at 22 shapes from 2560^2 to
+# 8192^2 (tune-skcost-tf32-*), where the rule below picks the faster of the two at every one but
+# 7168^2 (11.9 waves: 0.7% apart).
 
 
 def _tf32_stream_k_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
@@ -132,7 +137,7 @@ def _tf32_stream_k_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfi
     if slots == 0 or registry.cdiv(problem.K, d["BK"]) <= 1 or tiles <= slots or tiles % slots == 0:
         return cfg
     waves = -(-tiles // slots)
-    if tiles / slots + TF32_STREAM_K_COST_SHARE * registry.stream_k_cost(waves) >= waves:
+    if tiles / slots + registry.stream_k_cost(registry.cdiv(problem.K, d["BK"])) >= waves:
         return cfg
     sk = _rule_config(spec, tuple(sorted({**d, "SK": 1}.items())))
     return sk if registry._stream_k_steps_fit(problem, sk) is None else cfg

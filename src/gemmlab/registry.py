@@ -944,10 +944,24 @@ TC_08 = KernelSpec(
     layouts=("nn", "nt"),
 )
 
-# tc09's splitting costs about this many waves' time over a run of `waves` whole-tile waves: more
-# where there are few waves to spread the split tiles' fix-up over (see _stream_k_pays)
-def stream_k_cost(waves: int) -> float:
-    return 0.1 + 1.2 / waves
+# Stream-K's cost (tc09, and tc08 with SK = 1), in waves of whole tiles, where each tile takes `kt`
+# K steps: STREAM_K_COST_STEPS steps of one tile's time -- every block writes one head part and
+# reads one back (128 KB of fp32 each way), about 7 us at the ~0.68 us a step of a 128 x 256 bf16
+# tile or a 256 x 128 TF32 tile at full clock, as the traced fix-up measured (2.4 + 4.4 us a block)
+# -- plus STREAM_K_COST_WAVES of a wave (runs starting mid-tile, parts' traffic in L2). Fitted on an
+# H200 to 155 pairs of whole tiles against stream-K in the same rounds (2 to 12 waves; bf16, fp16,
+# fp32 results, TF32), cost = waves x (stream-K time / whole-tile time) - tiles / slots:
+# results/nvidia-h200/tune-skcost-20261124T1127*.json (2560-8192^2 and K = 2048, 8192 at four M x
+# N) and every record since ceb9d27 with both; rms 0.06 waves, TF32's alone 0.05 + 16.6 / kt, the
+# 16-bit ones' 0.13 + 9.3 / kt. The earlier 0.1 + 1.2 / waves (an H100 fit of squares, kernels of
+# then) overstated it at 2-3 waves: it kept tc07 at 2560^2 and 3200-3328^2, where tc09 ran 4-6% ahead.
+STREAM_K_COST_WAVES = 0.11
+STREAM_K_COST_STEPS = 10.8
+
+
+def stream_k_cost(kt: int) -> float:
+    """What splitting the last waves along K costs, in waves of whole tiles of kt K steps each."""
+    return STREAM_K_COST_WAVES + STREAM_K_COST_STEPS / kt
 
 
 # With at most half a wave of tiles tc09 splits every tile over `split_ways` runs (kernels/common/
@@ -993,7 +1007,7 @@ def split_time(tiles: int, slots: int, kt: int) -> float:
 
 
 def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
-    """None where tc09 should serve instead of tc07: where tiles / slots + stream_k_cost(waves),
+    """None where tc09 should serve instead of tc07: where tiles / slots + stream_k_cost(kt),
     tc09's time in units of one 128 x 256 tile, is less than configs.tile_time of tc07's own
     choice of tile (waves, with 128 x 256 tiles).
 
@@ -1007,7 +1021,10 @@ def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     2560^2 (2 waves), 0.55 at 3072^2 (3), 0.32 at 4096^2, 0.33 at 5120^2, 0.23 at 6144^2 and 0.1
     at 8192^2 (16) -- falling with the number of waves, hence 0.1 + 1.2 / waves -- and showed the
     flat cost taking tc09 at 2560^2, where it lost (0.89x against 0.98x). With tc07's narrower
-    tiles (configs.TC07_TILES) tc09 no longer serves 3072^2 (tc07's 128 x 192: 0.86x against 0.83x)."""
+    tiles (configs.TC07_TILES) tc09 no longer serves 3072^2 (tc07's 128 x 192: 0.86x against 0.83x).
+    Refitted on an H200 with the kernels since ceb9d27 (stream_k_cost): the cost follows the K
+    steps a tile takes, not the waves -- the fix-up is a fixed time a block -- and is lower at
+    2-3 waves than the H100 fit had it (tc09 1.04x against tc07's 0.99x at 2560^2 now)."""
     from .configs import tc07_tile
 
     slots = _sm_count(problem.device) // c["CM"]
@@ -1025,7 +1042,7 @@ def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     if slots == 0 or tiles <= slots:
         return "one wave of tiles or less, too many to split each (more than half a wave)"
     waves = -(-tiles // slots)
-    cost = stream_k_cost(waves)
+    cost = stream_k_cost(kt)
     tc07_cfg, tc07_time = tc07_tile(problem)
     if tiles / slots + cost < tc07_time:
         return None
