@@ -7,11 +7,13 @@
 #   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
 # Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
 # when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
-# STEPS, the parts to run (default "tests check overhead bench"; "sanitize" adds compute-sanitizer,
+# STEPS, the parts to run (default "tests check overhead bench"; "sanitize" adds compute-sanitizer's
+# memcheck and a small racecheck, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
-# STEPS="tests check" then STEPS="sanitize" then STEPS="overhead bench sustained" (on an H100 host
-# "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23).
+# STEPS="tests check" then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
+# (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
+# H200 the compile step, memcheck and the small racecheck alone took most of a call, 2026-11-24).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -32,7 +34,9 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 step "environment and compile (resource report for the driver's arch)"
 { nvidia-smi
   python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
-  python3 -m gemmlab compile; } 2>&1 | tee -a "$LOG" || fail "environment and compile"
+  # COMPILE=0 skips the resource report of every config (several minutes on a fresh machine), for
+  # calls that need the time: the racecheck step alone fits in a call, not after it (H200, 2026-11-24)
+  [[ "${COMPILE:-1}" == 0 ]] || python3 -m gemmlab compile; } 2>&1 | tee -a "$LOG" || fail "environment and compile"
 
 if want tests; then
   step "GPU tests"
@@ -44,20 +48,25 @@ if want check; then
   python3 -m gemmlab check --pending 2>&1 | tee -a "$LOG" || fail "check"
 fi
 
+# compute-sanitizer over the Hopper steps at small odd shapes (tc09's at shapes it splits):
+# device-side errors only; the host-side cuGetProcAddress probes of cuda.core are filtered out
+# (their count, 34 with cuda-core 1.2.0, stays in the ERROR SUMMARY line). racecheck is slow:
+# each step takes ~15 s at 515x129x67, tc08 ~1 min and tc09 ~3 min at 1500x4000x300, and tc05-tc07
+# over 150 s there (H200, 2026-11-24), so the larger shape is raced only for the stream-K steps,
+# in a call of its own (STEPS="racecheck").
+sanitize() {  # tool, shapes ("-s A -s B"), then kernels
+  compute-sanitizer --tool "$1" --print-limit 20 python3 -m gemmlab check $2 "${@:3}" --random 0 2>&1 \
+    | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" | tee -a "$LOG"
+}
 if want sanitize; then
-  # compute-sanitizer over the Hopper steps at small odd shapes (tc09's at shapes it splits):
-  # device-side errors only; the host-side cuGetProcAddress probes of cuda.core are filtered out
-  # (their count, 34 with cuda-core 1.2.0, stays in the ERROR SUMMARY line). racecheck is slow:
-  # each step takes ~15 s at 515x129x67, tc08 ~1 min and tc09 ~3 min at 1500x4000x300, and tc05-tc07
-  # over 150 s there (H200, 2026-11-24), so the larger shapes are raced only for the stream-K steps.
-  step "compute-sanitizer: memcheck over tc05-tc09, racecheck over tc05-tc09 (tc08-tc09 at a larger shape too)"
-  sanitize() {  # tool, shapes ("-s A -s B"), then kernels
-    compute-sanitizer --tool "$1" --print-limit 20 python3 -m gemmlab check $2 "${@:3}" --random 0 2>&1 \
-      | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" | tee -a "$LOG"
-  }
+  step "compute-sanitizer: memcheck over tc05-tc09, racecheck over tc05-tc09"
   hopper="-k tc05_tma -k tc06_warp_specialized -k tc07_persistent_cluster -k tc08_tf32 -k tc09_stream_k"
   sanitize memcheck "-s 515x129x67 -s 1500x4000x300 -s 3072x3072x130" $hopper || fail "memcheck"
   sanitize racecheck "-s 515x129x67" $hopper || fail "racecheck"
+fi
+
+if want racecheck; then
+  step "compute-sanitizer: racecheck over the stream-K steps (tc08, tc09) at 1500x4000x300"
   sanitize racecheck "-s 1500x4000x300" -k tc08_tf32 -k tc09_stream_k || fail "racecheck, stream-K steps"
 fi
 
