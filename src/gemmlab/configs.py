@@ -45,7 +45,7 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # tile's rate came out at 0.84-0.95, median 0.91, over 19 shapes from 2304 x 2304 x 8192 to 7936 x
 # 7936 x 2048 (results/nvidia-h200/tune-skcost-*.json, against 128 x 256 in the same rounds), and
 # with the 0.85 of the H100 'auto' split 3072^3 with tc09 once stream-K's cost was refitted
-# (registry.stream_k_cost), 4% behind this tile; so 0.91.
+# (registry.stream_k_cost), 2-4% behind this tile; so 0.91.
 # 192 x 256 (three consumer warpgroups, three stages; its cubin's launch register count rewritten,
 # gemmlab.cubin) runs its main loop about 5% faster than 128 x 256 at the full clock (H200, bf16:
 # 857 TFLOP/s at 2304 x 2816 x 16384, one wave of its cluster tiles, results/nvidia-h200/
@@ -134,10 +134,10 @@ def _tf32_stream_k_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfi
         return cfg
     slots = registry._sm_count(problem.device) // d["CN"]  # clusters of CN = 2 blocks along N
     tiles = registry.cdiv(problem.M, d["BM"]) * registry.cdiv(problem.N, d["CN"] * d["BN"])
-    if slots == 0 or registry.cdiv(problem.K, d["BK"]) <= 1 or tiles <= slots or tiles % slots == 0:
+    kt = registry.cdiv(problem.K, d["BK"])
+    if slots == 0 or kt <= 1 or tiles <= slots or tiles % slots == 0:
         return cfg
-    waves = -(-tiles // slots)
-    if tiles / slots + registry.stream_k_cost(registry.cdiv(problem.K, d["BK"])) >= waves:
+    if registry.stream_k_time(tiles, slots, kt) >= -(-tiles // slots):  # against whole waves
         return cfg
     sk = _rule_config(spec, tuple(sorted({**d, "SK": 1}.items())))
     return sk if registry._stream_k_steps_fit(problem, sk) is None else cfg

@@ -964,6 +964,12 @@ def stream_k_cost(kt: int) -> float:
     return STREAM_K_COST_WAVES + STREAM_K_COST_STEPS / kt
 
 
+def stream_k_time(tiles: int, slots: int, kt: int) -> float:
+    """A stream-K run's time in waves of whole tiles: the tiles spread evenly over the slots, plus
+    the cost of splitting. tc09 and tc08's SK = 1 are taken where it is below whole tiles' time."""
+    return tiles / slots + stream_k_cost(kt)
+
+
 # With at most half a wave of tiles tc09 splits every tile over `split_ways` runs (kernels/common/
 # tma.cuh, StreamK: the same rule, the same constant): as many as the slots allow, down to runs of
 # SPLIT_MIN_STEPS K steps. The runs then add up the tile's parts together, a share each. Fitted to
@@ -1024,7 +1030,7 @@ def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     tiles (configs.TC07_TILES) tc09 no longer serves 3072^2 (tc07's 128 x 192: 0.86x against 0.83x).
     Refitted on an H200 with the kernels since ceb9d27 (stream_k_cost): the cost follows the K
     steps a tile takes, not the waves -- the fix-up is a fixed time a block -- and is lower at
-    2-3 waves than the H100 fit had it (tc09 1.04x against tc07's 0.99x at 2560^2 now)."""
+    2-3 waves than the H100 fit had it (tc09 1.02x-1.04x against tc07's 0.98x-0.99x at 2560^2)."""
     from .configs import tc07_tile
 
     slots = _sm_count(problem.device) // c["CM"]
@@ -1044,7 +1050,7 @@ def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     waves = -(-tiles // slots)
     cost = stream_k_cost(kt)
     tc07_cfg, tc07_time = tc07_tile(problem)
-    if tiles / slots + cost < tc07_time:
+    if stream_k_time(tiles, slots, kt) < tc07_time:
         return None
     if tc07_cfg["BN"] != c["BN"] or tc07_cfg["BM"] != c["BM"]:
         return f"tc07's {tc07_cfg['BM']} x {tc07_cfg['BN']} tiles finish sooner than splitting 128 x 256 ones would"
