@@ -96,7 +96,11 @@ def _gpu_note(meta: dict, recs: list[dict]) -> str:
     clocks = sorted(
         {int(r["clocks_mid"]["clocks.sm"]) for r in recs if isinstance(r.get("clocks_mid", {}).get("clocks.sm"), float)}
     )
-    clock_txt = f"SM clock under load {clocks[0]}-{clocks[-1]} MHz" if clocks else "SM clock not read"
+    # nvidia-smi's samples land between launches: a kernel at full tensor load runs lower (Nsight
+    # Compute put every full-size bf16 GEMM on an H200 at 1.55-1.6 GHz: docs/ladder.md)
+    clock_txt = (f"SM clock {clocks[0]}-{clocks[-1]} MHz in nvidia-smi's mid-run samples (between launches; "
+                 "kernels at full tensor load run lower: docs/ladder.md, \"The clock of a single launch\")"
+                 if clocks else "SM clock not read")
     v = meta["versions"]
     return (
         f"{meta['gpu']}, driver {meta.get('driver')}, torch {v['torch']} (CUDA {v['torch_cuda']}), "

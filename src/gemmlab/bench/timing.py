@@ -118,7 +118,7 @@ def interleaved(
 ) -> dict[str, list[float]]:
     """Milliseconds of each of reps launches of every fn. before[name] runs untimed just ahead of
     fn (e.g. to pick a cuBLAS backend); mid_run is called once while the queue is still busy
-    (used to read the clocks under load). gate: each round of timed launches is queued behind it
+    (used to read nvidia-smi's clocks mid-run). gate: each round of timed launches is queued behind it
     and let go at once; without one, a HOLD_CYCLES spin precedes each start event."""
     before = before or {}
     names = list(fns)
