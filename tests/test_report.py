@@ -163,3 +163,23 @@ def test_tables_say_when_a_record_came_from_an_uncommitted_tree():
     assert report.short_commit(sha + "+dirty") == "9e503e9ec600+dirty"
     note = report._commits({"commits": {sha: "2026-11-24T09:44", sha + "+dirty": "2026-11-24T10:24"}})
     assert "`9e503e9ec600` (2026-11-24T09:44), `9e503e9ec600+dirty` (2026-11-24T10:24)" in note
+
+
+def test_cpu_vs_gpu_names_the_run_its_gpu_row_came_from(tmp_path):
+    """The GPU row is the best record at 2048 x 2048 x 1024 across the merged runs; the note names
+    that record's run, not the newest run of the folder (a later layouts run measured other shapes)."""
+    base = json.loads(BENCH_RUNS[-1].read_text())
+    rec = dict(base["records"][0], M=2048, N=2048, K=1024, tflops=400.0, ratio=1.0, baseline_tflops=400.0)
+    older = {"meta": dict(base["meta"], commit="a" * 40, time="2026-11-24T01:00:00"), "records": [rec]}
+    newer = {"meta": dict(base["meta"], commit="b" * 40, time="2026-11-24T02:00:00"),
+             "records": [dict(rec, M=4096, N=4096, K=4096)]}
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    for name, run in (("bench-20261124T010000Z.json", older), ("bench-20261124T020000Z.json", newer)):
+        (folder / name).write_text(json.dumps(run))
+    (merged,) = report.merged_runs(report.find_runs(tmp_path, "bench"))
+    cpu_rec = {"M": 2048, "N": 2048, "K": 1024, "kernel": "cpu04_parallel", "tflops": 0.5, "median_ms": 16.0,
+               "ratio": 2.0, "baseline_tflops": 1.0}
+    cpu = {"meta": {"cpu": "a CPU", "cores": 16, "commit": "c" * 40, "time": "2026-11-22T00:00:00"}, "records": [cpu_rec]}
+    note = report.cpu_vs_gpu_table(cpu, merged)
+    assert f"GPU run: commit `{'a' * 12}`, 2026-11-24T01:00:00." in note, note

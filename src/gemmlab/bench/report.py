@@ -310,7 +310,9 @@ def cpu_vs_gpu_table(cpu_run: dict, gpu_run: dict, shape=(2048, 2048, 1024)) -> 
         lines.append(f"| {name} | {ms:.2f} | {tf * 1e3:.0f} | {best_cpu['median_ms'] / ms:.1f}x |")
     return "\n".join(lines) + (
         f"\n\nCPU run: {cpu_run['meta']['cpu']}, commit `{short_commit(cpu_run['meta']['commit'])}`, {cpu_run['meta']['time']}; "
-        f"GPU run: commit `{short_commit(gpu_run['meta']['commit'])}`, {gpu_run['meta']['time']}."
+        # the run the GPU row came from (merged runs keep each record's own), not the newest header
+        f"GPU run: commit `{short_commit(best_gpu.get('_commit', gpu_run['meta']['commit']))}`, "
+        f"{best_gpu.get('_time', gpu_run['meta']['time'])}."
     )
 
 
