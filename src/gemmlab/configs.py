@@ -47,7 +47,7 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # with the 0.85 of the H100 'auto' split 3072^3 with tc09 once stream-K's cost was refitted
 # (registry.stream_k_cost), 2-4% behind this tile; so 0.91.
 # 192 x 256 (three consumer warpgroups, three stages; its cubin's launch register count rewritten,
-# gemmlab.cubin) runs its main loop about 5% faster than 128 x 256 at the full clock (H200, bf16:
+# gemmlab.cubin) runs its main loop about 5% faster than 128 x 256 in single launches (H200, bf16:
 # 857 TFLOP/s at 2304 x 2816 x 16384, one wave of its cluster tiles, results/nvidia-h200/
 # tune-m192-20261124T052243Z.json, against 808-814 for 128 x 256 at 1536 x 2816 x 16384, its own one
 # wave, probe-m192-20261124T05*); with its longer epilogue and shallower ring, where both tiles fill

@@ -947,7 +947,7 @@ TC_08 = KernelSpec(
 # Stream-K's cost (tc09, and tc08 with SK = 1), in waves of whole tiles, where each tile takes `kt`
 # K steps: STREAM_K_COST_STEPS steps of one tile's time -- every block writes one head part and
 # reads one back (128 KB of fp32 each way), about 7 us at the ~0.68 us a step of a 128 x 256 bf16
-# tile or a 256 x 128 TF32 tile at full clock, as the traced fix-up measured (2.4 + 4.4 us a block)
+# tile or a 256 x 128 TF32 tile in a single launch, as the traced fix-up measured (2.4 + 4.4 us a block)
 # -- plus STREAM_K_COST_WAVES of a wave (runs starting mid-tile, parts' traffic in L2). Fitted on an
 # H200 to 155 pairs of whole tiles against stream-K in the same rounds (2 to 12 waves; bf16, fp16,
 # fp32 results, TF32), cost = waves x (stream-K time / whole-tile time) - tiles / slots:
