@@ -1,8 +1,9 @@
 """Probe (not part of the package): Nsight Compute on one launch of each named config (or "cublas",
 torch.mm), for the SM clock the kernel ran at, its tensor-pipe share and its L2 reads. Under full
 tensor load the card runs far below the 1980 MHz the benchmark's snapshots (taken between launches)
-show, so a kernel's time follows its clock as much as its code. probe_07_* names smem_probe.py's
-copies of tc07 (and probe_07_bfirst, below). On the GPU machine, through probes/ncu_clock.sh:
+show, so a kernel's time follows its clock as much as its code. probe_07_* names the copies of tc07
+that smem_probe.py, gpc_probe.py, skew_probe.py and epilogue_probe.py write (and probe_07_bfirst,
+below). On the GPU machine, through probes/ncu_clock.sh:
     PYTHONPATH=src bash probes/ncu_clock.sh 4096x4096x4096 tc07_persistent_cluster probe_07_noload cublas
 which runs `python3 probes/ncu_clock.py run SHAPE KERNEL...` under ncu and then
 `python3 probes/ncu_clock.py table CSV` (one line a launch)."""
@@ -35,6 +36,16 @@ def run(shape: str, requests: list[str]) -> None:
         smem_probe.register()
         a_then_b = smem_probe.load_a + ORDER_TAIL_A + smem_probe.load_b + ORDER_TAIL_B
         smem_probe.variant("bfirst", (a_then_b, smem_probe.load_b + ORDER_TAIL_B + smem_probe.load_a + ORDER_TAIL_A))
+        if any(r.startswith("probe_07_gpc") for r in requests):  # gpc_probe.py's copy, from its GPC table
+            import gpc_probe
+
+            gpc_probe.register()
+        import epilogue_probe  # and the copies of skew_probe.py and epilogue_probe.py
+        import skew_probe
+
+        skew_probe.register()
+        epilogue_probe.register()
+        epilogue_probe.register_lean()
     launches = []
     for req in requests:
         if req == "cublas":
@@ -70,6 +81,9 @@ def table(path: str) -> None:
             to_l2 = num(m["lrc__lrc2xbar_sectors_op_read.sum"])
             merged = num(m["lrc__lrc2xbar_sectors_op_read_coalescing_achieved_type_hardware.sum"])
             own = num(asked) - multicast  # requests not multicast: what hardware coalescing can merge
+            units = m.get("lrc__lrc2xbar_sectors_op_read.avg")
+            if units:  # the sum over the average: how many LRC units there are
+                line += f"  {to_l2 / num(units):.0f} LRCs"
             line += (f"  asked {num(asked) / 1e6:5.1f} M sectors ({multicast / 1e6:4.1f} M multicast)  to L2 "
                      f"{to_l2 / 1e6:5.1f} M  not multicast {own / 1e6:4.1f} M -> {merged / 1e6:4.1f} M")
         print(line)
