@@ -9,7 +9,7 @@ in its own epilogue, and the stores drain while the next tile's K steps run. The
 the ring (three stages, not four: 144 + 64 KB). Timed beside tc07 with three stages and two buffers
 (the ring alone) and with its own four-stage config (probe_07_copy, an unchanged copy), and
 cuBLAS. On the GPU machine:
-    PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py 4096 8192"""
+    PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py [lean | parts] 4096 8192"""
 import dataclasses
 import pathlib
 import re
@@ -64,6 +64,29 @@ def lean(name: str, alpha: bool, zero: bool) -> str:
     return smem_probe.variant(name, *edits)
 
 
+def part(name: str, old: str, new: str) -> str:
+    """A copy of tc07 whose 16-bit epilogue (two buffers, as tc07's) has `old` replaced by `new`."""
+    body = store.replace("void store_tile_64xn_b4(", f"void store_tile_64xn_{name}(").replace(
+        "(j % 4) * CHUNK_BYTES", "(j % 2) * CHUNK_BYTES").replace("bulk_wait_read<3>();", "bulk_wait_read<1>();")
+    assert body.count(old) == 1, old
+    body = body.replace(old, new)
+    return smem_probe.variant(
+        name, ('#include "common/tma.cuh"\n', '#include "common/tma.cuh"\nnamespace gemmlab {\n' + body + "}\n"),
+        ("gemmlab::store_tile_64xn<TD, BN / 2, EPI>(", f"gemmlab::store_tile_64xn_{name}<TD, BN / 2, EPI>("))
+
+
+def register_parts() -> dict:
+    """{kernel id: None}: tc07's epilogue in parts -- an unchanged copy; nostore, the same without the
+    TMA stores (D is not written); nostmatrix, without the stmatrix writes to the staging buffers
+    (D gets whatever they held); smem_probe.py's noepi, without the epilogue."""
+    ids = [smem_probe.variant("copy"),
+           part("nostore", "tma_store_2d(tmD, buf, rows0, col0 + 64 * j);", ""),
+           part("nostmatrix", "stmatrix_x4(buf + swizzle128_offset(row, q0 + m / 2), packed[0], packed[1], packed[2], packed[3]);",
+                "if (alpha == 12345.0f) stmatrix_x4(buf + swizzle128_offset(row, q0 + m / 2), packed[0], packed[1], packed[2], packed[3]);")]
+    smem_probe.register()
+    return dict.fromkeys(ids + ["probe_07_noepi"])
+
+
 def register_lean() -> dict:
     """{kernel id: None}: an unchanged copy of tc07 and the three lean copies, each with its own config."""
     ids = [smem_probe.variant("copy"), lean("noalpha", False, True), lean("nozero", True, False), lean("lean", False, False)]
@@ -91,5 +114,7 @@ def register() -> dict:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["lean"]:
         probe_record.run("epilogue-lean", __doc__, register_lean(), sys.argv[2:] or ["4096"])
+    elif sys.argv[1:2] == ["parts"]:
+        probe_record.run("epilogue-parts", __doc__, register_parts(), sys.argv[2:] or ["4096"])
     else:
         probe_record.run("epilogue", __doc__, register(), sys.argv[1:] or ["4096"])

@@ -46,6 +46,7 @@ def run(shape: str, requests: list[str]) -> None:
         skew_probe.register()
         epilogue_probe.register()
         epilogue_probe.register_lean()
+        epilogue_probe.register_parts()
     launches = []
     for req in requests:
         if req == "cublas":
