@@ -9,7 +9,7 @@ in its own epilogue, and the stores drain while the next tile's K steps run. The
 the ring (three stages, not four: 144 + 64 KB). Timed beside tc07 with three stages and two buffers
 (the ring alone) and with its own four-stage config (probe_07_copy, an unchanged copy), and
 cuBLAS. On the GPU machine:
-    PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py [lean | parts] 4096 8192"""
+    PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py [lean | parts | hints] 4096 8192"""
 import dataclasses
 import pathlib
 import re
@@ -87,6 +87,21 @@ def register_parts() -> dict:
     return dict.fromkeys(ids + ["probe_07_noepi"])
 
 
+def store_hint(policy: str) -> str:
+    """tc07 whose TMA stores of D carry an L2 cache policy (createpolicy ... L2::<policy>)."""
+    hinted = ("{ unsigned long long pol;\n"
+              f'                  asm volatile("createpolicy.fractional.L2::{policy}.b64 %0, 1.0;" : "=l"(pol));\n'
+              '                  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;"\n'
+              '                               :: "l"(reinterpret_cast<unsigned long long>(tmD)), "r"(smem_addr(buf)), "r"(col0 + 64 * j),\n'
+              '                                  "r"(rows0), "l"(pol) : "memory"); }')
+    return part(f"store_{policy.replace('_', '')}", "tma_store_2d(tmD, buf, rows0, col0 + 64 * j);", hinted)
+
+
+def register_hints() -> dict:
+    """{kernel id: None}: an unchanged copy of tc07 and copies storing D evict-first and evict-last."""
+    return dict.fromkeys([smem_probe.variant("copy"), store_hint("evict_first"), store_hint("evict_last")])
+
+
 def register_lean() -> dict:
     """{kernel id: None}: an unchanged copy of tc07 and the three lean copies, each with its own config."""
     ids = [smem_probe.variant("copy"), lean("noalpha", False, True), lean("nozero", True, False), lean("lean", False, False)]
@@ -114,6 +129,8 @@ def register() -> dict:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["lean"]:
         probe_record.run("epilogue-lean", __doc__, register_lean(), sys.argv[2:] or ["4096"])
+    elif sys.argv[1:2] == ["hints"]:
+        probe_record.run("epilogue-hints", __doc__, register_hints(), sys.argv[2:] or ["4096"])
     elif sys.argv[1:2] == ["parts"]:
         probe_record.run("epilogue-parts", __doc__, register_parts(), sys.argv[2:] or ["4096"])
     else:

@@ -47,6 +47,7 @@ def run(shape: str, requests: list[str]) -> None:
         epilogue_probe.register()
         epilogue_probe.register_lean()
         epilogue_probe.register_parts()
+        epilogue_probe.register_hints()
     launches = []
     for req in requests:
         if req == "cublas":
