@@ -1,4 +1,4 @@
-"""Probe (not part of the package): is tc07's epilogue waiting on its own stores?
+"""Probe (not part of the package): what does tc07's epilogue cost, and is it waiting on its own stores?
 
 Without the epilogue tc07 takes 3% fewer cycles at 4096^3 at the same clock (Nsight Compute,
 2026-11-24): about 1.5 us a tile, for 64 KB a block. Every block reaches its epilogue at about the
@@ -8,7 +8,8 @@ consumer). probe_07_stage4 stages a consumer's whole 64 x 256 tile (four buffers
 in its own epilogue, and the stores drain while the next tile's K steps run. The memory comes from
 the ring (three stages, not four: 144 + 64 KB). Timed beside tc07 with three stages and two buffers
 (the ring alone) and with its own four-stage config (probe_07_copy, an unchanged copy), and
-cuBLAS. On the GPU machine:
+cuBLAS. `lean`, `parts` and `hints` time other copies instead (register_lean, register_parts,
+register_hints below). On the GPU machine:
     PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py [lean | parts | hints] 4096 8192"""
 import dataclasses
 import pathlib
@@ -47,15 +48,22 @@ FIRST = ("namespace gemmlab {  // m64n256k16, A K-major, B N-major, d not read (
          + "}\n}  // namespace gemmlab\n")
 
 
+def epilogue_edits(name: str, old: str, new: str, count: int = 1) -> list[tuple[str, str]]:
+    """The edits that give a copy of tc07 its own epilogue (two buffers, as tc07's), `old` replaced by
+    `new` in it (`count` times)."""
+    body = store.replace("void store_tile_64xn_b4(", f"void store_tile_64xn_{name}(").replace(
+        "(j % 4) * CHUNK_BYTES", "(j % 2) * CHUNK_BYTES").replace("bulk_wait_read<3>();", "bulk_wait_read<1>();")
+    assert body.count(old) == count, old
+    body = body.replace(old, new)
+    return [('#include "common/tma.cuh"\n', '#include "common/tma.cuh"\nnamespace gemmlab {\n' + body + "}\n"),
+            ("gemmlab::store_tile_64xn<TD, BN / 2, EPI>(", f"gemmlab::store_tile_64xn_{name}<TD, BN / 2, EPI>(")]
+
+
 def lean(name: str, alpha: bool, zero: bool) -> str:
     edits = []
-    if not alpha:
-        no_alpha = store.replace("void store_tile_64xn_b4(", "void store_tile_64xn_na(").replace(
-            "(j % 4) * CHUNK_BYTES", "(j % 2) * CHUNK_BYTES").replace("bulk_wait_read<3>();", "bulk_wait_read<1>();")
-        assert no_alpha.count("float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];") == 2
-        no_alpha = no_alpha.replace("float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];", "float v0 = acc[i], v1 = acc[i + 1];")
-        edits += [('#include "common/tma.cuh"\n', '#include "common/tma.cuh"\nnamespace gemmlab {\n' + no_alpha + "}\n"),
-                  ("gemmlab::store_tile_64xn<TD, BN / 2, EPI>(", "gemmlab::store_tile_64xn_na<TD, BN / 2, EPI>(")]
+    if not alpha:  # both paths' line (16-bit and fp32 results)
+        edits += epilogue_edits("na", "float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];",
+                                "float v0 = acc[i], v1 = acc[i + 1];", count=2)
     if not zero:
         edits += [(ZERO, ""), ("template <typename T, typename TD, int BM", FIRST + "template <typename T, typename TD, int BM"),
                   (MMA, "                    if (BN == 256 && TA == 0 && TB == 0 && kt == 0 && kk == 0)\n"
@@ -66,13 +74,7 @@ def lean(name: str, alpha: bool, zero: bool) -> str:
 
 def part(name: str, old: str, new: str) -> str:
     """A copy of tc07 whose 16-bit epilogue (two buffers, as tc07's) has `old` replaced by `new`."""
-    body = store.replace("void store_tile_64xn_b4(", f"void store_tile_64xn_{name}(").replace(
-        "(j % 4) * CHUNK_BYTES", "(j % 2) * CHUNK_BYTES").replace("bulk_wait_read<3>();", "bulk_wait_read<1>();")
-    assert body.count(old) == 1, old
-    body = body.replace(old, new)
-    return smem_probe.variant(
-        name, ('#include "common/tma.cuh"\n', '#include "common/tma.cuh"\nnamespace gemmlab {\n' + body + "}\n"),
-        ("gemmlab::store_tile_64xn<TD, BN / 2, EPI>(", f"gemmlab::store_tile_64xn_{name}<TD, BN / 2, EPI>("))
+    return smem_probe.variant(name, *epilogue_edits(name, old, new))
 
 
 def register_parts() -> dict:

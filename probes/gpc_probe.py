@@ -4,15 +4,16 @@ the clusters that read the same rows of A sit in the same GPC?
 Session 19 found cuBLAS's un-multicast reads merged in flight 45% of the time at 4096^3, tc07's 12%,
 and the merged reads are what sets the clock. Merging needs identical requests to meet; if the
 coalescing happens per GPC, the reads that can meet are those of clusters in one GPC. This probe
-  1. finds which SMs share a GPC: a cluster lives inside one GPC, so launches of clusters of 16 and
-     8 (one block an SM, staggered so that later waves land on other SMs) join SMs into groups;
+  1. finds which SMs share a GPC: a cluster lives inside one GPC, so launches of clusters of 16,
+     12, 8 and 4 (one block an SM, several waves) join SMs into groups;
   2. records where a tc07-like launch (132 blocks, clusters of two, one block an SM) puts each
      cluster, to see whether cluster ids fill a GPC or go round the GPCs;
   3. writes probe_07_gpc, a copy of tc07 whose clusters take their place in the tile order from
      the GPC they run in (a ticket a GPC, taken by the cluster's first block and read by its peer
      through distributed shared memory), so that with GROUP=1 (tiles along a row first) the
-     clusters of one GPC work along the same rows of A at the same time;
-  4. times it beside tc07 with the same GROUP=1 order and cuBLAS (probe_record; outputs checked).
+     clusters of one GPC work along the same rows of A at the same time; and probe_07_gpct, the
+     same order from a table of TPCs (no ticket);
+  4. times both beside tc07 with the same GROUP=1 order and cuBLAS (probe_record; outputs checked).
 probes/ncu_clock.sh then measures its merged reads (probe_07_gpc reads the table of step 1 from
 $GPC_TABLE, default /tmp/gpc-table.json). On the GPU machine:
     PYTHONPATH=src:probes OUT=$OUT python3 probes/gpc_probe.py 4096 1536x2816x16384"""
@@ -95,7 +96,7 @@ def gpcs(kernel) -> tuple[list[list[int]], dict]:
     rng = random.Random(0)
     for size in (16, 12, 8, 4):
         ok = 0
-        for trial in range(12):
+        for _ in range(12):
             try:
                 rows = _place(kernel, 4 * (132 // size), size, rng.randrange(20_000, 60_000))
             except Exception as exc:  # a cluster size the part cannot place
