@@ -8,9 +8,9 @@ consumer). probe_07_stage4 stages a consumer's whole 64 x 256 tile (four buffers
 in its own epilogue, and the stores drain while the next tile's K steps run. The memory comes from
 the ring (three stages, not four: 144 + 64 KB). Timed beside tc07 with three stages and two buffers
 (the ring alone) and with its own four-stage config (probe_07_copy, an unchanged copy), and
-cuBLAS. `lean`, `parts` and `hints` time other copies instead (register_lean, register_parts,
-register_hints below). On the GPU machine:
-    PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py [lean | parts | hints] 4096 8192"""
+cuBLAS. `lean`, `parts`, `hints` and `warpstore` time other copies instead (register_lean, register_parts,
+register_hints, register_warpstore below). On the GPU machine:
+    PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py [lean | parts | hints | warpstore] 4096 8192"""
 import dataclasses
 import pathlib
 import re
@@ -104,6 +104,31 @@ def register_hints() -> dict:
     return dict.fromkeys([smem_probe.variant("copy"), store_hint("evict_first"), store_hint("evict_last")])
 
 
+def register_warpstore() -> dict:
+    """{kernel id: None}: an unchanged copy of tc07 and warpstore, whose epilogue has each warp store
+    its own 16 rows of a chunk (a 16 x 64 box of D, from its own part of the staging buffer) -- no
+    barrier across the warpgroup, only __syncwarp -- and each warp's first lane wait for its stores."""
+    wait_old = ("if (ctid == 0) bulk_wait_read<1>();  // the store that last read buf is done\n"
+                "            named_barrier(barrier_id, 128);")
+    store_old = ("fence_proxy_async_smem();  // the writes, visible to the TMA unit\n"
+                 "            named_barrier(barrier_id, 128);\n"
+                 "            if (ctid == 0) {\n"
+                 "                tma_store_2d(tmD, buf, rows0, col0 + 64 * j);")
+    store_new = ("fence_proxy_async_smem();\n"
+                 "            __syncwarp();\n"
+                 "            if (lane == 0) {  // the warp's rows: 16 of the buffer's 128-byte rows, 2 KB in\n"
+                 "                tma_store_2d(tmD, buf + 2048 * warp, rows0 + 16 * warp, col0 + 64 * j);")
+    edits = epilogue_edits("ws", wait_old, "if (lane == 0) bulk_wait_read<1>();\n            __syncwarp();")
+    (_, body), call = edits
+    assert body.count(store_old) == 1
+    edits = [(_, body.replace(store_old, store_new)), call,
+             ("if (ctid == 0) gemmlab::bulk_wait<0>();", "if (ctid % 32 == 0) gemmlab::bulk_wait<0>();")]
+    kid = smem_probe.variant("warpstore", *edits)
+    spec = registry.get(kid)
+    registry._BY_ID[kid] = dataclasses.replace(spec, tma_boxes=lambda c: {**spec.tma_boxes(c), "d": (16, 64)})
+    return dict.fromkeys([smem_probe.variant("copy"), kid])
+
+
 def register_lean() -> dict:
     """{kernel id: None}: an unchanged copy of tc07 and the three lean copies, each with its own config."""
     ids = [smem_probe.variant("copy"), lean("noalpha", False, True), lean("nozero", True, False), lean("lean", False, False)]
@@ -133,6 +158,8 @@ if __name__ == "__main__":
         probe_record.run("epilogue-lean", __doc__, register_lean(), sys.argv[2:] or ["4096"])
     elif sys.argv[1:2] == ["hints"]:
         probe_record.run("epilogue-hints", __doc__, register_hints(), sys.argv[2:] or ["4096"])
+    elif sys.argv[1:2] == ["warpstore"]:
+        probe_record.run("epilogue-warpstore", __doc__, register_warpstore(), sys.argv[2:] or ["4096"])
     elif sys.argv[1:2] == ["parts"]:
         probe_record.run("epilogue-parts", __doc__, register_parts(), sys.argv[2:] or ["4096"])
     else:

@@ -48,6 +48,7 @@ def run(shape: str, requests: list[str]) -> None:
         epilogue_probe.register_lean()
         epilogue_probe.register_parts()
         epilogue_probe.register_hints()
+        epilogue_probe.register_warpstore()
     launches = []
     for req in requests:
         if req == "cublas":
