@@ -68,13 +68,12 @@ def _where_kernel():
 
 def _place(kernel, clusters: int, size: int, spin_ns: int) -> list[tuple[int, int, int]]:
     """(smid, cluster id, rank) of every block of one launch."""
-    from cuda.core import LaunchConfig
     from cuda.core import launch as cc_launch
 
     from gemmlab import launch
 
     out = torch.full((clusters * size * 3,), -1, dtype=torch.int32, device="cuda")
-    cfg = LaunchConfig(grid=clusters, block=32, shmem_size=SMEM, cluster=size)
+    cfg = launch.launch_config((clusters * size, 1, 1), (32, 1, 1), SMEM, (size, 1, 1))
     cc_launch(launch.torch_stream(0), cfg, kernel, out.data_ptr(), spin_ns)
     torch.cuda.synchronize()
     rows = out.view(-1, 3).tolist()

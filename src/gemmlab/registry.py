@@ -1047,15 +1047,15 @@ def _stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
                 f"clearly faster than tc07's {tc07_cfg['BM']} x {tc07_cfg['BN']} tiles ({tc07_time:.2f})")
     if slots == 0 or tiles <= slots:
         return "one wave of tiles or less, too many to split each (more than half a wave)"
-    waves = -(-tiles // slots)
-    cost = stream_k_cost(kt)
     tc07_cfg, tc07_time = tc07_tile(problem)
     if stream_k_time(tiles, slots, kt) < tc07_time:
         return None
     if tc07_cfg["BN"] != c["BN"] or tc07_cfg["BM"] != c["BM"]:
         return f"tc07's {tc07_cfg['BM']} x {tc07_cfg['BN']} tiles finish sooner than splitting 128 x 256 ones would"
+    waves = -(-tiles // slots)
     idle = (waves * slots - tiles) / (waves * slots)
-    return f"tc07's {waves} waves leave {idle:.0%} of the cluster-time idle, less than splitting costs (~{cost / waves:.0%})"
+    return (f"tc07's {waves} waves leave {idle:.0%} of the cluster-time idle, less than splitting costs "
+            f"(~{stream_k_cost(kt) / waves:.0%})")
 
 
 _SM_COUNTS: dict = {}
