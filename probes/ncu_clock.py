@@ -2,8 +2,8 @@
 torch.mm), for the SM clock the kernel ran at, its tensor-pipe share and its L2 reads. Under full
 tensor load the card runs far below the 1980 MHz the benchmark's snapshots (taken between launches)
 show, so a kernel's time follows its clock as much as its code. probe_07_* names the copies of tc07
-that smem_probe.py, gpc_probe.py, skew_probe.py and epilogue_probe.py write (and probe_07_bfirst,
-below). On the GPU machine, through probes/ncu_clock.sh:
+that smem_probe.py, gpc_probe.py, skew_probe.py, epilogue_probe.py and handover_probe.py write (and
+probe_07_bfirst, below). On the GPU machine, through probes/ncu_clock.sh:
     PYTHONPATH=src bash probes/ncu_clock.sh 4096x4096x4096 tc07_persistent_cluster probe_07_noload cublas
 which runs `python3 probes/ncu_clock.py run SHAPE KERNEL...` under ncu and then
 `python3 probes/ncu_clock.py table CSV` (one line a launch)."""
@@ -49,6 +49,9 @@ def run(shape: str, requests: list[str]) -> None:
         epilogue_probe.register_parts()
         epilogue_probe.register_hints()
         epilogue_probe.register_warpstore()
+        import handover_probe
+
+        handover_probe.register()
     launches = []
     for req in requests:
         if req == "cublas":
