@@ -25,13 +25,17 @@ src = (root / "07_persistent_cluster.cu").read_text()
 
 
 def variant(name: str, *edits: tuple[str, str]) -> str:
+    """A copy of tc07 with `edits` (each old text once in it), registered as probe_07_<name>. The
+    copies default to HO = 0, tc07's whole-tile loop -- the one the probes before the hand-over
+    (2026-11-24) edited and measured; HO = 1 in a config gives them the hand-over, unedited."""
     text = src
     for old, new in edits:
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     (root / f"probe_07_{name}.cu").write_text(text)
+    params = tuple(dataclasses.replace(p, default=0) if p.name == "HO" else p for p in registry.TC_07.params)
     spec = dataclasses.replace(registry.TC_07, id="probe_07_" + name, source=f"tensorcore/probe_07_{name}.cu",
-                               auto_skip=lambda p, c: None)
+                               params=params, auto_skip=lambda p, c: None)
     registry._BY_ID[spec.id] = spec
     configs.SIZE_RULES[spec.id] = configs.SIZE_RULES.get(registry.TC_07.id, ())
     return spec.id

@@ -162,14 +162,17 @@ def test_arch_for_capabilities():
 
 def test_every_config_auto_can_choose_compiles_without_spills():
     """Size-rule configs, in every type pair the kernel is built for (tc09 with CM=1 and an fp32
-    result once spilled 16 bytes where its default config did not)."""
+    result once spilled 16 bytes where its default config did not), and none with its wgmma
+    serialised by ptxas (tc07's hand-over, EPI = 0, drew it in every form but the one it has)."""
     from gemmlab.configs import configs_in_use
 
     for spec in KERNELS:
         for cfg in configs_in_use(spec)[1:]:  # the default is test_compiles_for_hopper_..., every type pair
             for dtype, out_dtype in _types(spec):
-                u = jit.compile_kernel(spec, cfg, ARCH, dtype, out_dtype).usage
-                assert u.spills == 0 and u.stack_frame == 0, f"{spec.name_expression(cfg, dtype, out_dtype)}: {u}"
+                ck = jit.compile_kernel(spec, cfg, ARCH, dtype, out_dtype)
+                u, name = ck.usage, spec.name_expression(cfg, dtype, out_dtype)
+                assert u.spills == 0 and u.stack_frame == 0, f"{name}: {u}"
+                assert "serialized" not in ck.log and "C751" not in ck.log, f"{name}: {ck.log}"
 
 
 def test_missing_ptxas_report_is_a_warning_not_a_failure(fresh_cache, monkeypatch):

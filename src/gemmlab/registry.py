@@ -820,8 +820,19 @@ def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256), max_bm: i
                           (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"),
                           (c["TA"] in (0, 1), "TA must be 0 (A row-major) or 1 (A stored transposed)"),
                           (c["EPI"] in (0, 1), "EPI must be 0 (TMA stores without C) or 1 (every epilogue)"),
-                          (c["EPI"] == 1 or c["TMA_STORE"] == 1, "EPI = 0 is the TMA-store epilogue: it needs TMA_STORE = 1"))
+                          (c["EPI"] == 1 or c["TMA_STORE"] == 1, "EPI = 0 is the TMA-store epilogue: it needs TMA_STORE = 1"),
+                          (c.as_dict().get("HO", 0) in (0, 1), "HO must be 0 (never) or 1 (the hand-over where it applies)"))
     )
+
+
+def _tc07_launch_registers(c: GemmConfig) -> int | None:
+    """The register count tc07's cubin is launched with where it compiles for more (the kernel's
+    __maxnreg__): the 192-row tile (160 -> 128), the 128-row tile with the hand-over (232 -> 168)."""
+    if c["BM"] == 192:
+        return 128
+    if c["BM"] == 128 and c["HO"] and c["BN"] == 256 and c["EPI"] == 0:
+        return 168
+    return None
 
 
 def _tc07_boxes(c: GemmConfig) -> dict[str, tuple[int, int]]:
@@ -851,6 +862,7 @@ TC_07 = KernelSpec(
         Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major; 0: B row-major (set from the problem)"),
         Param("TA", 0, "1: A stored transposed ([K][M], e.g. x.t()), read M-major; 0: A row-major (set from the problem)"),
         Param("EPI", 1, "0: only the epilogue of beta = 0 and a D TMA stores to (set from the problem); 1: every epilogue"),
+        Param("HO", 1, "1: hand a tile over half by half, its epilogue beside MMAs (where BN = 256, BM <= 128, EPI = 0, 16-bit D); 0: never"),
     ),
     block=_WS_BLOCK,
     grid=_CLUSTER_GRID,
@@ -867,8 +879,9 @@ TC_07 = KernelSpec(
     staged=True,
     auto_skip=_copies_pay,
     layouts=("nn", "nt", "tn", "tt"),
-    # BM = 192: compiled for 160 registers a thread, launched with 128 (see the kernel and gemmlab.cubin)
-    launch_registers=lambda c: 128 if c["BM"] == 192 else None,
+    # BM = 192: compiled for 160 registers a thread, launched with 128 (see the kernel and gemmlab.cubin);
+    # BM = 128 with the hand-over: compiled for 232, launched with 168
+    launch_registers=_tc07_launch_registers,
 )
 
 
@@ -1082,7 +1095,7 @@ TC_09 = KernelSpec(
     source="tensorcore/09_stream_k.cu",
     entry="tc_stream_k",
     params=tuple(Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)") if p.name == "BN" else p
-                 for p in TC_07.params)
+                 for p in TC_07.params if p.name != "HO")
     + (Param("SPLIT", 0, "1: few tiles with a tall K split along K over every SM (chosen where it splits); 0: never"),),
     block=_WS_BLOCK,
     # every SM, whatever the tile count (a persistent grid is capped at the blocks that fit): with
@@ -1106,7 +1119,7 @@ TC_09 = KernelSpec(
     auto_skip=lambda p, c: _copies_pay(p, c) or _stream_k_pays(p, c),
     extra_constraints=lambda p, c: _stream_k_steps_fit(p, c) or _tc09_tall_tile_serves(p, c),
     layouts=TC_07.layouts,
-    launch_registers=TC_07.launch_registers,
+    launch_registers=lambda c: 128 if c["BM"] == 192 else None,  # as tc07's 192-row tile
 )
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.

@@ -117,6 +117,8 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 // The operands after d: %64 descriptor of A, %65 descriptor of B; then scale-d = 1 (accumulate),
 // scale-a = scale-b = 1 (no negation), and %66, %67 the immediates trans-a and trans-b.
 #define GEMMLAB_WGMMA_TAIL " %64, %65, 1, 1, 1, %66, %67;\n"
+// The same with scale-d = 0: d = A * B, d's old values not read (a tile's first MMA).
+#define GEMMLAB_WGMMA_TAIL_FIRST " %64, %65, 0, 1, 1, %66, %67;\n"
 
 // The 16-bit element types wgmma multiplies: bf16 or fp16.
 template <typename T> constexpr bool is_bf16 = false;
@@ -124,15 +126,15 @@ template <> constexpr bool is_bf16<__nv_bfloat16> = true;
 template <typename T> constexpr bool is_f16 = false;
 template <> constexpr bool is_f16<__half> = true;
 
-// One m64nNk16 wrapper, A and B from shared memory: wgmma_<SHAPE><T, TRANS_A, TRANS_B>(d, da, db)
-// for T = __nv_bfloat16 or __half, NACC accumulators, with the accumulator list REGS, its operands
-// REGS##_OPERANDS and the descriptors' tail TAIL. TRANS_A: 0 A K-major ([M][K] rows, a row-major
+// One m64nNk16 wrapper, A and B from shared memory: NAME<T, TRANS_A, TRANS_B>(d, da, db) for
+// T = __nv_bfloat16 or __half, the instruction's shape SHAPE, NACC accumulators, with the
+// accumulator list REGS, its operands REGS##_OPERANDS and the descriptors' tail TAIL. TRANS_A: 0 A K-major ([M][K] rows, a row-major
 // A), 1 M-major ([K][M] rows: an A stored transposed, as x.t() of a [K][M] matrix). TRANS_B: 1 B
 // N-major ([K][N] rows, a row-major B), 0 K-major ([N][K] rows: a B stored transposed, as w.t() of
 // a [N][K] weight). The flags reach the instruction as immediates ("n").
-#define GEMMLAB_WGMMA_SS(SHAPE, NACC, REGS, TAIL)                                                         \
+#define GEMMLAB_WGMMA_SS(NAME, SHAPE, NACC, REGS, TAIL)                                                   \
     template <typename T, int TRANS_A, int TRANS_B>                                                      \
-    __device__ __forceinline__ void wgmma_##SHAPE(float (&d)[NACC], unsigned long long da, unsigned long long db) { \
+    __device__ __forceinline__ void NAME(float (&d)[NACC], unsigned long long da, unsigned long long db) { \
         static_assert(is_bf16<T> || is_f16<T>, "16-bit inputs: __nv_bfloat16 or __half");                 \
         static_assert((TRANS_A == 0 || TRANS_A == 1) && (TRANS_B == 0 || TRANS_B == 1), "trans flags are 0 or 1"); \
         if constexpr (is_bf16<T>)                                                                         \
@@ -145,7 +147,10 @@ template <> constexpr bool is_f16<__half> = true;
                          : "l"(da), "l"(db), "n"(TRANS_A), "n"(TRANS_B));                                 \
     }
 
-GEMMLAB_WGMMA_SS(m64n128k16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL)
+GEMMLAB_WGMMA_SS(wgmma_m64n128k16, m64n128k16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL)
+// d = A * B: the first MMA of a tile's half in tc07's hand-over, which leaves the registers'
+// old values (the last tile's, already stored) unread instead of zeroing them first.
+GEMMLAB_WGMMA_SS(wgmma_m64n128k16_first, m64n128k16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL_FIRST)
 
 // ---- wgmma.mma_async m64n256k16: the widest MMA, 128 fp32 accumulators a thread -----------------
 //
@@ -157,7 +162,7 @@ GEMMLAB_WGMMA_SS(m64n128k16, 64, GEMMLAB_WGMMA_D64, GEMMLAB_WGMMA_TAIL)
 // After d: %128 descriptor of A, %129 descriptor of B, the same scales, %130 and %131 the trans flags.
 #define GEMMLAB_WGMMA_TAIL256 " %128, %129, 1, 1, 1, %130, %131;\n"
 
-GEMMLAB_WGMMA_SS(m64n256k16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256)
+GEMMLAB_WGMMA_SS(wgmma_m64n256k16, m64n256k16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256)
 
 // ---- wgmma.mma_async m64n192k16: 96 fp32 accumulators a thread ---------------------------------
 //
@@ -169,7 +174,7 @@ GEMMLAB_WGMMA_SS(m64n256k16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_WGMMA_TAIL256)
 // After d: %96 descriptor of A, %97 descriptor of B, the same scales, %98 and %99 the trans flags.
 #define GEMMLAB_WGMMA_TAIL192 " %96, %97, 1, 1, 1, %98, %99;\n"
 
-GEMMLAB_WGMMA_SS(m64n192k16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
+GEMMLAB_WGMMA_SS(wgmma_m64n192k16, m64n192k16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
 
 // One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), in the
 // persistent steps' terms: A K-major (TA = 0: a row-major A) or M-major (TA = 1: A stored
@@ -225,6 +230,7 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
 #undef GEMMLAB_WGMMA_TAIL256
 #undef GEMMLAB_WGMMA_D128_OPERANDS
 #undef GEMMLAB_WGMMA_D128
+#undef GEMMLAB_WGMMA_TAIL_FIRST
 #undef GEMMLAB_WGMMA_TAIL
 #undef GEMMLAB_WGMMA_D64_OPERANDS
 #undef GEMMLAB_WGMMA_D64

@@ -24,6 +24,26 @@
 // 128-byte-swizzled staging buffers (stmatrix), with one TMA store a chunk, which clips at the
 // matrix edge (an fp32 result: one 64 x 64 chunk at a time through both buffers' 16 KB, as two
 // 32-float boxes); where D's rows are not whole 16-byte units it stores from registers instead.
+//
+// The hand-over (HO = 1). The tensor cores would idle through every epilogue: the consumers wait
+// for a tile's last MMAs, then write it, then start the next. So, where the tile is 64 x 256 a
+// consumer and the epilogue is the TMA-store one (EPI = 0, 16-bit D), a consumer's accumulators
+// are two halves of 64 x 128 -- registers 0-63 and 64-127, the layout of two m64n128 MMAs side by
+// side -- and each K stage is two m64n128k16 MMAs a k16 step instead of one m64n256k16 (A read
+// twice from shared memory, as cuBLAS's 256 x 128 kernel does). The last K stage runs the left
+// half's MMAs, then the right half's, as two groups; the left half leaves while the right
+// half's MMAs still run; the next tile's left half starts (its first MMA with scale-d 0, which
+// ignores the registers' old values), and the right half leaves once done, before the next
+// tile's right half starts. On an H200 (probe-handover-*.json): 4096^3 +0.9%, 6144^3 +1.7%,
+// 8192^3 +0.6-1.3%, and 5% where K is short (3135 x 4104 x 1000).
+// ptxas (NVRTC 13.0) serialises every MMA of the kernel when it cannot prove a half's registers
+// idle where they are read, and its proof fails where a branch or the loop's back edge lies
+// between a group and the wait that ends it, where m64n256 and m64n128 MMAs share registers, or
+// where both halves are read after waits that leave a group running. Hence the shape of the code
+// below: the tile loop is rotated (an iteration runs a tile's second to last K stages, then the
+// next tile's first), the last tile takes the hand-over path too (its next left half multiplies
+// stale operands into registers already stored), and only the left half overlaps; the right half
+// waits for the next left half's first stage (wait<0>).
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
@@ -39,6 +59,7 @@
 // gradient's dy.t() @ x), whose tiles are M-major, as a row-major B's are N-major, and which
 // wgmma reads transposed (trans-a). Both as gemmlab::load_stage lays them out. EPI: 0 only the
 // epilogue of a launch with beta = 0 and a D TMA stores to (gemmlab::store_tile_64xn), 1 every one.
+// HO: 1 the hand-over above where it applies (BN = 256, BM = 64 or 128, EPI = 0, 16-bit D), 0 never.
 //
 // The register budget. ptxas takes a kernel's register target from its thread bound -- 168 at 384
 // threads, 128 at 512 -- and checks every wgmma against it, whatever setmaxnreg grants later: an
@@ -48,10 +69,12 @@
 // 128 that is the count their thread bounds gave (232, 168): the same code. For BM = 192 it is 160,
 // too many to launch 512 threads with; jit rewrites the cubin's count to 128 after checking that the
 // code before setmaxnreg stays below R128, and from there the producer gives back down to 32 and the
-// consumers take 160 (32 x 128 + 160 x 384 = 65536: the whole register file).
+// consumers take 160 (32 x 128 + 160 x 384 = 65536: the whole register file). The hand-over at
+// BM = 128 compiles for 232, the consumers' count (at 168 ptxas serialises its MMAs), and is
+// launched with 168 the same way.
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
-          int EPI>
-__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 ? 168 : 232)
+          int EPI, int HO>
+__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 && !(HO && BN == 256 && EPI == 0) ? 168 : 232)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
                       const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
                       int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
@@ -69,6 +92,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     static_assert(CM == 1 || CM == 2 || CM == 4, "clusters of 1, 2 or 4 blocks along M (each loads BN / 64 / CM boxes of B)");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     static_assert(sizeof(T) == 2, "16-bit inputs");
+    static_assert(HO == 0 || HO == 1, "HO: 1 the hand-over where it applies, 0 never");
+    constexpr bool HAND_OVER = HO && BN == 256 && CONSUMERS <= 2 && EPI == 0 && sizeof(TD) == 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK], or [STAGES][BM / 64][BK][64] (TA)
@@ -139,36 +164,131 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         // EPI = 0 has only the epilogue of a launch with beta = 0 and TMA stores (configs.epilogue_for
         // chooses it); a launch it cannot serve stops here rather than write a wrong D.
         if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
-        int it = 0;
-        for (int t = first; t < tiles; t += stride) {
-            int row0, col0;
-            tile_origin(t, row0, col0);
-            float acc[BN / 2];
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-            for (int kt = 0; kt < KT; ++kt, ++it) {
-                const int stage = it % STAGES;
-                gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+        int it = 0;  // K steps consumed by this warpgroup, over all its tiles: the ring position
+        if (HAND_OVER && KT >= 2) {
+            float acc[128];
+            float (&left)[64] = *reinterpret_cast<float(*)[64]>(acc);  // columns 0-127 of the tile
+            float (&right)[64] = *reinterpret_cast<float(*)[64]>(acc + 64);  // columns 128-255
+            // B's columns 128-255 in a stage: 128 rows of BK (TB = 1), or two 64-column boxes on (TB = 0)
+            constexpr unsigned long long B_RIGHT = (128 * BK * sizeof(T)) >> 4;
+            // K stage `stage` into one half (b_right: B's columns 0-127 or 128-255), four (BK = 64) or
+            // two m64n128k16 MMAs; or into both, the halves' MMAs alternating.
+            auto stage_into = [&](float (&half)[64], int stage, unsigned long long b_right) {
                 const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
-                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
-                gemmlab::wgmma_fence();
+                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4) + b_right;
 #pragma unroll
                 for (int kk = 0; kk < BK; kk += 16)
-                    gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),
-                                                          db + gemmlab::k_offset<TB>(kk));
+                    gemmlab::wgmma_m64nk16<T, 128, TA, TB>(half, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
+            };
+            auto stage_into_both = [&](int stage) {
+                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
+                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
+#pragma unroll
+                for (int kk = 0; kk < BK; kk += 16) {
+                    gemmlab::wgmma_m64nk16<T, 128, TA, TB>(left, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
+                    gemmlab::wgmma_m64nk16<T, 128, TA, TB>(right, da + gemmlab::k_offset<1 - TA>(kk),
+                                                           db + B_RIGHT + gemmlab::k_offset<TB>(kk));
+                }
+            };
+            // A half's first stage of a tile, as its own group: the first MMA overwrites the half
+            // (scale-d 0), so no ordinary instruction zeroes registers the MMAs own.
+            auto start_half = [&](float (&half)[64], int stage, unsigned long long b_right) {
+                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
+                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4) + b_right;
+                gemmlab::wgmma_fence();
+                gemmlab::wgmma_m64n128k16_first<T, TA, 1 - TB>(half, da, db);
+#pragma unroll
+                for (int kk = 16; kk < BK; kk += 16)
+                    gemmlab::wgmma_m64nk16<T, 128, TA, TB>(half, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
                 gemmlab::wgmma_commit();
-                gemmlab::wgmma_wait<1>();
+            };
+            if (first < tiles) {
+                int t = first;
+                gemmlab::mbar_wait(&full[0], 0);
+                start_half(left, 0, 0);
+                start_half(right, 0, B_RIGHT);
+                it = 1;
+                while (true) {  // a tile's K stages 1 .. KT - 1, then the next tile's first
+                    int row0, col0;
+                    tile_origin(t, row0, col0);
+                    for (int kt = 1; kt < KT - 1; ++kt, ++it) {
+                        const int stage = it % STAGES;
+                        gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                        gemmlab::wgmma_fence();
+                        stage_into_both(stage);
+                        gemmlab::wgmma_commit();
+                        gemmlab::wgmma_wait<1>();
+#pragma unroll
+                        for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                        gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+                    }
+                    // The last K stage: the left half, then the right half, as two groups; the
+                    // left half leaves while the right half's MMAs run.
+                    int stage = it % STAGES;
+                    gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                    gemmlab::wgmma_fence();
+                    stage_into(left, stage, 0);
+                    gemmlab::wgmma_commit();
+                    stage_into(right, stage, B_RIGHT);
+                    gemmlab::wgmma_commit();
+                    gemmlab::wgmma_wait<1>();
+#pragma unroll
+                    for (int i = 0; i < 64; ++i) gemmlab::wgmma_fence_operand(left[i]);
+                    gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+                    gemmlab::store_tile_64xn<TD, 64, EPI>(left, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
+                                                          M, N, ldc, ldd, alpha, beta);
+                    ++it;
+                    // The next tile's first stage: its left half starts, this tile's right half
+                    // leaves, its right half starts. After the last tile the left half multiplies
+                    // whatever the stage holds into registers already stored (no branch may part
+                    // the right half's group from its wait), without waiting for the stage.
+                    const bool next = t + stride < tiles;
+                    stage = it % STAGES;
+                    if (next) gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                    start_half(left, stage, 0);
+                    gemmlab::wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                    gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+                    gemmlab::store_tile_64xn<TD, 64, EPI>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
+                                                          col0 + 128, M, N, ldc, ldd, alpha, beta);
+                    if (!next) break;
+                    start_half(right, stage, B_RIGHT);
+                    t += stride;
+                    ++it;
+                }
+            }
+        } else {
+            for (int t = first; t < tiles; t += stride) {
+                int row0, col0;
+                tile_origin(t, row0, col0);
+                float acc[BN / 2];
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                    const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
+                    const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
+                    gemmlab::wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < BK; kk += 16)
+                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),
+                                                              db + gemmlab::k_offset<TB>(kk));
+                    gemmlab::wgmma_commit();
+                    gemmlab::wgmma_wait<1>();
+#pragma unroll
+                    for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                    if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+                }
+                gemmlab::wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-            }
-            gemmlab::wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-            if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+                if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-            gemmlab::store_tile_64xn<TD, BN / 2, EPI>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
-                                                      M, N, ldc, ldd, alpha, beta);
+                gemmlab::store_tile_64xn<TD, BN / 2, EPI>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
+                                                          M, N, ldc, ldd, alpha, beta);
+            }
         }
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
     }
