@@ -830,7 +830,7 @@ def _tc07_launch_registers(c: GemmConfig) -> int | None:
     __maxnreg__): the 192-row tile (160 -> 128), the 128-row tile with the hand-over (232 -> 168)."""
     if c["BM"] == 192:
         return 128
-    if c["BM"] == 128 and c["HO"] and c["BN"] != 128 and c["EPI"] == 0:
+    if c["BM"] == 128 and c["HO"] and c["BN"] == 256 and c["EPI"] == 0:
         return 168
     return None
 
@@ -862,7 +862,7 @@ TC_07 = KernelSpec(
         Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major; 0: B row-major (set from the problem)"),
         Param("TA", 0, "1: A stored transposed ([K][M], e.g. x.t()), read M-major; 0: A row-major (set from the problem)"),
         Param("EPI", 1, "0: only the epilogue of beta = 0 and a D TMA stores to (set from the problem); 1: every epilogue"),
-        Param("HO", 1, "1: hand a tile over half by half, its epilogue beside MMAs (where BN = 192 or 256, BM <= 128, EPI = 0, 16-bit D); 0: never"),
+        Param("HO", 1, "1: hand a tile over half by half, its epilogue beside MMAs (where BN = 256, BM <= 128, EPI = 0, 16-bit D); 0: never"),
     ),
     block=_WS_BLOCK,
     grid=_CLUSTER_GRID,

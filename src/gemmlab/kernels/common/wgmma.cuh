@@ -75,34 +75,30 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 // thread t of the warpgroup (warp w = t / 32, lane l = t % 32) holds, in d[i],
 //   row 16 w + l / 4 + 8 ((i / 2) % 2),  column 8 (i / 4) + 2 (l % 4) + i % 2
 // -- the m16n8 accumulator of mma.sync repeated over 16 column blocks of 8, per warp a 16-row slice.
-// The accumulator lists in pieces of registers 0-31, 32-63, 64-95 and 96-127 (and their "+f" operands),
+// The accumulator lists in pieces of registers 0-63, 64-95 and 96-127 (and their "+f" operands),
 // so the 64-, 96- and 128-register lists below share them.
-#define GEMMLAB_WGMMA_R0_31 \
+#define GEMMLAB_WGMMA_R0_63 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define GEMMLAB_WGMMA_R32_63 \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define GEMMLAB_WGMMA_R0_63 GEMMLAB_WGMMA_R0_31 ", " GEMMLAB_WGMMA_R32_63
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+    "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+    "%56, %57, %58, %59, %60, %61, %62, %63"
 #define GEMMLAB_WGMMA_R64_95 \
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
     "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define GEMMLAB_WGMMA_R96_127 \
     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define GEMMLAB_WGMMA_OPS0_31(d) \
+#define GEMMLAB_WGMMA_OPS0_63(d) \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
     "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
     "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
     "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
-    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define GEMMLAB_WGMMA_OPS32_63(d) \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), \
-    "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), \
-    "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), \
-    "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
-    "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#define GEMMLAB_WGMMA_OPS0_63(d) GEMMLAB_WGMMA_OPS0_31(d), GEMMLAB_WGMMA_OPS32_63(d)
+    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+    "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+    "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+    "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+    "+f"(d[63])
 #define GEMMLAB_WGMMA_OPS64_95(d) \
     "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), \
     "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), \
@@ -180,40 +176,16 @@ GEMMLAB_WGMMA_SS(wgmma_m64n256k16, m64n256k16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_
 
 GEMMLAB_WGMMA_SS(wgmma_m64n192k16, m64n192k16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
 
-// ---- wgmma.mma_async m64n64k16: 32 fp32 accumulators a thread ----------------------------------
-//
-// The layout of m64n128k16 over 8 column blocks of 8: the right half (columns 128-191) of tc07's
-// 128 x 192 tile under the hand-over.
-#define GEMMLAB_WGMMA_D32 "{" GEMMLAB_WGMMA_R0_31 "}"
-#define GEMMLAB_WGMMA_D32_OPERANDS(d) GEMMLAB_WGMMA_OPS0_31(d)
-// After d: %32 descriptor of A, %33 descriptor of B, the scales, %34 and %35 the trans flags.
-#define GEMMLAB_WGMMA_TAIL64 " %32, %33, 1, 1, 1, %34, %35;\n"
-#define GEMMLAB_WGMMA_TAIL64_FIRST " %32, %33, 0, 1, 1, %34, %35;\n"
-
-GEMMLAB_WGMMA_SS(wgmma_m64n64k16, m64n64k16, 32, GEMMLAB_WGMMA_D32, GEMMLAB_WGMMA_TAIL64)
-GEMMLAB_WGMMA_SS(wgmma_m64n64k16_first, m64n64k16, 32, GEMMLAB_WGMMA_D32, GEMMLAB_WGMMA_TAIL64_FIRST)
-
-// One k16 step of a 64 x N tile, N = 64, 128, 192 or 256 (N / 2 accumulators a thread), in the
+// One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), in the
 // persistent steps' terms: A K-major (TA = 0: a row-major A) or M-major (TA = 1: A stored
 // transposed); B N-major (TB = 0: a row-major B) or K-major (TB = 1: B stored transposed).
 template <typename T, int N, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
-    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "m64n64, m64n128, m64n192 or m64n256");
+    static_assert(N == 128 || N == 192 || N == 256, "m64n128, m64n192 or m64n256");
     constexpr int TRANS_B = TB ? 0 : 1;
-    if constexpr (N == 64) wgmma_m64n64k16<T, TA, TRANS_B>(d, da, db);
-    else if constexpr (N == 128) wgmma_m64n128k16<T, TA, TRANS_B>(d, da, db);
+    if constexpr (N == 128) wgmma_m64n128k16<T, TA, TRANS_B>(d, da, db);
     else if constexpr (N == 192) wgmma_m64n192k16<T, TA, TRANS_B>(d, da, db);
     else wgmma_m64n256k16<T, TA, TRANS_B>(d, da, db);
-}
-
-// The same with d = A * B (scale-d 0, d's old values not read), N = 64 or 128: a half's first
-// MMA of a tile in tc07's hand-over.
-template <typename T, int N, int TA = 0, int TB = 0>
-__device__ __forceinline__ void wgmma_m64nk16_first(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
-    static_assert(N == 64 || N == 128, "m64n64 or m64n128");
-    constexpr int TRANS_B = TB ? 0 : 1;
-    if constexpr (N == 64) wgmma_m64n64k16_first<T, TA, TRANS_B>(d, da, db);
-    else wgmma_m64n128k16_first<T, TA, TRANS_B>(d, da, db);
 }
 
 // ---- wgmma.mma_async m64n256k8 TF32: fp32 inputs, both operands K-major ------------------------
@@ -259,14 +231,6 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
 #undef GEMMLAB_WGMMA_D128_OPERANDS
 #undef GEMMLAB_WGMMA_D128
 #undef GEMMLAB_WGMMA_TAIL_FIRST
-#undef GEMMLAB_WGMMA_TAIL64_FIRST
-#undef GEMMLAB_WGMMA_TAIL64
-#undef GEMMLAB_WGMMA_D32_OPERANDS
-#undef GEMMLAB_WGMMA_D32
-#undef GEMMLAB_WGMMA_OPS0_31
-#undef GEMMLAB_WGMMA_R0_31
-#undef GEMMLAB_WGMMA_OPS32_63
-#undef GEMMLAB_WGMMA_R32_63
 #undef GEMMLAB_WGMMA_TAIL
 #undef GEMMLAB_WGMMA_D64_OPERANDS
 #undef GEMMLAB_WGMMA_D64

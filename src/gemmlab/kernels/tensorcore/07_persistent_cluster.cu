@@ -75,7 +75,7 @@
 // launched with 168 the same way.
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
           int EPI, int HO>
-__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 && !(HO && BN != 128 && EPI == 0) ? 168 : 232)
+__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 && !(HO && BN == 256 && EPI == 0) ? 168 : 232)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
                       const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
                       int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
@@ -94,10 +94,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     static_assert(sizeof(T) == 2, "16-bit inputs");
     static_assert(HO == 0 || HO == 1, "HO: 1 the hand-over where it applies, 0 never");
-    constexpr bool HAND_OVER = HO && BN != 128 && CONSUMERS <= 2 && EPI == 0 && sizeof(TD) == 2;
-    // The right half's columns under the hand-over: 128 (BN = 256) or 64 (192); for BN = 128, which
-    // has none, 128 keeps the code that never runs well-formed.
-    constexpr int NR = BN == 128 ? 128 : BN - 128;
+    constexpr bool HAND_OVER = HO && BN == 256 && CONSUMERS <= 2 && EPI == 0 && sizeof(TD) == 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK], or [STAGES][BM / 64][BK][64] (TA)
@@ -170,38 +167,19 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
         int it = 0;  // K steps consumed by this warpgroup, over all its tiles: the ring position
         if (HAND_OVER && KT >= 2) {
-            float acc[64 + NR / 2];
+            float acc[128];
             float (&left)[64] = *reinterpret_cast<float(*)[64]>(acc);  // columns 0-127 of the tile
-            float (&right)[NR / 2] = *reinterpret_cast<float(*)[NR / 2]>(acc + 64);  // columns 128 to BN - 1
-            // B's column 128 in a stage: 128 rows of BK on (TB = 1), or two 64-column boxes on (TB = 0)
+            float (&right)[64] = *reinterpret_cast<float(*)[64]>(acc + 64);  // columns 128-255
+            // B's columns 128-255 in a stage: 128 rows of BK (TB = 1), or two 64-column boxes on (TB = 0)
             constexpr unsigned long long B_RIGHT = (128 * BK * sizeof(T)) >> 4;
-            // K stage `stage` into the left half (64 x 128: four m64n128k16 MMAs at BK = 64, two at 32),
-            // into the right one (64 x NR, from B's column 128), or into both, their MMAs alternating.
-            // FIRST: the stage is the tile's first, whose first MMA overwrites the half (scale-d 0),
-            // so no ordinary instruction zeroes registers the MMAs own.
-            auto stage_into_left = [&](int stage, bool first_stage) {
+            // K stage `stage` into one half (b_right: B's columns 0-127 or 128-255), four (BK = 64) or
+            // two m64n128k16 MMAs; or into both, the halves' MMAs alternating.
+            auto stage_into = [&](float (&half)[64], int stage, unsigned long long b_right) {
                 const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
-                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
+                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4) + b_right;
 #pragma unroll
-                for (int kk = 0; kk < BK; kk += 16) {
-                    if (kk == 0 && first_stage)
-                        gemmlab::wgmma_m64nk16_first<T, 128, TA, TB>(left, da, db);
-                    else
-                        gemmlab::wgmma_m64nk16<T, 128, TA, TB>(left, da + gemmlab::k_offset<1 - TA>(kk),
-                                                               db + gemmlab::k_offset<TB>(kk));
-                }
-            };
-            auto stage_into_right = [&](int stage, bool first_stage) {
-                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
-                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4) + B_RIGHT;
-#pragma unroll
-                for (int kk = 0; kk < BK; kk += 16) {
-                    if (kk == 0 && first_stage)
-                        gemmlab::wgmma_m64nk16_first<T, NR, TA, TB>(right, da, db);
-                    else
-                        gemmlab::wgmma_m64nk16<T, NR, TA, TB>(right, da + gemmlab::k_offset<1 - TA>(kk),
-                                                              db + gemmlab::k_offset<TB>(kk));
-                }
+                for (int kk = 0; kk < BK; kk += 16)
+                    gemmlab::wgmma_m64nk16<T, 128, TA, TB>(half, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
             };
             auto stage_into_both = [&](int stage) {
                 const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
@@ -209,26 +187,27 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
 #pragma unroll
                 for (int kk = 0; kk < BK; kk += 16) {
                     gemmlab::wgmma_m64nk16<T, 128, TA, TB>(left, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
-                    gemmlab::wgmma_m64nk16<T, NR, TA, TB>(right, da + gemmlab::k_offset<1 - TA>(kk),
-                                                          db + B_RIGHT + gemmlab::k_offset<TB>(kk));
+                    gemmlab::wgmma_m64nk16<T, 128, TA, TB>(right, da + gemmlab::k_offset<1 - TA>(kk),
+                                                           db + B_RIGHT + gemmlab::k_offset<TB>(kk));
                 }
             };
-            // A half's first stage of a tile, as its own group.
-            auto start_left = [&](int stage) {
+            // A half's first stage of a tile, as its own group: the first MMA overwrites the half
+            // (scale-d 0), so no ordinary instruction zeroes registers the MMAs own.
+            auto start_half = [&](float (&half)[64], int stage, unsigned long long b_right) {
+                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
+                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4) + b_right;
                 gemmlab::wgmma_fence();
-                stage_into_left(stage, true);
-                gemmlab::wgmma_commit();
-            };
-            auto start_right = [&](int stage) {
-                gemmlab::wgmma_fence();
-                stage_into_right(stage, true);
+                gemmlab::wgmma_m64n128k16_first<T, TA, 1 - TB>(half, da, db);
+#pragma unroll
+                for (int kk = 16; kk < BK; kk += 16)
+                    gemmlab::wgmma_m64nk16<T, 128, TA, TB>(half, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
                 gemmlab::wgmma_commit();
             };
             if (first < tiles) {
                 int t = first;
                 gemmlab::mbar_wait(&full[0], 0);
-                start_left(0);
-                start_right(0);
+                start_half(left, 0, 0);
+                start_half(right, 0, B_RIGHT);
                 it = 1;
                 while (true) {  // a tile's K stages 1 .. KT - 1, then the next tile's first
                     int row0, col0;
@@ -241,7 +220,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                         gemmlab::wgmma_commit();
                         gemmlab::wgmma_wait<1>();
 #pragma unroll
-                        for (int i = 0; i < 64 + NR / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                        for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                         gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
                     }
                     // The last K stage: the left half, then the right half, as two groups; the
@@ -249,9 +228,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                     int stage = it % STAGES;
                     gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
                     gemmlab::wgmma_fence();
-                    stage_into_left(stage, false);
+                    stage_into(left, stage, 0);
                     gemmlab::wgmma_commit();
-                    stage_into_right(stage, false);
+                    stage_into(right, stage, B_RIGHT);
                     gemmlab::wgmma_commit();
                     gemmlab::wgmma_wait<1>();
 #pragma unroll
@@ -267,15 +246,15 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                     const bool next = t + stride < tiles;
                     stage = it % STAGES;
                     if (next) gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                    start_left(stage);
+                    start_half(left, stage, 0);
                     gemmlab::wgmma_wait<0>();
 #pragma unroll
-                    for (int i = 0; i < 64 + NR / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                    for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                     gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-                    gemmlab::store_tile_64xn<TD, NR / 2, EPI>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
+                    gemmlab::store_tile_64xn<TD, 64, EPI>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
                                                           col0 + 128, M, N, ldc, ldd, alpha, beta);
                     if (!next) break;
-                    start_right(stage);
+                    start_half(right, stage, B_RIGHT);
                     t += stride;
                     ++it;
                 }
