@@ -36,7 +36,8 @@
 // ignores the registers' old values), and the right half leaves once done, before the next
 // tile's right half starts. On an H200 (probe-handover-*.json): 4096^3 +0.6-0.9%, 6144^3
 // +0.9-1.7%, 8192^3 +0.6-1.3%, and 5% where K is short (3135 x 4104 x 1000). Not for the 192-row
-// tile: three consumers on three stages ran slower with it (handover-m192-*.json).
+// tile (three consumers on three stages) nor the 128 x 192 one (a 64-column right half): both
+// ran slower with it (handover-m192-*.json, handover-n192-*.json).
 // ptxas (NVRTC 13.0) serialises every MMA of the kernel when it cannot prove a half's registers
 // idle where they are read, and its proof fails where a branch or the loop's back edge lies
 // between a group and the wait that ends it, where m64n256 and m64n128 MMAs share registers, or
