@@ -341,6 +341,31 @@ __device__ __forceinline__ unsigned long long k_offset(int kk) {
     return static_cast<unsigned long long>(KMAJOR ? (kk * 2) >> 4 : (kk * 128) >> 4);
 }
 
+// One K stage of BK into a warpgroup's 64 x N accumulators (N / 2 a thread): BK / 16 m64nNk16
+// MMAs, A and B from the stage's descriptors da and db (stage_desc), laid out as load_stage lays
+// them out (TA, TB as in wgmma_m64nk16). The caller fences before and commits after.
+template <typename T, int N, int BK, int TA, int TB>
+__device__ __forceinline__ void wgmma_stage(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) wgmma_m64nk16<T, N, TA, TB>(d, da + k_offset<1 - TA>(kk), db + k_offset<TB>(kk));
+}
+
+// A consumer's K step in the persistent steps (tc07, tc09): wait until the stage's operands have
+// landed (its full barrier, at parity), issue its MMAs as one group, and wait for the group before
+// -- after which the caller may release the stage before this one. The accumulators stay fenced
+// in their registers.
+template <typename T, int N, int BK, int TA, int TB>
+__device__ __forceinline__ void mma_k_step(float (&d)[N / 2], unsigned long long* full, unsigned parity,
+                                           unsigned long long da, unsigned long long db) {
+    mbar_wait(full, parity);
+    wgmma_fence();
+    wgmma_stage<T, N, BK, TA, TB>(d, da, db);
+    wgmma_commit();
+    wgmma_wait<1>();
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) wgmma_fence_operand(d[i]);
+}
+
 // ---- Clusters and warpgroups -------------------------------------------------------------------
 
 __device__ __forceinline__ unsigned cluster_rank() {

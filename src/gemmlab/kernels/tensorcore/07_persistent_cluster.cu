@@ -176,11 +176,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
             // K stage `stage` into one half (b_right: B's columns 0-127 or 128-255), four (BK = 64) or
             // two m64n128k16 MMAs; or into both, the halves' MMAs alternating.
             auto stage_into = [&](float (&half)[64], int stage, unsigned long long b_right) {
-                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
-                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4) + b_right;
-#pragma unroll
-                for (int kk = 0; kk < BK; kk += 16)
-                    gemmlab::wgmma_m64nk16<T, 128, TA, TB>(half, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
+                gemmlab::wgmma_stage<T, 128, BK, TA, TB>(half, desc_a0 + (stage * STAGE_A * 2 >> 4),
+                                                        desc_b0 + (stage * STAGE_B * 2 >> 4) + b_right);
             };
             auto stage_into_both = [&](int stage) {
                 const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
@@ -269,18 +266,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                 for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
                 for (int kt = 0; kt < KT; ++kt, ++it) {
                     const int stage = it % STAGES;
-                    gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                    const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
-                    const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
-                    gemmlab::wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < BK; kk += 16)
-                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),
-                                                              db + gemmlab::k_offset<TB>(kk));
-                    gemmlab::wgmma_commit();
-                    gemmlab::wgmma_wait<1>();
-#pragma unroll
-                    for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                    gemmlab::mma_k_step<T, BN, BK, TA, TB>(acc, &full[stage], (it / STAGES) & 1,
+                                                           desc_a0 + (stage * STAGE_A * 2 >> 4),
+                                                           desc_b0 + (stage * STAGE_B * 2 >> 4));
                     if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
                 }
                 gemmlab::wgmma_wait<0>();

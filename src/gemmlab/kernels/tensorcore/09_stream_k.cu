@@ -148,18 +148,9 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
             for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
             for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                 const int stage = it % STAGES;
-                gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
-                const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
-                gemmlab::wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < BK; kk += 16)
-                    gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),
-                                                          db + gemmlab::k_offset<TB>(kk));
-                gemmlab::wgmma_commit();
-                gemmlab::wgmma_wait<1>();
-#pragma unroll
-                for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                gemmlab::mma_k_step<T, BN, BK, TA, TB>(acc, &full[stage], (it / STAGES) & 1,
+                                                       desc_a0 + (stage * STAGE_A * 2 >> 4),
+                                                       desc_b0 + (stage * STAGE_B * 2 >> 4));
                 if (kt > k_begin) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
                 if (unpublished) publish();  // (kt == k_begin: this stage's MMAs are in flight)
             }
