@@ -36,7 +36,8 @@ store = re.sub(r"int EPI = 1>", "int EPI>", store)
 #   nozero   the accumulators are not zeroed before a tile: its first MMA does not add (scale-d 0);
 #   lean     both.
 ZERO = "            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;\n"
-MMA = "                    gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),"
+MMA = ("                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),\n"
+       "                                                              db + gemmlab::k_offset<TB>(kk));\n")
 REGS = "{" + ", ".join(f"%{i}" for i in range(128)) + "}"  # wgmma.cuh's macros are #undef'd after use
 OPS = ", ".join(f'"+f"(d[{i}])' for i in range(128))
 FIRST = ("namespace gemmlab {  // m64n256k16, A K-major, B N-major, d not read (scale-d 0)\n"
@@ -66,9 +67,10 @@ def lean(name: str, alpha: bool, zero: bool) -> str:
                                 "float v0 = acc[i], v1 = acc[i + 1];", count=2)
     if not zero:
         edits += [(ZERO, ""), ("template <typename T, typename TD, int BM", FIRST + "template <typename T, typename TD, int BM"),
-                  (MMA, "                    if (BN == 256 && TA == 0 && TB == 0 && kt == 0 && kk == 0)\n"
-                        "                        gemmlab::wgmma_first<T>(*reinterpret_cast<float(*)[128]>(acc), da, db);\n"
-                        "                    else\n" + MMA)]
+                  (smem_probe.K_STEP, smem_probe.k_step(
+                      "                        if (BN == 256 && TA == 0 && TB == 0 && kt == 0 && kk == 0)\n"
+                      "                            gemmlab::wgmma_first<T>(*reinterpret_cast<float(*)[128]>(acc), da, db);\n"
+                      "                        else\n" + MMA))]
     return smem_probe.variant(name, *edits)
 
 

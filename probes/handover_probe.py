@@ -40,24 +40,21 @@ import smem_probe
 WIDE = ("__maxnreg__(BM == 192 ? 160 : BM == 128 && !(HO && BN == 256 && EPI == 0) ? 168 : 232)",
         "__maxnreg__(BM == 192 ? 160 : 232)")
 
-# tc07's whole-tile K step, and the same as two m64n128 MMAs a k16 step (the split copy)
-TC07_MMA = """                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk),
-                                                              db + gemmlab::k_offset<TB>(kk));"""
-TC07_SPLIT = """                    {
-                        static_assert(BN == 256, "the split copy: 128 x 256");
+# tc07's whole-tile K step as two m64n128 MMAs a k16 step (the split copy)
+TC07_SPLIT = smem_probe.k_step("""                        static_assert(BN == 256, "the split copy: 128 x 256");
                         float (&left)[64] = *reinterpret_cast<float(*)[64]>(acc);
                         float (&right)[64] = *reinterpret_cast<float(*)[64]>(acc + 64);
                         constexpr unsigned long long B_RIGHT = (128 * BK * sizeof(T)) >> 4;
                         gemmlab::wgmma_m64nk16<T, 128, TA, TB>(left, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
                         gemmlab::wgmma_m64nk16<T, 128, TA, TB>(right, da + gemmlab::k_offset<1 - TA>(kk),
                                                                db + B_RIGHT + gemmlab::k_offset<TB>(kk));
-                    }"""
+""")
 
 
 def register() -> dict:
     """{kernel id: config}: tc07 without and with the hand-over and the split copy, all 128 x 256
     with tc07's benchmark config (four stages, clusters of two, EPI = 0)."""
-    split = smem_probe.variant("split", (TC07_MMA, TC07_SPLIT), WIDE)
+    split = smem_probe.variant("split", (smem_probe.K_STEP, TC07_SPLIT), WIDE)
     spec = registry.get(split)
     registry._BY_ID[split] = dataclasses.replace(spec, launch_registers=lambda c: 168 if c["BM"] == 128 else None)
     base = dict(BM=128, BN=256, BK=64, STAGES=4, CM=2, GROUP=8, EPI=0)

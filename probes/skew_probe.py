@@ -17,12 +17,14 @@ from gemmlab import registry
 import probe_record
 import smem_probe
 
-START = "        int it = 0;\n        for (int t = first; t < tiles; t += stride) {\n"
-RELEASE = "                if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);\n"
-DRAIN = "            gemmlab::wgmma_wait<0>();\n"
+# tc07's whole-tile loop (HO = 0, the copies' default: smem_probe.variant), as written since cf6345c
+# (the records of 2026-11-24T14:30 ran the same edits on the loop of before, less indented)
+START = "        } else {\n            for (int t = first; t < tiles; t += stride) {\n"
+RELEASE = "                    if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);\n"
+DRAIN = "                }\n                gemmlab::wgmma_wait<0>();\n"
 # Named barriers 8 + c: consumer c arrives on its own once it has done SKEW steps of its first tile
 # (or the whole tile, if shorter); consumer c + 1 waits there before its first step.
-WAIT = ("        if (c > 0 && first < tiles) asm volatile(\"bar.sync %0, 256;\" ::\"r\"(7 + c) : \"memory\");\n")
+WAIT = ("            if (c > 0 && first < tiles) asm volatile(\"bar.sync %0, 256;\" ::\"r\"(7 + c) : \"memory\");\n")
 ARRIVE = "asm volatile(\"bar.arrive %0, 256;\" ::\"r\"(8 + c) : \"memory\");\n"
 
 
@@ -31,9 +33,9 @@ def register(skews=(1, 2)) -> dict:
     for s in skews:
         kid = smem_probe.variant(
             f"skew{s}",
-            (START, START.replace("        for", WAIT + "        for", 1)),
-            (RELEASE, RELEASE + f"                if (c < CONSUMERS - 1 && kt == it && it == {s} - 1) " + ARRIVE),
-            (DRAIN, DRAIN + f"            if (c < CONSUMERS - 1 && t == first && KT < {s}) " + ARRIVE))
+            (START, START.replace("            for", WAIT + "            for", 1)),
+            (RELEASE, RELEASE + f"                    if (c < CONSUMERS - 1 && kt == it && it == {s} - 1) " + ARRIVE),
+            (DRAIN, DRAIN + f"                if (c < CONSUMERS - 1 && t == first && KT < {s}) " + ARRIVE))
         kernels[kid] = None
     return kernels
 

@@ -41,6 +41,30 @@ def variant(name: str, *edits: tuple[str, str]) -> str:
     return spec.id
 
 
+# The consumers' K step of tc07's whole-tile loop (HO = 0) since cf6345c, one call; copies that
+# change its MMAs replace it with k_step(mma), the same step written out, mma the statement issuing
+# the MMAs of k16 slice kk (into acc, from descriptors da and db).
+K_STEP = """                    gemmlab::mma_k_step<T, BN, BK, TA, TB>(acc, &full[stage], (it / STAGES) & 1,
+                                                           desc_a0 + (stage * STAGE_A * 2 >> 4),
+                                                           desc_b0 + (stage * STAGE_B * 2 >> 4));
+"""
+
+
+def k_step(mma: str) -> str:
+    return ("                    gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);\n"
+            "                    const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);\n"
+            "                    const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);\n"
+            "                    gemmlab::wgmma_fence();\n"
+            "#pragma unroll\n"
+            "                    for (int kk = 0; kk < BK; kk += 16) {\n"
+            f"{mma}"
+            "                    }\n"
+            "                    gemmlab::wgmma_commit();\n"
+            "                    gemmlab::wgmma_wait<1>();\n"
+            "#pragma unroll\n"
+            "                    for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);\n")
+
+
 # The producer's K step (load_k_step, a lambda since 2026-11-24: `return` ends a step; the records of
 # ea3fbad ran the same edits on the loop body it replaced, `continue` for `return`)
 arm = """                gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"""
