@@ -862,7 +862,7 @@ TC_07 = KernelSpec(
         Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major; 0: B row-major (set from the problem)"),
         Param("TA", 0, "1: A stored transposed ([K][M], e.g. x.t()), read M-major; 0: A row-major (set from the problem)"),
         Param("EPI", 1, "0: only the epilogue of beta = 0 and a D TMA stores to (set from the problem); 1: every epilogue"),
-        Param("HO", 1, "1: hand a tile over half by half, its epilogue beside MMAs (where BN = 256, BM <= 128, EPI = 0, 16-bit D); 0: never"),
+        Param("HO", 1, "1: hand a tile over half by half, its epilogue beside MMAs (the 128 x 256 tile with EPI = 0 and a 16-bit D); 0: never"),
     ),
     block=_WS_BLOCK,
     grid=_CLUSTER_GRID,
