@@ -128,10 +128,11 @@ template <> constexpr bool is_f16<__half> = true;
 
 // One m64nNk16 wrapper, A and B from shared memory: NAME<T, TRANS_A, TRANS_B>(d, da, db) for
 // T = __nv_bfloat16 or __half, the instruction's shape SHAPE, NACC accumulators, with the
-// accumulator list REGS, its operands REGS##_OPERANDS and the descriptors' tail TAIL. TRANS_A: 0 A K-major ([M][K] rows, a row-major
-// A), 1 M-major ([K][M] rows: an A stored transposed, as x.t() of a [K][M] matrix). TRANS_B: 1 B
-// N-major ([K][N] rows, a row-major B), 0 K-major ([N][K] rows: a B stored transposed, as w.t() of
-// a [N][K] weight). The flags reach the instruction as immediates ("n").
+// accumulator list REGS, its operands REGS##_OPERANDS and the descriptors' tail TAIL. TRANS_A: 0 A
+// K-major ([M][K] rows, a row-major A), 1 M-major ([K][M] rows: an A stored transposed, as x.t()
+// of a [K][M] matrix). TRANS_B: 1 B N-major ([K][N] rows, a row-major B), 0 K-major ([N][K] rows:
+// a B stored transposed, as w.t() of a [N][K] weight). The flags reach the instruction as
+// immediates ("n").
 #define GEMMLAB_WGMMA_SS(NAME, SHAPE, NACC, REGS, TAIL)                                                   \
     template <typename T, int TRANS_A, int TRANS_B>                                                      \
     __device__ __forceinline__ void NAME(float (&d)[NACC], unsigned long long da, unsigned long long db) { \
