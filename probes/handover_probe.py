@@ -59,8 +59,31 @@ def register() -> dict:
     registry._BY_ID[split] = dataclasses.replace(spec, launch_registers=lambda c: 168 if c["BM"] == 128 else None)
     base = dict(BM=128, BN=256, BK=64, STAGES=4, CM=2, GROUP=8, EPI=0)
     copy = smem_probe.variant("copy")
-    return {copy: registry.get(copy).config(**base, HO=0), registry.TC_07.id: registry.TC_07.config(**base, HO=1),
-            split: registry.get(split).config(**base, HO=0)}
+    left_only = smem_probe.variant("handover_left", *LEFT_ONLY)
+    return {copy: registry.get(copy).config(**base, HO=0), left_only: registry.get(left_only).config(**base, HO=1),
+            registry.TC_07.id: registry.TC_07.config(**base, HO=1), split: registry.get(split).config(**base, HO=0)}
+
+
+# tc07's hand-over as session 21 left it (a01b1c4): only the left half overlaps MMAs; the right
+# half waited for the next left half's first stage too (wait<0>) before it left.
+LEFT_ONLY = (
+    ("""                    start_half(left, stage, 0);
+                    gemmlab::wgmma_wait<1>();
+#pragma unroll
+                    for (int i = 0; i < 64; ++i) gemmlab::wgmma_fence_operand(right[i]);""",
+     """                    start_half(left, stage, 0);
+                    gemmlab::wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);"""),
+    ("""                    if (!next) {
+                        gemmlab::wgmma_wait<0>();
+                        break;
+                    }""", """                    if (!next) break;"""),
+    ("""                    start_half(right, stage, B_RIGHT);
+                    // The left half's first stage ends here, before the loop's back edge: a group
+                    // that crosses it in flight must not be read after the next wait<1>.
+                    gemmlab::wgmma_wait<1>();""", """                    start_half(right, stage, B_RIGHT);"""),
+)
 
 
 def check_logs(kernels: dict) -> None:

@@ -237,22 +237,29 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                     gemmlab::store_tile_64xn<TD, 64, EPI>(left, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
                                                           M, N, ldc, ldd, alpha, beta);
                     ++it;
-                    // The next tile's first stage: its left half starts, this tile's right half
-                    // leaves, its right half starts. After the last tile the left half multiplies
-                    // whatever the stage holds into registers already stored (no branch may part
-                    // the right half's group from its wait), without waiting for the stage.
+                    // The next tile's first stage: its left half starts, and this tile's right
+                    // half leaves while those MMAs run; then the next right half starts. After the
+                    // last tile the left half multiplies whatever the stage holds into registers
+                    // already stored (no branch may part the right half's group from its wait),
+                    // without waiting for the stage.
                     const bool next = t + stride < tiles;
                     stage = it % STAGES;
                     if (next) gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
                     start_half(left, stage, 0);
-                    gemmlab::wgmma_wait<0>();
+                    gemmlab::wgmma_wait<1>();
 #pragma unroll
-                    for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+                    for (int i = 0; i < 64; ++i) gemmlab::wgmma_fence_operand(right[i]);
                     gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
                     gemmlab::store_tile_64xn<TD, 64, EPI>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
                                                           col0 + 128, M, N, ldc, ldd, alpha, beta);
-                    if (!next) break;
+                    if (!next) {
+                        gemmlab::wgmma_wait<0>();
+                        break;
+                    }
                     start_half(right, stage, B_RIGHT);
+                    // The left half's first stage ends here, before the loop's back edge: a group
+                    // that crosses it in flight must not be read after the next wait<1>.
+                    gemmlab::wgmma_wait<1>();
                     t += stride;
                     ++it;
                 }
