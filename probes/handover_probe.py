@@ -20,8 +20,13 @@ read after waits that leave a group running -- and timed them on an H200 (probe-
                6144^3 and 8192^3;
   wide         tc07 compiled for 232 registers and launched with 168: no change.
 
-Now it times tc07 with and without the hand-over (HO = 1 / 0) and the split copy beside cuBLAS,
-results checked against float64 first. On the GPU machine:
+Now it times tc07 with and without the hand-over (HO = 1 / 0), the split copy, and
+  handover_both  the right half too leaves while MMAs run: those of the next tile's first left-half
+                 stage (commit 3fa094b, reverted; probe-handover-20261124T173431Z.json, where
+                 tc07_persistent_cluster is this copy and probe_07_handover_left today's tc07):
+                 within 0.2% of tc07 at 4096^3-8192^3, +0.6% at 3135 x 4104 x 1000, -1.3% at
+                 2000 x 2048 x 100;
+beside cuBLAS, results checked against float64 first. On the GPU machine:
     PYTHONPATH=src:probes OUT=$OUT python3 probes/handover_probe.py 4096 6144 8192"""
 import dataclasses
 import sys
@@ -59,13 +64,14 @@ def register() -> dict:
     registry._BY_ID[split] = dataclasses.replace(spec, launch_registers=lambda c: 168 if c["BM"] == 128 else None)
     base = dict(BM=128, BN=256, BK=64, STAGES=4, CM=2, GROUP=8, EPI=0)
     copy = smem_probe.variant("copy")
-    left_only = smem_probe.variant("handover_left", *LEFT_ONLY)
-    return {copy: registry.get(copy).config(**base, HO=0), left_only: registry.get(left_only).config(**base, HO=1),
-            registry.TC_07.id: registry.TC_07.config(**base, HO=1), split: registry.get(split).config(**base, HO=0)}
+    both = smem_probe.variant("handover_both", *((new, old) for old, new in LEFT_ONLY))
+    return {copy: registry.get(copy).config(**base, HO=0), registry.TC_07.id: registry.TC_07.config(**base, HO=1),
+            both: registry.get(both).config(**base, HO=1), split: registry.get(split).config(**base, HO=0)}
 
 
-# tc07's hand-over as session 21 left it (a01b1c4): only the left half overlaps MMAs; the right
-# half waited for the next left half's first stage too (wait<0>) before it left.
+# The edits between the hand-over tc07 has (only the left half overlaps MMAs; the right half also
+# waits for the next left half's first stage, wait<0>, before it leaves) and handover_both (commit
+# 3fa094b, reverted: the right half leaves while that stage runs), as (handover_both's text, tc07's).
 LEFT_ONLY = (
     ("""                    start_half(left, stage, 0);
                     gemmlab::wgmma_wait<1>();

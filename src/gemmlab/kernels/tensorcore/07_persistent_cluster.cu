@@ -45,7 +45,9 @@
 // below: the tile loop is rotated (an iteration runs a tile's second to last K stages, then the
 // next tile's first), the last tile takes the hand-over path too (its next left half multiplies
 // stale operands into registers already stored), and only the left half overlaps; the right half
-// waits for the next left half's first stage (wait<0>).
+// waits for the next left half's first stage (wait<0>). Letting the right half leave beside that
+// stage (wait<1>) compiles asynchronous only if that group is retired before the back edge (a
+// wait<1> after the next right half starts), and measured the same (probe-handover-*T173431Z).
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
@@ -237,29 +239,22 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                     gemmlab::store_tile_64xn<TD, 64, EPI>(left, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
                                                           M, N, ldc, ldd, alpha, beta);
                     ++it;
-                    // The next tile's first stage: its left half starts, and this tile's right
-                    // half leaves while those MMAs run; then the next right half starts. After the
-                    // last tile the left half multiplies whatever the stage holds into registers
-                    // already stored (no branch may part the right half's group from its wait),
-                    // without waiting for the stage.
+                    // The next tile's first stage: its left half starts, this tile's right half
+                    // leaves, its right half starts. After the last tile the left half multiplies
+                    // whatever the stage holds into registers already stored (no branch may part
+                    // the right half's group from its wait), without waiting for the stage.
                     const bool next = t + stride < tiles;
                     stage = it % STAGES;
                     if (next) gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
                     start_half(left, stage, 0);
-                    gemmlab::wgmma_wait<1>();
+                    gemmlab::wgmma_wait<0>();
 #pragma unroll
-                    for (int i = 0; i < 64; ++i) gemmlab::wgmma_fence_operand(right[i]);
+                    for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                     gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
                     gemmlab::store_tile_64xn<TD, 64, EPI>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
                                                           col0 + 128, M, N, ldc, ldd, alpha, beta);
-                    if (!next) {
-                        gemmlab::wgmma_wait<0>();
-                        break;
-                    }
+                    if (!next) break;
                     start_half(right, stage, B_RIGHT);
-                    // The left half's first stage ends here, before the loop's back edge: a group
-                    // that crosses it in flight must not be read after the next wait<1>.
-                    gemmlab::wgmma_wait<1>();
                     t += stride;
                     ++it;
                 }
