@@ -26,8 +26,11 @@ Now it times tc07 with and without the hand-over (HO = 1 / 0), the split copy, a
                  tc07_persistent_cluster is this copy and probe_07_handover_left today's tc07):
                  within 0.2% of tc07 at 4096^3-8192^3, +0.6% at 3135 x 4104 x 1000, -1.3% at
                  2000 x 2048 x 100;
-beside cuBLAS, results checked against float64 first. On the GPU machine:
-    PYTHONPATH=src:probes OUT=$OUT python3 probes/handover_probe.py 4096 6144 8192"""
+beside cuBLAS, results checked against float64 first. With `fp32` first, bf16 inputs and fp32
+results: tc07 (whose fp32 results take the whole-tile loop) against a copy that hands them over
+too. On the GPU machine:
+    PYTHONPATH=src:probes OUT=$OUT python3 probes/handover_probe.py 4096 6144 8192
+    PYTHONPATH=src:probes OUT=$OUT python3 probes/handover_probe.py fp32 4096 6144 8192"""
 import dataclasses
 import sys
 
@@ -92,15 +95,30 @@ LEFT_ONLY = (
 )
 
 
-def check_logs(kernels: dict) -> None:
+def register_fp32() -> dict:
+    """{kernel id: config}: tc07, whose fp32 results take the whole-tile loop, and a copy that hands
+    them over too (each half one 64 x 64 fp32 chunk through both staging buffers)."""
+    copy = smem_probe.variant("handover_fp32", (
+        "constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0 && sizeof(TD) == 2;",
+        "constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0;"))
+    base = dict(BM=128, BN=256, BK=64, STAGES=4, CM=2, GROUP=8, EPI=0, HO=1)
+    return {registry.TC_07.id: registry.TC_07.config(**base), copy: registry.get(copy).config(**base)}
+
+
+def check_logs(kernels: dict, out_dtype=None) -> None:
     """Every kernel compiles without ptxas serialising its MMAs (one that did would time ptxas's
     fallback, not the idea)."""
     for kid, cfg in kernels.items():
-        log = jit.compile_kernel(registry.get(kid), cfg, "sm_90a", torch.bfloat16).log
+        log = jit.compile_kernel(registry.get(kid), cfg, "sm_90a", torch.bfloat16, out_dtype).log
         assert "C751" not in log and "serialized" not in log, f"{kid}: {log}"
 
 
 if __name__ == "__main__":
-    kernels = register()
-    check_logs(kernels)
-    probe_record.run("handover", __doc__, kernels, sys.argv[1:] or ["4096"])
+    if sys.argv[1:2] == ["fp32"]:  # bf16 inputs, fp32 results
+        kernels = register_fp32()
+        check_logs(kernels, torch.float32)
+        probe_record.run("handover-fp32", __doc__, kernels, sys.argv[2:] or ["4096"], out_dtype=torch.float32)
+    else:
+        kernels = register()
+        check_logs(kernels)
+        probe_record.run("handover", __doc__, kernels, sys.argv[1:] or ["4096"])

@@ -18,10 +18,15 @@ def shape_of(text: str) -> tuple[int, int, int]:
     return tuple(int(x) for x in text.split("x")) if "x" in text else (int(text),) * 3
 
 
-def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bfloat16, reps: int = 30) -> dict:
-    """kernels: kernel id -> GemmConfig (None: the kernel's own choice). Prints a line a kernel and shape."""
+def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bfloat16, reps: int = 30,
+        out_dtype=None) -> dict:
+    """kernels: kernel id -> GemmConfig (None: the kernel's own choice). Prints a line a kernel and shape.
+    out_dtype: the result's type (torch.float32: 16-bit inputs with fp32 results, and cuBLAS's mm
+    with that out_dtype); default the inputs'."""
+    result = out_dtype or dtype
     dev = torch.device("cuda", 0)
-    record = dict(name=name, note=note, environment=environment.describe(0), dtype=str(dtype), reps=reps, cases=[])
+    record = dict(name=name, note=note, environment=environment.describe(0), dtype=str(dtype), reps=reps, cases=[],
+                  out_dtype=str(result))
     for text in shapes:
         m, n, k = shape_of(text)
         torch.manual_seed(0)
@@ -30,14 +35,15 @@ def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bflo
         ref = a.double() @ b.double()
         fns, errors = {}, {}
         for kid, cfg in kernels.items():
-            d = torch.empty(m, n, device=dev, dtype=dtype)
+            d = torch.empty(m, n, device=dev, dtype=result)
             fns[kid] = api.prepare(a, b, kernel=kid, out=d, config=cfg)
             d.fill_(float("nan"))
             fns[kid]()
             torch.cuda.synchronize()
             errors[kid] = ((d.double() - ref).norm() / ref.norm()).item()  # NaN if any output was missed
-        dc = torch.empty(m, n, device=dev, dtype=dtype)
-        fns["cublas"] = lambda: torch.mm(a, b, out=dc)
+        dc = torch.empty(m, n, device=dev, dtype=result)
+        mm_dtype = (result,) if result != dtype else ()
+        fns["cublas"] = lambda: torch.mm(a, b, *mm_dtype, out=dc)
         under_load = {}
         times = interleaved(fns, reps=reps, warmup=3, flush=L2Flusher(0), gate=HostGate(0),
                             mid_run=lambda: under_load.update(environment.clocks(0)))
