@@ -1,8 +1,8 @@
 """Probe (not part of the package): tc07's hand-over (HO = 1), named, where every block takes
 several tiles -- the hand-over from tile to tile and the last tile's, whose left-half MMAs read a
 stage nobody refills -- with K of one, two and three stages, clusters of one and two, A or B stored
-transposed; each result checked against float64. A driver for compute-sanitizer, which gemmlab
-check cannot give a config. On the GPU machine:
+transposed, bf16 and fp32 results; each result checked against float64. A driver for
+compute-sanitizer, which gemmlab check cannot give a config. On the GPU machine:
     PYTHONPATH=src compute-sanitizer --tool memcheck python3 probes/sanitize_handover.py
     PYTHONPATH=src compute-sanitizer --tool racecheck python3 probes/sanitize_handover.py small"""
 import sys
@@ -19,15 +19,15 @@ if sys.argv[1:] != ["small"]:
 failed = 0
 for M, N, K, cm in cases:
     assert -(-M // (128 * cm)) * -(-N // 256) > 132 // cm, "several tiles a block"
-    for layout in ("nn", "tn", "nt"):
+    for layout, out_dtype in (("nn", torch.bfloat16), ("tn", torch.bfloat16), ("nt", torch.bfloat16), ("nn", torch.float32)):
         ta, tb = int(layout[0] == "t"), int(layout[1] == "t")
         a = torch.randn(K, M, device="cuda", dtype=torch.bfloat16).t() if ta else torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16).t() if tb else torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
         cfg = spec.config(BM=128, BN=256, CM=cm, TA=ta, TB=tb, EPI=0, HO=1)
         api.prepare(a, b, None, alpha=0.5, out=out, kernel=spec.id, config=cfg)()
         torch.cuda.synchronize()
         rep = check_result(out, a, b, None, 0.5, 0.0, "fp32")
         failed += not rep.passed
-        print(M, N, K, f"CM={cm}", layout, "ok" if rep.passed else "FAIL", rep.summary(), flush=True)
+        print(M, N, K, f"CM={cm}", layout, out_dtype, "ok" if rep.passed else "FAIL", rep.summary(), flush=True)
 sys.exit(1 if failed else 0)

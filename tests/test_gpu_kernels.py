@@ -242,7 +242,8 @@ def test_tc07_hand_over_from_tile_to_tile_against_float64(dtype, layout, M, N, K
     """tc07's hand-over (HO = 1: a 128 x 256 tile's halves stored while MMAs run) where every block
     takes several tiles -- the hand-over from one to the next, and the last tile's -- with K of one
     stage (the whole-tile loop), two and more; clusters of 1, 2 and 4; A or B stored transposed; into
-    poisoned D. The same launches with beta != 0 and with an fp32 result take the whole-tile loop."""
+    poisoned D, with a result in the input type and in fp32. The same launches with beta != 0 take
+    the whole-tile loop."""
     kernel = "tc07_persistent_cluster"
     cfg = registry.TC_07.config(BM=128, BN=256, CM=cm, HO=1)
     a = transposed(M, K, dtype) if layout[0] == "t" else rand(M, K, dtype=dtype)

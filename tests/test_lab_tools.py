@@ -102,13 +102,14 @@ def test_hopper_steps_run_hgmma_without_local_memory(spec):
         assert "UTMASTG" in text
 
 
+@pytest.mark.parametrize("out_dtype", [None, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("ho", [0, 1])
-def test_tc07_hand_over_multiplies_in_halves(ho):
-    """tc07's hand-over (HO = 1, with the lean epilogue) multiplies each 64 x 256 accumulator as two
-    m64n128 halves, and is launched with 168 registers a thread though compiled for 232; without
-    it (HO = 0) the tile is one m64n256 MMA a k16 step, compiled for 168."""
+def test_tc07_hand_over_multiplies_in_halves(ho, out_dtype):
+    """tc07's hand-over (HO = 1, with the lean epilogue; bf16 or fp32 results) multiplies each
+    64 x 256 accumulator as two m64n128 halves, and is launched with 168 registers a thread though
+    compiled for 232; without it (HO = 0) the tile is one m64n256 MMA a k16 step, compiled for 168."""
     spec = registry.TC_07
-    ck = jit.compile_kernel(spec, spec.config(EPI=0, HO=ho), "sm_90a", torch.bfloat16)
+    ck = jit.compile_kernel(spec, spec.config(EPI=0, HO=ho), "sm_90a", torch.bfloat16, out_dtype)
     text = sass.disassemble(ck.cubin)
     assert ("HGMMA.64x128x16" in text) == bool(ho) and "HGMMA.64x256x16" in text  # (K < 64: one stage, whole)
     assert ck.usage.registers == 168

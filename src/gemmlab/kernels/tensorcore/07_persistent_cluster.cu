@@ -27,7 +27,7 @@
 //
 // The hand-over (HO = 1). The tensor cores would idle through every epilogue: the consumers wait
 // for a tile's last MMAs, then write it, then start the next. So, where the tile is 128 x 256 (two
-// consumers of 64 x 256) and the epilogue is the TMA-store one (EPI = 0, 16-bit D), a consumer's
+// consumers of 64 x 256) and the epilogue is the TMA-store one (EPI = 0), a consumer's
 // accumulators are two halves of 64 x 128 -- registers 0-63 and 64-127, the layout of two m64n128
 // MMAs side by side -- and each K stage is two m64n128k16 MMAs a k16 step instead of one
 // m64n256k16 (A read twice from shared memory, as cuBLAS's 256 x 128 kernel does). The last K
@@ -35,7 +35,9 @@
 // while the right half's MMAs still run; the next tile's left half starts (its first MMA with
 // scale-d 0, which ignores the registers' old values), and the right half leaves once done,
 // before the next tile's right half starts. On an H200 (probe-handover-*.json): 4096^3 +0.6-0.9%, 6144^3
-// +0.9-1.7%, 8192^3 +0.6-1.3%, and 5% where K is short (3135 x 4104 x 1000). Not for the 192-row
+// +0.9-1.7%, 8192^3 +0.6-1.3%, and 5% where K is short (3135 x 4104 x 1000); with fp32 results
+// (each half one 64 x 64 chunk through both staging buffers) even at 4096^3 and 0.6-2.2% elsewhere
+// (probe-handover-fp32-*.json). Not for the 192-row
 // tile (three consumers on three stages) nor the 128 x 192 one (a 64-column right half): both
 // ran slower with it (handover-m192-*.json, handover-n192-*.json).
 // ptxas (NVRTC 13.0) serialises every MMA of the kernel when it cannot prove a half's registers
@@ -63,7 +65,7 @@
 // gradient's dy.t() @ x), whose tiles are M-major, as a row-major B's are N-major, and which
 // wgmma reads transposed (trans-a). Both as gemmlab::load_stage lays them out. EPI: 0 only the
 // epilogue of a launch with beta = 0 and a D TMA stores to (gemmlab::store_tile_64xn), 1 every one.
-// HO: 1 the hand-over above where it applies (the 128 x 256 tile, EPI = 0, 16-bit D), 0 never.
+// HO: 1 the hand-over above where it applies (the 128 x 256 tile, EPI = 0), 0 never.
 //
 // The register budget. ptxas takes a kernel's register target from its thread bound -- 168 at 384
 // threads, 128 at 512 -- and checks every wgmma against it, whatever setmaxnreg grants later: an
@@ -97,7 +99,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     static_assert(sizeof(T) == 2, "16-bit inputs");
     static_assert(HO == 0 || HO == 1, "HO: 1 the hand-over where it applies, 0 never");
-    constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0 && sizeof(TD) == 2;
+    constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK], or [STAGES][BM / 64][BK][64] (TA)
