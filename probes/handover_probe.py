@@ -27,8 +27,10 @@ Now it times tc07 with and without the hand-over (HO = 1 / 0), the split copy, a
                  within 0.2% of tc07 at 4096^3-8192^3, +0.6% at 3135 x 4104 x 1000, -1.3% at
                  2000 x 2048 x 100;
 beside cuBLAS, results checked against float64 first. With `fp32` first, bf16 inputs and fp32
-results: tc07 (whose fp32 results take the whole-tile loop) against a copy that hands them over
-too. On the GPU machine:
+results: tc07, which hands them over too since ffa3c07, against a copy whose fp32 results take the
+whole-tile loop, as tc07's did before (probe-handover-fp32-20261124T180725Z.json, made at 72699ce,
+where tc07_persistent_cluster is the whole-tile kernel and probe_07_handover_fp32 the hand-over).
+On the GPU machine:
     PYTHONPATH=src:probes OUT=$OUT python3 probes/handover_probe.py 4096 6144 8192
     PYTHONPATH=src:probes OUT=$OUT python3 probes/handover_probe.py fp32 4096 6144 8192"""
 import dataclasses
@@ -96,11 +98,11 @@ LEFT_ONLY = (
 
 
 def register_fp32() -> dict:
-    """{kernel id: config}: tc07, whose fp32 results take the whole-tile loop, and a copy that hands
-    them over too (each half one 64 x 64 fp32 chunk through both staging buffers)."""
-    copy = smem_probe.variant("handover_fp32", (
-        "constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0 && sizeof(TD) == 2;",
-        "constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0;"))
+    """{kernel id: config}: tc07, which hands fp32 results over too (each half one 64 x 64 fp32 chunk
+    through both staging buffers), and a copy whose fp32 results take the whole-tile loop."""
+    copy = smem_probe.variant("whole_fp32", (
+        "constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0;",
+        "constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0 && sizeof(TD) == 2;"))
     base = dict(BM=128, BN=256, BK=64, STAGES=4, CM=2, GROUP=8, EPI=0, HO=1)
     return {registry.TC_07.id: registry.TC_07.config(**base), copy: registry.get(copy).config(**base)}
 
