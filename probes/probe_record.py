@@ -19,14 +19,17 @@ def shape_of(text: str) -> tuple[int, int, int]:
 
 
 def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bfloat16, reps: int = 30,
-        out_dtype=None) -> dict:
-    """kernels: kernel id -> GemmConfig (None: the kernel's own choice). Prints a line a kernel and shape.
-    out_dtype: the result's type (torch.float32: 16-bit inputs with fp32 results, and cuBLAS's mm
-    with that out_dtype); default the inputs'."""
+        out_dtype=None, precision: str = "fp32") -> dict:
+    """kernels: kernel id -> GemmConfig (None: the kernel's own choice); 'id@label' names another
+    config of the same kernel. Prints a line a kernel and shape. out_dtype: the result's type
+    (torch.float32: 16-bit inputs with fp32 results, and cuBLAS's mm with that out_dtype); default
+    the inputs'. precision: 'tf32' for float32 inputs on the TF32 kernel, cuBLAS in TF32 too."""
     result = out_dtype or dtype
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     dev = torch.device("cuda", 0)
     record = dict(name=name, note=note, environment=environment.describe(0), dtype=str(dtype), reps=reps, cases=[],
-                  out_dtype=str(result))
+                  out_dtype=str(result), precision=precision,
+                  configs={kid: cfg.as_dict() if cfg is not None else None for kid, cfg in kernels.items()})
     for text in shapes:
         m, n, k = shape_of(text)
         torch.manual_seed(0)
@@ -36,7 +39,7 @@ def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bflo
         fns, errors = {}, {}
         for kid, cfg in kernels.items():
             d = torch.empty(m, n, device=dev, dtype=result)
-            fns[kid] = api.prepare(a, b, kernel=kid, out=d, config=cfg)
+            fns[kid] = api.prepare(a, b, kernel=kid.split("@")[0], out=d, config=cfg, precision=precision)
             d.fill_(float("nan"))
             fns[kid]()
             torch.cuda.synchronize()

@@ -102,15 +102,16 @@ __device__ __forceinline__ void tf32_pieces(const gemmlab::StreamK& sched, int f
 // then, with TMA_STORE, a 16 KB staging buffer per consumer (two boxes of 64 rows x 32 columns of D).
 template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT, int TB, int EPI,
           int SK>
-__global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
+__global__ void __maxnreg__(BN == 192 ? 160 : BN == 128 ? 168 : 232)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
         const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D,
         float* WS, unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int CONSUMERS = BN / 64, CL = CM * CN;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(float);
-    constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (BN = 64 or 128)");
+    constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 40, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 232;
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups (BN = 64, 128 or 192)");
+    static_assert(CONSUMERS < 3 || SPLIT == 0, "BN = 192 has no split-K");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
     static_assert(BM == 256, "BM is the N of one m64n256k8 MMA");
     static_assert(BK == 32, "a K stage is one 128-byte swizzle row: 32 fp32");
@@ -178,6 +179,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             tf32_pieces<SK>(sched, first, pieces, stride, ways, piece_of, [&](int t, int k_begin, int k_end, int) {
                 int row0, col0;
                 tile_origin(t, row0, col0);
+#pragma unroll 1
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
@@ -208,7 +210,11 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         // 4, 1, 6, 3) spreads the warp's 32 loads over all 32 banks.
         const int k_first = q + 4 * (q & 1), k_second = q + 4 * (1 - (q & 1));
         const bool odd = q & 1;
-        auto at = [](int box, int chunk, int k, int w) { return box + k * 32 + ((chunk ^ (k & 7)) << 2) + w; };
+        // Word offsets of this thread's four loads for the first k8 step; step s reads 8 s rows further
+        // (k_first, k_second < 8, so the swizzle of row 8 s + k is that of row k).
+        auto at = [&](int box, int chunk, int k) { return box + k * 32 + ((chunk ^ k) << 2) + word; };
+        const int lo1 = at(box_lo, chunk_lo, k_first), lo2 = at(box_lo, chunk_lo, k_second);
+        const int hi1 = at(box_hi, chunk_hi, k_first), hi2 = at(box_hi, chunk_hi, k_second);
         // A's tile, the B of the MMA: K-major, 128-byte rows, 8-row groups 1024 bytes apart; with TB
         // this warpgroup's 64 rows of B's tile, the A of the MMA, alike.
         const unsigned long long desc0 = gemmlab::wgmma_desc(sA, 16, 1024);
@@ -220,18 +226,19 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         // here rather than write a wrong D.
         if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
 
-        // The fragments of one stage: 4 k8 steps x 4 registers, rounded to TF32.
+        // The fragment of k8 step s of a stage: 4 registers from f[at], rounded to TF32.
+        auto load_k8 = [&](unsigned* f, const float* stage_b, int s) {
+            const float* rows = stage_b + 8 * s * 32;
+            const float l1 = rows[lo1], l2 = rows[lo2], h1 = rows[hi1], h2 = rows[hi2];
+            f[0] = gemmlab::to_tf32(odd ? l2 : l1);  // (n_lo,     k = 8 s + q)
+            f[1] = gemmlab::to_tf32(odd ? h2 : h1);  // (n_lo + 8, k = 8 s + q)
+            f[2] = gemmlab::to_tf32(odd ? l1 : l2);  // (n_lo,     k = 8 s + q + 4)
+            f[3] = gemmlab::to_tf32(odd ? h1 : h2);  // (n_lo + 8, k = 8 s + q + 4)
+        };
+        // The fragments of one stage: 4 k8 steps x 4 registers.
         auto load_fragments = [&](unsigned (&f)[16], const float* stage_b) {
 #pragma unroll
-            for (int s = 0; s < BK / 8; ++s) {
-                const int k1 = 8 * s + k_first, k2 = 8 * s + k_second;
-                const float lo1 = stage_b[at(box_lo, chunk_lo, k1, word)], lo2 = stage_b[at(box_lo, chunk_lo, k2, word)];
-                const float hi1 = stage_b[at(box_hi, chunk_hi, k1, word)], hi2 = stage_b[at(box_hi, chunk_hi, k2, word)];
-                f[4 * s + 0] = gemmlab::to_tf32(odd ? lo2 : lo1);  // (n_lo,     k = 8 s + q)
-                f[4 * s + 1] = gemmlab::to_tf32(odd ? hi2 : hi1);  // (n_lo + 8, k = 8 s + q)
-                f[4 * s + 2] = gemmlab::to_tf32(odd ? lo1 : lo2);  // (n_lo,     k = 8 s + q + 4)
-                f[4 * s + 3] = gemmlab::to_tf32(odd ? hi1 : hi2);  // (n_lo + 8, k = 8 s + q + 4)
-            }
+            for (int s = 0; s < BK / 8; ++s) load_k8(f + 4 * s, stage_b, s);
         };
         // With SK: this warpgroup's part buffer and flag in block b of the grid. A head part is
         // published (flag raised) once the next piece's first MMAs are issued, as in tc09.
@@ -276,6 +283,33 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             if (kt > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
             if (SK != 0 && unpublished) publish();  // (kt == k_begin: this stage's MMAs are in flight)
         };
+        // Three consumers (BN = 192) have 160 registers a thread, 128 of them accumulators: a stage's
+        // fragments do not fit twice. There each k8 step is a group of its own, with its own four
+        // registers, waited out before the next step loads them (wait<0>). Two sets taking turns
+        // with wait<1> (fa, fb) were serialised by ptxas (C7513) and spilled; so were half stages of
+        // eight registers. The stage before is released once the first step's wait has seen its
+        // last MMA done. (An experiment: probes/tf32_tile_probe.py.)
+        auto k8_step = [&](unsigned (&f)[4], const float* stage_b, unsigned long long db, int s) {
+            load_k8(f, stage_b, s);
+            gemmlab::wgmma_fence();
+            gemmlab::wgmma_m64n256k8_tf32_rs(acc, f, db + ((s * 8 * 4) >> 4));
+            gemmlab::wgmma_commit();
+            gemmlab::wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+        };
+        auto stage_by_k8 = [&](unsigned (&fa)[4], unsigned (&fb)[4], int kt, int it) {
+            const int stage = it % STAGES;
+            gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+            const float* stage_b = sB + stage * STAGE_B;
+            const unsigned long long db = desc0 + (stage * STAGE_A * 4 >> 4);
+            k8_step(fa, stage_b, db, 0);
+            if (kt > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
+            if (SK != 0 && unpublished) publish();  // (kt == k_begin: this stage's MMAs are in flight)
+            k8_step(fa, stage_b, db, 1);
+            k8_step(fa, stage_b, db, 2);
+            k8_step(fa, stage_b, db, 3);
+        };
         int it = 0;
         tf32_pieces<SK>(sched, first, pieces, stride, ways, piece_of, [&](int t, int k_first, int k_end, int run) {
             int row0, col0;
@@ -283,14 +317,20 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             tile_origin(t, row0, col0);
 #pragma unroll
             for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-            unsigned f0[16], f1[16];
             int kt = k_begin;
+            if constexpr (CONSUMERS == 3 && !TB) {
+                unsigned fa[4], fb[4];
 #pragma unroll 1
-            for (; kt + 1 < k_end; kt += 2, it += 2) {
-                step(f0, kt, it);
-                step(f1, kt + 1, it + 1);
+                for (; kt < k_end; ++kt, ++it) stage_by_k8(fa, fb, kt, it);
+            } else {
+                unsigned f0[16], f1[16];
+#pragma unroll 1
+                for (; kt + 1 < k_end; kt += 2, it += 2) {
+                    step(f0, kt, it);
+                    step(f1, kt + 1, it + 1);
+                }
+                if (kt < k_end) step(f0, kt++, it++);  // an odd count: the last stage after f1's
             }
-            if (kt < k_end) step(f0, kt++, it++);  // an odd count: the last stage after f1's
             gemmlab::wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
