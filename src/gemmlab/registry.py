@@ -893,8 +893,7 @@ def _tc08_smem(c: GemmConfig) -> int:
 def _check_08_tc(c: GemmConfig) -> str | None:
     return _first_failure(
         (c["BM"] == 256, "BM must be 256 (the N of one m64n256k8 MMA: C's rows are the MMA's columns)"),
-        (c["BN"] in (64, 128, 192), "BN must be 64, 128 or 192 (one consumer warpgroup per 64 columns of C)"),
-        (c["BN"] < 192 or c["SPLIT"] == 0, "BN = 192 has no split-K (SPLIT = 0)"),
+        (c["BN"] in (64, 128), "BN must be 64 or 128 (one consumer warpgroup per 64 columns of C)"),
         (c["BK"] == 32, "BK must be 32 (32 fp32: one 128-byte swizzle row)"),
         (c["STAGES"] >= 2, "STAGES must be at least 2"),
         (c["CM"] in (1, 2) and c["CN"] in (1, 2) and c["CM"] * c["CN"] <= 2,
@@ -956,9 +955,6 @@ TC_08 = KernelSpec(
     splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"] * c["CN"], c["BM"] * c["CM"], c["BN"] * c["CN"]),
     extra_constraints=lambda p, c: _stream_k_steps_fit(p, c) if c["SK"] else None,
     layouts=("nn", "nt"),
-    # BN = 192 (three consumers and the producer: 512 threads): compiled for 160 registers a thread,
-    # launched with 128, as tc07's 192-row tile (gemmlab.cubin)
-    launch_registers=lambda c: 128 if c["BN"] == 192 else None,
 )
 
 # Stream-K's cost (tc09, and tc08 with SK = 1), in waves of whole tiles, where each tile takes `kt`

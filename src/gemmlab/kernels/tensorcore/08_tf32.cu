@@ -102,16 +102,15 @@ __device__ __forceinline__ void tf32_pieces(const gemmlab::StreamK& sched, int f
 // then, with TMA_STORE, a 16 KB staging buffer per consumer (two boxes of 64 rows x 32 columns of D).
 template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT, int TB, int EPI,
           int SK>
-__global__ void __maxnreg__(BN == 192 ? 160 : BN == 128 ? 168 : 232)
+__global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
         const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D,
         float* WS, unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int CONSUMERS = BN / 64, CL = CM * CN;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(float);
-    constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 40, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 232;
-    static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups (BN = 64, 128 or 192)");
-    static_assert(CONSUMERS < 3 || SPLIT == 0, "BN = 192 has no split-K");
+    constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (BN = 64 or 128)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
     static_assert(BM == 256, "BM is the N of one m64n256k8 MMA");
     static_assert(BK == 32, "a K stage is one 128-byte swizzle row: 32 fp32");
@@ -179,7 +178,6 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             tf32_pieces<SK>(sched, first, pieces, stride, ways, piece_of, [&](int t, int k_begin, int k_end, int) {
                 int row0, col0;
                 tile_origin(t, row0, col0);
-#pragma unroll 1
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
@@ -283,33 +281,6 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             if (kt > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
             if (SK != 0 && unpublished) publish();  // (kt == k_begin: this stage's MMAs are in flight)
         };
-        // Three consumers (BN = 192) have 160 registers a thread, 128 of them accumulators: a stage's
-        // fragments do not fit twice. There each k8 step is a group of its own, with its own four
-        // registers, waited out before the next step loads them (wait<0>). Two sets taking turns
-        // with wait<1> (fa, fb) were serialised by ptxas (C7513) and spilled; so were half stages of
-        // eight registers. The stage before is released once the first step's wait has seen its
-        // last MMA done. (An experiment: probes/tf32_tile_probe.py.)
-        auto k8_step = [&](unsigned (&f)[4], const float* stage_b, unsigned long long db, int s) {
-            load_k8(f, stage_b, s);
-            gemmlab::wgmma_fence();
-            gemmlab::wgmma_m64n256k8_tf32_rs(acc, f, db + ((s * 8 * 4) >> 4));
-            gemmlab::wgmma_commit();
-            gemmlab::wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-        };
-        auto stage_by_k8 = [&](unsigned (&fa)[4], unsigned (&fb)[4], int kt, int it) {
-            const int stage = it % STAGES;
-            gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-            const float* stage_b = sB + stage * STAGE_B;
-            const unsigned long long db = desc0 + (stage * STAGE_A * 4 >> 4);
-            k8_step(fa, stage_b, db, 0);
-            if (kt > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
-            if (SK != 0 && unpublished) publish();  // (kt == k_begin: this stage's MMAs are in flight)
-            k8_step(fa, stage_b, db, 1);
-            k8_step(fa, stage_b, db, 2);
-            k8_step(fa, stage_b, db, 3);
-        };
         int it = 0;
         tf32_pieces<SK>(sched, first, pieces, stride, ways, piece_of, [&](int t, int k_first, int k_end, int run) {
             int row0, col0;
@@ -317,20 +288,14 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             tile_origin(t, row0, col0);
 #pragma unroll
             for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            unsigned f0[16], f1[16];
             int kt = k_begin;
-            if constexpr (CONSUMERS == 3 && !TB) {
-                unsigned fa[4], fb[4];
 #pragma unroll 1
-                for (; kt < k_end; ++kt, ++it) stage_by_k8(fa, fb, kt, it);
-            } else {
-                unsigned f0[16], f1[16];
-#pragma unroll 1
-                for (; kt + 1 < k_end; kt += 2, it += 2) {
-                    step(f0, kt, it);
-                    step(f1, kt + 1, it + 1);
-                }
-                if (kt < k_end) step(f0, kt++, it++);  // an odd count: the last stage after f1's
+            for (; kt + 1 < k_end; kt += 2, it += 2) {
+                step(f0, kt, it);
+                step(f1, kt + 1, it + 1);
             }
+            if (kt < k_end) step(f0, kt++, it++);  // an odd count: the last stage after f1's
             gemmlab::wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
