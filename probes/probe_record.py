@@ -20,24 +20,27 @@ def shape_of(text: str) -> tuple[int, int, int]:
 
 def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bfloat16, reps: int = 30,
         out_dtype=None, precision: str = "fp32") -> dict:
-    """kernels: kernel id -> GemmConfig (None: the kernel's own choice); 'id@label' names another
-    config of the same kernel. Prints a line a kernel and shape. out_dtype: the result's type
-    (torch.float32: 16-bit inputs with fp32 results, and cuBLAS's mm with that out_dtype); default
-    the inputs'. precision: 'tf32' for float32 inputs on the TF32 kernel, cuBLAS in TF32 too."""
+    """kernels: kernel id -> GemmConfig (None: the kernel's own choice; a function of (m, n, k): a
+    config a shape); 'id@label' names another config of the same kernel. Prints a line a kernel and
+    shape. out_dtype: the result's type (torch.float32: 16-bit inputs with fp32 results, and cuBLAS's
+    mm with that out_dtype); default the inputs'. precision: 'tf32' for float32 inputs on the TF32
+    kernel, cuBLAS in TF32 too."""
     result = out_dtype or dtype
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     dev = torch.device("cuda", 0)
     record = dict(name=name, note=note, environment=environment.describe(0), dtype=str(dtype), reps=reps, cases=[],
                   out_dtype=str(result), precision=precision,
-                  configs={kid: cfg.as_dict() if cfg is not None else None for kid, cfg in kernels.items()})
+                  configs={kid: cfg.as_dict() if cfg is not None and not callable(cfg) else None for kid, cfg in kernels.items()})
     for text in shapes:
         m, n, k = shape_of(text)
         torch.manual_seed(0)
         a = torch.randn(m, k, device=dev, dtype=dtype)
         b = torch.randn(k, n, device=dev, dtype=dtype)
         ref = a.double() @ b.double()
-        fns, errors = {}, {}
+        fns, errors, used = {}, {}, {}
         for kid, cfg in kernels.items():
+            cfg = cfg(m, n, k) if callable(cfg) else cfg
+            used[kid] = cfg.as_dict() if cfg is not None else None
             d = torch.empty(m, n, device=dev, dtype=result)
             fns[kid] = api.prepare(a, b, kernel=kid.split("@")[0], out=d, config=cfg, precision=precision)
             d.fill_(float("nan"))
@@ -56,7 +59,7 @@ def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bflo
             print(f"{text:>16s} {kid:24s} {us:9.1f} us {2.0 * m * n * k / us / 1e6:7.1f} TFLOP/s"
                   f"  ratio {med['cublas'] / us:.3f}  {err}")
         record["cases"].append(dict(shape=[m, n, k], median_us=med, ratio={kid: med["cublas"] / us for kid, us in med.items()},
-                                    rel_fro=errors, times_ms=times, clocks_under_load=under_load))
+                                    rel_fro=errors, times_ms=times, clocks_under_load=under_load, configs=used))
     out = os.environ.get("OUT", "out")
     os.makedirs(out, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

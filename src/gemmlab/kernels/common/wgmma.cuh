@@ -217,10 +217,12 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32_rs(float (&d)[128], const u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-// fp32 -> TF32 (10 mantissa bits), rounded to nearest with ties away from zero, in a 32-bit register.
+// fp32 -> TF32 (10 mantissa bits), rounded to nearest (ties to even), in a 32-bit register. On
+// sm_90 cvt.rn is one instruction (F2FP.TF32.F32); cvt.rna (ties away from zero) is three
+// (a compare with infinity, an add of half a unit, a mask), for the same rounding error.
 __device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned r;
-    asm volatile("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    asm volatile("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
     return r;
 }
 
