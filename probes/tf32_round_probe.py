@@ -67,7 +67,6 @@ def tc08_choice(m: int, n: int, k: int):
 
 if __name__ == "__main__":
     ids = {"rna": variant("rna", RNA, RNA_FN), "before": variant("before", RNA, RNA_FN, OFFSETS_AT, OFFSETS_LOAD)}
-    spec = registry.get("tc08_tf32")
 
     def as_kernel(kid):
         return lambda m, n, k: dataclasses.replace(tc08_choice(m, n, k), kernel=kid)

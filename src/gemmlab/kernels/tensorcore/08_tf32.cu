@@ -224,7 +224,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
         // here rather than write a wrong D.
         if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
 
-        // The fragment of k8 step s of a stage: 4 registers from f[at], rounded to TF32.
+        // The fragment of k8 step s of a stage: this thread's 4 values of B^T, rounded to TF32.
         auto load_k8 = [&](unsigned* f, const float* stage_b, int s) {
             const float* rows = stage_b + 8 * s * 32;
             const float l1 = rows[lo1], l2 = rows[lo2], h1 = rows[hi1], h2 = rows[hi2];
