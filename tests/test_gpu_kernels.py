@@ -280,6 +280,27 @@ def test_the_tf32_lean_epilogue_against_float64(M, N, K):
     assert configs.problem_flags(spec, problem_from_tensors(a, b, c, beta=1.0, precision="tf32"), cfgs[0])["EPI"] == 1
 
 
+TC08_SMALL_TILES = [registry.get("tc08_tf32").config(**{**o, "TMA_STORE": ts}) for o, _, _ in configs.TC08_TILES for ts in (1, 0)]
+
+
+@pytest.mark.parametrize("cfg", TC08_SMALL_TILES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.as_dict().items()))
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 17, 13), (129, 68, 33), (1000, 1022, 1000), (300, 701, 4099), (999, 1024, 515),
+                                   (4096, 130, 64)])
+def test_tf32_small_tiles_against_float64(cfg, M, N, K):
+    """tc08's tiles for small problems (configs.TC08_TILES: 256 x 64, 128 x 64 single blocks and
+    pairs, m64n128k8 MMAs for the 128-row ones) with beta != 0 and C read, TMA stores or scalar
+    from registers (TMA_STORE = 0, or an N that is not a multiple of 4), at sizes no tile divides,
+    into poisoned D, twice."""
+    kernel = "tc08_tf32"
+    a, b = mat(kernel, M, K, torch.float32), mat(kernel, K, N, torch.float32)
+    c, out = mat(kernel, M, N, torch.float32), mat(kernel, M, N, torch.float32, float("nan"))
+    run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg, precision="tf32")
+    for _ in range(2):
+        run()
+        assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} {cfg.as_dict()}", kernel)
+        out.fill_(float("nan"))
+
+
 def transposed(rows, cols, dtype, pad=0):
     """A rows x cols column-major view: the transpose of a [cols][rows + pad] matrix's first rows columns."""
     return rand(cols, rows + pad, dtype=dtype)[:, :rows].t()

@@ -322,13 +322,21 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
     assert config_for(spec, problem(256, 256, 65536))["SPLIT"] == 1
     assert config_for(spec, problem(4096, 4096, 4096))["SPLIT"] == 0
     assert config_for(spec, problem(512, 512, 512))["SPLIT"] == 0
-    assert sorted((c["SPLIT"], c["CN"], c["BN"], c["SK"], c["TB"], c["EPI"]) for c in configs_in_use(spec)) == sorted(
-        (*c, tb, epi) for c in [(0, 1, 64, 0), (0, 1, 128, 0), (0, 2, 128, 0), (1, 1, 128, 0), (1, 2, 128, 0), (0, 2, 128, 1)]
+    in_use = [(c["SPLIT"], c["BM"], c["CN"], c["BN"], c["STAGES"], c["SK"], c["TB"], c["EPI"]) for c in configs_in_use(spec)]
+    assert sorted(in_use) == sorted(
+        (*c, tb, epi) for c in [(0, 256, 1, 128, 4, 0), (0, 256, 2, 128, 4, 0), (1, 256, 1, 128, 4, 0), (1, 256, 2, 128, 4, 0),
+                                (0, 256, 2, 128, 4, 1), (0, 256, 1, 64, 5, 0), (0, 128, 1, 64, 8, 0), (0, 128, 2, 64, 8, 0)]
         for tb in (0, 1) for epi in (0, 1))  # TB: w.t(); EPI = 0: beta = 0 and TMA stores; SK = 1: stream-K
-    # small problems it does not split: 256 x 64 single blocks; from 1536^2 on, 256 x 128 pairs
+    # small problems: the tile configs.tf32_time puts first -- 128 x 64 single blocks at 512^3 and
+    # 1024^3, 128 x 64 pairs at 1024^2 x 2048, 256 x 64 at 1280^3 and 2048 x 1024 x 1024, the
+    # 256 x 128 pairs from 1536^3 on and where few tiles have a tall K (split, SPLIT = 1)
     # (beta = 0 and D's rows whole 16-byte units: the lean epilogue, EPI = 0)
-    assert config_for(spec, problem(512, 512, 512)) == spec.config(BN=64, CN=1, EPI=0)
-    assert config_for(spec, problem(1024, 1024, 1024)) == spec.config(SPLIT=1, EPI=0)
+    assert config_for(spec, problem(512, 512, 512)) == spec.config(BM=128, BN=64, CN=1, STAGES=8, EPI=0)
+    assert config_for(spec, problem(1024, 1024, 1024)) == spec.config(BM=128, BN=64, CN=1, STAGES=8, EPI=0)
+    assert config_for(spec, problem(1024, 1024, 2048)) == spec.config(BM=128, BN=64, CN=2, STAGES=8, EPI=0)
+    assert config_for(spec, problem(1280, 1280, 1280)) == spec.config(BN=64, CN=1, STAGES=5, EPI=0)
+    assert config_for(spec, problem(2048, 1024, 1024)) == spec.config(BN=64, CN=1, STAGES=5, EPI=0)
+    assert config_for(spec, problem(512, 512, 8192)) == spec.config(SPLIT=1, EPI=0)
     assert config_for(spec, problem(1536, 1536, 1536)) == spec.config(EPI=0)
     # stream-K (SK = 1) where its cost is below the idle share of the last wave of whole tiles:
     # 3072^2 (2.2 waves of 66 cluster tiles), 5120^2, 6144^2 and 8192^2, not 4096^2 (3.9) nor one wave

@@ -108,9 +108,7 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
         cfg = tc07_tile(problem)[0]
     else:
         cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
-        if spec.id == "tc08_tf32" and cfg["SPLIT"] == 0 and problem.M * problem.N <= TC08_SMALL_MN:
-            cfg = _rule_config(spec, tuple(sorted({**cfg.as_dict(), "BN": 64, "CN": 1}.items())))
-        cfg = _tf32_stream_k_config(spec, problem, cfg)
+        cfg = _tf32_small_tile(spec, problem, _tf32_stream_k_config(spec, problem, cfg))
     return _problem_config(spec, problem, cfg)
 
 
@@ -206,12 +204,57 @@ def epilogue_for(spec: KernelSpec, problem: GemmProblem) -> int:
     return 0 if _tma_stores_in_place(problem) or wide_d(spec, problem) else 1
 
 
-# tc08 on small problems that it does not split: 256 x 64 tiles, one consumer warpgroup, no
-# clusters, spread the few tiles over four times the SMs. TF32 on an H100 (results/nvidia-h100-
-# 80gb-hbm3/tune-tf32-bn64-20261123T185801Z.json): 0.69x cuBLAS at 512^3 against 0.48x with 256 x
-# 128 pairs, 0.63x against 0.47x at 768^3, 0.68x against 0.65x (split) at 1024^3; from 1536^3 on
-# the pairs win (0.90x against 0.71x).
-TC08_SMALL_MN = 1024 * 1024
+# tc08's tiles for problems that leave most SMs idle with its 256 x 128 pairs: each as (config,
+# fixed cost in us, us a 256 x 128 x 1024 block tile), a least-squares fit of time = fixed + unit x
+# waves x (tile area / 256 x 128) x K / 1024 to TF32 launches on an H200 at 13 shapes from 256^3 to
+# 2048^3 (results/nvidia-h200/probe-tf32-small-20261124T212207Z.json; rms 0.6-1.4 us, 3.8 for 256 x 64).
+# The narrow tiles run a block tile slower (their MMAs are narrower and one consumer warpgroup
+# waits on its own loads) but spread a small problem over more SMs, and cost less to start: a
+# cluster of two and the pairs' two consumers cost 2-3 us more. 128 x 64 tiles (m64n128k8 MMAs)
+# gained most from a deeper ring: eight stages against four ran 13-22% faster at 512^3-1024^3.
+# The rule before them (256 x 64 tiles up to 1024^2, four stages) ran 0.72x-0.82x cuBLAS TF32 at
+# 256^3-1024^3 in the same record, the choice now 0.99x-1.11x; at shapes the fit did not see
+# 0.79x-1.07x against 1.04x-1.51x (probe-tf32-small-check-20261124T213124Z.json). Not modelled: a
+# tile row partly outside the matrix runs slower than its share (docs/ladder.md, "128-row tiles").
+TC08_PAIRS = (9.3, 18.8)  # the default 256 x 128 pairs (and their single blocks where N <= 128)
+TC08_TILES: tuple[tuple[dict[str, int], float, float], ...] = (
+    (dict(BN=64, CN=1, STAGES=5), 5.8, 27.0),
+    (dict(BM=128, BN=64, CN=1, STAGES=8), 5.9, 37.0),
+    (dict(BM=128, BN=64, CN=2, STAGES=8), 7.4, 31.2),
+)
+
+
+def tf32_time(problem: GemmProblem, cfg: GemmConfig, fixed_us: float, unit_us: float) -> float:
+    """tc08's modelled time in us with cfg: fixed_us plus unit_us for every 256 x 128 x 1024 of block
+    tile its busiest slot runs -- whole waves of tiles, or with SPLIT or SK their split's time
+    (registry.split_time, stream_k_time), in tile-times."""
+    d = cfg.as_dict()
+    slots = registry._sm_count(problem.device) // (d["CM"] * d["CN"])
+    tiles = registry.cdiv(problem.M, d["BM"] * d["CM"]) * registry.cdiv(problem.N, d["BN"] * d["CN"])
+    kt = registry.cdiv(problem.K, d["BK"])
+    if slots == 0:
+        return float("inf")
+    if d["SPLIT"] and registry.split_k_ways(tiles, slots, kt):
+        tile_times = registry.split_time(tiles, slots, kt)
+    elif d["SK"]:
+        tile_times = registry.stream_k_time(tiles, slots, kt)
+    else:
+        tile_times = -(-tiles // slots)
+    return fixed_us + unit_us * problem.K / 1024 * tile_times * d["BM"] * d["BN"] / (256 * 128)
+
+
+def _tf32_small_tile(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> GemmConfig:
+    """tc08's config: cfg (its pairs, whole, split or stream-K) or one of TC08_TILES, whichever
+    tf32_time puts first."""
+    if spec.id != "tc08_tf32":
+        return cfg
+    best, best_time = cfg, tf32_time(problem, cfg, *TC08_PAIRS)
+    for overrides, fixed_us, unit_us in TC08_TILES:
+        c = _rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), **overrides}.items())))
+        t = tf32_time(problem, c, fixed_us, unit_us)
+        if t < best_time:
+            best, best_time = c, t
+    return best
 
 
 # tc08's clusters pair blocks along N (CN = 2). On a problem no wider than one block (N <= BN) the
@@ -249,7 +292,7 @@ def _size_rule_config(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     """Every config 'auto' can launch a kernel with: its default, those of its size rules and, for
     tc07, its other tiles; for tc08 and tc09 their split instantiations, tc08's single blocks for
-    narrow problems and its 256 x 64 tiles for small ones."""
+    narrow problems and its tiles for small ones (TC08_TILES)."""
     out = [spec.default_config()]
     for _, _, overrides in SIZE_RULES.get(spec.id, ()):
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
@@ -258,8 +301,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "CN": 1}.items()))) for c in out if c.as_dict().get("CN", 1) > 1]
     if getattr(spec, "splits_k", None) is not None:  # (the CPU ladder's specs have none)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]
-    if spec.id == "tc08_tf32":  # small problems it runs whole (TC08_SMALL_MN); stream-K over the last waves
-        out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "BN": 64, "CN": 1}.items()))))
+    if spec.id == "tc08_tf32":  # tiles for small problems (TC08_TILES); stream-K over the last waves
+        out += [_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), **o}.items()))) for o, _, _ in TC08_TILES]
         out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "SK": 1}.items()))))
     if "EPI" in spec.default_config().as_dict():  # each again with the lean epilogue (epilogue_for)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "EPI": 0}.items()))) for c in out if c["TMA_STORE"]]

@@ -892,7 +892,9 @@ def _tc08_smem(c: GemmConfig) -> int:
 
 def _check_08_tc(c: GemmConfig) -> str | None:
     return _first_failure(
-        (c["BM"] == 256, "BM must be 256 (the N of one m64n256k8 MMA: C's rows are the MMA's columns)"),
+        (c["BM"] in (128, 256), "BM must be 256 or 128 (the N of one m64n256k8 or m64n128k8 MMA: C's rows are the MMA's columns)"),
+        (c["BM"] == 256 or (c["SPLIT"] == 0 and c["SK"] == 0),
+         "BM = 128 runs whole tiles only (SPLIT = 0, SK = 0): the workspace's parts are 64 x 256"),
         (c["BN"] in (64, 128), "BN must be 64 or 128 (one consumer warpgroup per 64 columns of C)"),
         (c["BK"] == 32, "BK must be 32 (32 fp32: one 128-byte swizzle row)"),
         (c["STAGES"] >= 2, "STAGES must be at least 2"),
@@ -918,7 +920,7 @@ TC_08 = KernelSpec(
     source="tensorcore/08_tf32.cu",
     entry="tc_tf32",
     params=(
-        Param("BM", 256, "rows of C a block (256: the N of one m64n256k8 MMA)"),
+        Param("BM", 256, "rows of C a block (256 or 128: the N of one m64n256k8 or m64n128k8 MMA)"),
         Param("BN", 128, "columns of C a block: 64 per consumer warpgroup (64 or 128)"),
         Param("BK", 32, "K slice of one stage (32 fp32: one 128-byte swizzle row)"),
         _WS_STAGES,

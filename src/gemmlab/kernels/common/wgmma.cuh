@@ -189,18 +189,26 @@ __device__ __forceinline__ void wgmma_m64nk16(float (&d)[N / 2], unsigned long l
     else wgmma_m64n256k16<T, TA, TRANS_B>(d, da, db);
 }
 
-// ---- wgmma.mma_async m64n256k8 TF32: fp32 inputs, both operands K-major ------------------------
+// ---- wgmma.mma_async m64nNk8 TF32: fp32 inputs, both operands K-major -------------------------
 //
 // The tensor cores read fp32 elements from shared memory and multiply their TF32 part (sign, 8
 // exponent bits, the top 10 mantissa bits); products are summed in fp32. TF32 has no transposed
-// operand form: A and B are both K-major (rows along M or N, K contiguous). Same accumulator
-// layout as the 16-bit m64n256. After d: %128 and %129 the descriptors; scale-d = 1, scale-a =
-// scale-b = 1.
-__device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], unsigned long long da, unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D128
-                 ", %128, %129, 1, 1, 1;\n"
-                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
-                 : "l"(da), "l"(db));
+// operand form: A and B are both K-major (rows along M or N, K contiguous). N = 256 (128
+// accumulators a thread) or 128 (64), with the accumulator layout of the 16-bit m64nN. After d:
+// the two descriptors; scale-d = 1, scale-a = scale-b = 1.
+template <int N>
+__device__ __forceinline__ void wgmma_m64nk8_tf32(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+    static_assert(N == 128 || N == 256, "m64n128k8 or m64n256k8");
+    if constexpr (N == 256)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D128
+                     ", %128, %129, 1, 1, 1;\n"
+                     : GEMMLAB_WGMMA_D128_OPERANDS(d)
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D64
+                     ", %64, %65, 1, 1, 1;\n"
+                     : GEMMLAB_WGMMA_D64_OPERANDS(d)
+                     : "l"(da), "l"(db));
 }
 
 // The same MMA with A from registers ("RS" form): each thread passes four fp32 values of A, the
@@ -209,12 +217,20 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], unsigned l
 // In registers A has no layout, so an operand that lives N-major in shared memory can be A here:
 // the threads pick its elements as they load them. The registers must hold well-formed TF32 values
 // (to_tf32) and stay untouched until the MMA's group has completed (wgmma_wait); ptxas keeps
-// them alive that long. After d: %128-%131 the fragment, %132 the descriptor of B.
-__device__ __forceinline__ void wgmma_m64n256k8_tf32_rs(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D128
-                 ", {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
-                 : GEMMLAB_WGMMA_D128_OPERANDS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+// them alive that long. After d: the fragment's four registers, then the descriptor of B.
+template <int N>
+__device__ __forceinline__ void wgmma_m64nk8_tf32_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db) {
+    static_assert(N == 128 || N == 256, "m64n128k8 or m64n256k8");
+    if constexpr (N == 256)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D128
+                     ", {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
+                     : GEMMLAB_WGMMA_D128_OPERANDS(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D64
+                     ", {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+                     : GEMMLAB_WGMMA_D64_OPERANDS(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
 // fp32 -> TF32 (10 mantissa bits), rounded to nearest (ties to even), in a 32-bit register. On

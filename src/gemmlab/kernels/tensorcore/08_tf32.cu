@@ -11,7 +11,8 @@
 // epilogue writes back transposed.
 //
 // Otherwise as tc07: persistent blocks walking grouped tiles, pairs of blocks sharing a tile by
-// TMA multicast, a producer warpgroup and two consumer warpgroups of m64n256k8 MMAs. With
+// TMA multicast, a producer warpgroup and two consumer warpgroups of m64n256k8 MMAs (for small
+// problems also one consumer, and 128-row tiles of m64n128k8: configs.TC08_TILES). With
 // TMA_STORE the epilogue, as tc07's, leaves through shared memory: each consumer transposes its
 // tile in 64 x 64 chunks into a 128-byte-swizzled staging buffer and one thread hands each chunk to
 // TMA stores, so the threads do not wait on 128 scalar global stores each.
@@ -32,20 +33,20 @@
 // pass, so the fix-up costs half as much against the wave it saves.
 #include "common/tma.cuh"
 
-// The TMA-store epilogue of a consumer warpgroup whose acc holds a 64 x 256 tile of D^T (top-left
-// D^T[n0][m0]): four chunks of 64 rows of D (m) x 64 columns (n), chunk j from registers i in
-// [32 j, 32 j + 32), each through `staging` (tma.cuh's 16 KB fp32 staging: two 128-byte-swizzled
+// The TMA-store epilogue of a consumer warpgroup whose acc holds a 64 x 2 NACC tile of D^T (top-left
+// D^T[n0][m0]; NACC = 128 or 64): NACC / 32 chunks of 64 rows of D (m) x 64 columns (n), chunk j
+// from registers i in [32 j, 32 j + 32), each through `staging` (tma.cuh's 16 KB fp32 staging: two 128-byte-swizzled
 // boxes of 64 rows x 32 fp32, n < 32 and n >= 32) and two TMA stores, which clip at the matrix edge. For one register, a
 // warp writes rows m, m + 2, m + 4, m + 6 at eight consecutive n -- two 16-byte units a row -- and
 // the swizzle (unit ^ m % 8) spreads the 32 words over all 32 banks. WITH_C = false leaves out the
 // reads of C (a launch with beta = 0).
-template <bool WITH_C>
-__device__ __forceinline__ void store_transposed_tma(const float (&acc)[128], const float* C, const gemmlab::TensorMap* tmD,
+template <bool WITH_C, int NACC>
+__device__ __forceinline__ void store_transposed_tma(const float (&acc)[NACC], const float* C, const gemmlab::TensorMap* tmD,
                                                      unsigned char* staging, int barrier_id, int m0, int n0, int M,
                                                      int N, int ldc, float alpha, float beta) {
     const int ctid = threadIdx.x % 128, lane = ctid % 32, n_top = (ctid / 32) * 16 + lane / 4;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < NACC / 32; ++j) {
         if (ctid == 0) gemmlab::bulk_wait_read<0>();  // the last chunk's stores have read the buffer
         gemmlab::named_barrier(barrier_id, 128);
 #pragma unroll
@@ -80,8 +81,9 @@ __device__ __forceinline__ void tf32_pieces(const gemmlab::StreamK& sched, int f
     }
 }
 
-// BM x BN: one block's tile of C. BM = 256 rows of C (the N of one m64n256k8 MMA); BN = 64
-// columns per consumer warpgroup (the MMA's M). BK = 32 fp32 (one 128-byte swizzle row).
+// BM x BN: one block's tile of C. BM = 256 or 128 rows of C (the N of one m64n256k8 or m64n128k8
+// MMA; 128 for small problems, whole tiles only: SPLIT = SK = 0); BN = 64 columns per consumer
+// warpgroup (the MMA's M). BK = 32 fp32 (one 128-byte swizzle row).
 // CM, CN: blocks per cluster along M or along N (at most one of them 2). Along M the pair shares
 // its B tile, along N its A tile, each block loading half and multicasting it.
 // GROUP: cluster rows (columns, when CN = 2) per scheduling group. TMA_STORE: 1 the staged epilogue
@@ -106,13 +108,14 @@ __global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
         const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D,
         float* WS, unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
-    constexpr int CONSUMERS = BN / 64, CL = CM * CN;
+    constexpr int CONSUMERS = BN / 64, CL = CM * CN, NACC = BM / 2;  // accumulators a consumer thread
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(float);
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (BN = 64 or 128)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
-    static_assert(BM == 256, "BM is the N of one m64n256k8 MMA");
+    static_assert(BM == 256 || BM == 128, "BM is the N of one m64n256k8 or m64n128k8 MMA");
+    static_assert(BM == 256 || (SPLIT == 0 && SK == 0), "the workspace parts are 64 x 256: BM = 128 runs whole tiles");
     static_assert(BK == 32, "a K stage is one 128-byte swizzle row: 32 fp32");
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 blocks, along M or along N");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
@@ -251,7 +254,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             }
             unpublished = false;
         };
-        float acc[128];
+        float acc[NACC];
         // One stage: its fragments into f, four MMAs, and the previous stage released once its
         // MMAs are done (wait<1>: one group stays in flight). Two fragment arrays take turns, so
         // a stage's loads never write registers an MMA in flight still reads -- on no path
@@ -268,16 +271,16 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
 #pragma unroll
             for (int s = 0; s < BK / 8; ++s) {
                 if constexpr (TB) {
-                    gemmlab::wgmma_m64n256k8_tf32(acc, da + ((s * 8 * 4) >> 4), db + ((s * 8 * 4) >> 4));
+                    gemmlab::wgmma_m64nk8_tf32<BM>(acc, da + ((s * 8 * 4) >> 4), db + ((s * 8 * 4) >> 4));
                 } else {
                     const unsigned a[4] = {f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3]};
-                    gemmlab::wgmma_m64n256k8_tf32_rs(acc, a, db + ((s * 8 * 4) >> 4));
+                    gemmlab::wgmma_m64nk8_tf32_rs<BM>(acc, a, db + ((s * 8 * 4) >> 4));
                 }
             }
             gemmlab::wgmma_commit();
             gemmlab::wgmma_wait<1>();
 #pragma unroll
-            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+            for (int i = 0; i < NACC; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (kt > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
             if (SK != 0 && unpublished) publish();  // (kt == k_begin: this stage's MMAs are in flight)
         };
@@ -287,7 +290,7 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             k_begin = k_first;
             tile_origin(t, row0, col0);
 #pragma unroll
-            for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            for (int i = 0; i < NACC; ++i) acc[i] = 0.0f;
             unsigned f0[16], f1[16];
             int kt = k_begin;
 #pragma unroll 1
@@ -298,23 +301,29 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             if (kt < k_end) step(f0, kt++, it++);  // an odd count: the last stage after f1's
             gemmlab::wgmma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+            for (int i = 0; i < NACC; ++i) gemmlab::wgmma_fence_operand(acc[i]);
             if (k_end > k_begin) gemmlab::release_stage<CL>(&empty[(it - 1) % STAGES]);
-            if (SK != 0 && k_end < sched.KT) {  // a tile's head: its part to the workspace; the flag follows
-                gemmlab::store_part(acc, part(blockIdx.x));
-                unpublished = true;
-                return;
+            if constexpr (SK != 0) {  // (BM = 256: the parts are 64 x 256)
+                if (k_end < sched.KT) {  // a tile's head: its part to the workspace; the flag follows
+                    gemmlab::store_part(acc, part(blockIdx.x));
+                    unpublished = true;
+                    return;
+                }
+                if (k_begin > 0)  // a tile's tail: its owner adds the head, from the slot(s) before
+                    gemmlab::add_head_parts(acc, sched, t, first, CL, rank, tid % 128, 1 + c, part, flag);
             }
-            if (SK != 0 && k_begin > 0)  // a tile's tail: its owner adds the head, from the slot(s) before
-                gemmlab::add_head_parts(acc, sched, t, first, CL, rank, tid % 128, 1 + c, part, flag);
-            if (SK == 0 && ways)  // the runs of the tile add up its parts, a share each: D^T's row r is column n of D
-                gemmlab::split_k_finish<CONSUMERS>(acc, WS, FLAGS, t, run, ways, CL, rank, c,
-                                                   [&](int r, int col, float v) {
-                    const int m = row0 + col, n = col0 + 64 * c + r;
-                    if (m < M && n < N)
-                        D[gemmlab::offset(m, n, ldd)] = gemmlab::epilogue16<float>(v, alpha, beta, C, gemmlab::offset(m, n, ldc));
-                });
-            else if (EPI == 0)
+            if constexpr (SPLIT != 0) {
+                if (ways) {  // the runs of the tile add up its parts, a share each: D^T's row r is column n of D
+                    gemmlab::split_k_finish<CONSUMERS>(acc, WS, FLAGS, t, run, ways, CL, rank, c,
+                                                       [&](int r, int col, float v) {
+                        const int m = row0 + col, n = col0 + 64 * c + r;
+                        if (m < M && n < N)
+                            D[gemmlab::offset(m, n, ldd)] = gemmlab::epilogue16<float>(v, alpha, beta, C, gemmlab::offset(m, n, ldc));
+                    });
+                    return;
+                }
+            }
+            if (EPI == 0)
                 store_transposed_tma<false>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
             else if (tma_store)
                 store_transposed_tma<true>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
