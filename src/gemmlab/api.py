@@ -272,7 +272,7 @@ def _tensor_maps(plan: _Plan, problem: GemmProblem, operands: dict[str, tuple]) 
             # never read: no K step loads nothing; an out TMA cannot store to takes register stores
             t, rows, cols, ld = _placeholder(problem.device, problem.dtype), 1, 8, 8
         else:
-            t, rows, cols, ld = operands[name]
+            t, rows, cols, ld = operands[name.split("_")[0]]  # "a_edge": A again, with another box
         maps.append(tma.tensor_map(t, rows, cols, ld, boxes[name]))
     return tuple(maps)
 

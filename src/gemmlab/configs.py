@@ -214,8 +214,9 @@ def epilogue_for(spec: KernelSpec, problem: GemmProblem) -> int:
 # gained most from a deeper ring: eight stages against four ran 13-22% faster at 512^3-1024^3.
 # The rule before them (256 x 64 tiles up to 1024^2, four stages) ran 0.72x-0.82x cuBLAS TF32 at
 # 256^3-1024^3 in the same record, the choice now 0.99x-1.11x; at shapes the fit did not see
-# 0.79x-1.07x against 1.04x-1.51x (probe-tf32-small-check-20261124T213124Z.json). Not modelled: a
-# tile row partly outside the matrix runs slower than its share (docs/ladder.md, "128-row tiles").
+# 0.79x-1.07x against 1.04x-1.51x (probe-tf32-small-check-20261124T213124Z.json). A tile row partly
+# outside the matrix ran slower than its share until tc08 stopped loading A's rows there
+# (docs/ladder.md, "128-row tiles and a modelled choice").
 TC08_PAIRS = (9.3, 18.8)  # the default 256 x 128 pairs (and their single blocks where N <= 128)
 TC08_TILES: tuple[tuple[dict[str, int], float, float], ...] = (
     (dict(BN=64, CN=1, STAGES=5), 5.8, 27.0),

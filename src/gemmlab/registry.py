@@ -76,7 +76,8 @@ class KernelSpec:
     # float for fp32 output): the bf16/fp16 kernels
     type_param: bool = False
     # TMA kernels (tc05 on) take one tensor map per named operand ("a", "b", "d"), in that order,
-    # before the pointers; tma_boxes gives each map's box (rows, cols) for a config.
+    # before the pointers; tma_boxes gives each map's box (rows, cols) for a config. "a_edge" (tc08)
+    # is a second map of A with another box.
     tma: tuple[str, ...] = ()
     tma_boxes: Callable[[GemmConfig], dict[str, tuple[int, int]]] = field(default=lambda cfg: {}, repr=False)
     cluster: Callable[[GemmConfig], Dim3] | None = field(default=None, repr=False)  # blocks per cluster
@@ -941,9 +942,10 @@ TC_08 = KernelSpec(
     dynamic_smem=_tc08_smem,
     check_config=_check_08_tc,
     seeds="issue 3: TF32 on request; wgmma reads TF32 from shared memory K-major only, A may come from registers",
-    tma=("a", "b", "d"),
+    tma=("a", "b", "d", "a_edge"),
     tma_boxes=lambda c: {
         "a": (c["BM"] // c["CN"], c["BK"]),
+        "a_edge": (64, c["BK"]),  # A again, in boxes of 64 rows: a tile past row M skips those outside
         "b": (c["BN"] // c["CM"], c["BK"]) if c["TB"] else (c["BK"], 32),  # rows n of K, or rows k of 32 n
         "d": (64, 32),  # the epilogue's pieces: 64 rows of D x 32 fp32
     },

@@ -106,11 +106,12 @@ template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA
           int SK>
 __global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
-        const __grid_constant__ gemmlab::TensorMap tmD, const float* A, const float* B, const float* C, float* D,
+        const __grid_constant__ gemmlab::TensorMap tmD, const __grid_constant__ gemmlab::TensorMap tmA_edge,
+        const float* A, const float* B, const float* C, float* D,
         float* WS, unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int CONSUMERS = BN / 64, CL = CM * CN, NACC = BM / 2;  // accumulators a consumer thread
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
-    constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(float);
+    constexpr int A_EDGE = 64;  // rows of tmA_edge's boxes (registry: tma_boxes)
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (BN = 64 or 128)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
@@ -181,15 +182,35 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
             tf32_pieces<SK>(sched, first, pieces, stride, ways, piece_of, [&](int t, int k_begin, int k_end, int) {
                 int row0, col0;
                 tile_origin(t, row0, col0);
+                // A tile with 64 rows or more below row M is loaded in boxes of 64 rows (tmA_edge), and
+                // those wholly below row M are skipped. TMA fills a box's rows outside the matrix with
+                // zeros, and slowly: a last tile row half outside took 1.4 times as long as a whole
+                // one. The skipped shared-memory rows keep what they held, which reaches only D's rows
+                // m >= M (D^T's columns), never stored. Other tiles take one box a block: four boxes of
+                // 64 rows instead cost 15% at 1280 x 1280 x 1408, two instead of one with 2 rows
+                // outside 6% at 1022^3.
+                const bool a_whole = M - row0 > BM - A_EDGE;
+                const int a_boxes = a_whole ? BM / A_EDGE : max(0, min(BM / A_EDGE, gemmlab::ceil_div(M - row0, A_EDGE)));
+                const unsigned bytes = (a_boxes * A_EDGE * BK + STAGE_B) * sizeof(float);
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES, k0 = kt * BK;
                     if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
-                    gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                    // A's rows (shared along N: each block of a CN pair loads half), B's rows of K (TB) or
-                    // boxes of 32 columns (shared along M), as gemmlab::load_stage lays them out
+                    gemmlab::mbar_arrive_expect_tx(&full[stage], bytes);
+                    // A's rows (shared along N: each block of a CN pair loads half, multicast), B's rows of
+                    // K (TB) or boxes of 32 columns (shared along M), as gemmlab::load_stage lays them out
                     const unsigned bar = gemmlab::smem_addr(&full[stage]);
-                    gemmlab::load_stage<float, BM, BK, CN, 1>(sA_addr + stage * STAGE_A * 4, &tmA, bar, k0, row0,
-                                                              CN > 1 ? rank : 0);
+                    if (a_whole) {
+                        gemmlab::load_stage<float, BM, BK, CN, 1>(sA_addr + stage * STAGE_A * 4, &tmA, bar, k0, row0,
+                                                                  CN > 1 ? rank : 0);
+                    } else {
+                        for (int j = 0; j < BM / CN / A_EDGE; ++j) {
+                            const int box = (CN > 1 ? static_cast<int>(rank) : 0) * (BM / CN / A_EDGE) + j;
+                            if (box >= a_boxes) break;
+                            const unsigned dst = sA_addr + (stage * STAGE_A + box * A_EDGE * BK) * 4;
+                            if constexpr (CN > 1) gemmlab::tma_load_2d_multicast(dst, &tmA_edge, bar, row0 + box * A_EDGE, k0, 3);
+                            else gemmlab::tma_load_2d(dst, &tmA_edge, bar, row0 + box * A_EDGE, k0);
+                        }
+                    }
                     gemmlab::load_stage<float, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * 4, &tmB, bar, k0, col0,
                                                                CM > 1 ? rank : 0);
                 }
