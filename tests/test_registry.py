@@ -152,7 +152,7 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
-    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1), (192, 256, 2)]
+    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1), (192, 256, 2), (128, 128, 1)]
     # each again with the lean epilogue, all of those for a B stored transposed, then all of those
     # for an A stored transposed
     in_use = configs_in_use(registry.get("tc07_persistent_cluster"))
@@ -168,7 +168,8 @@ def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
     where it fills the waves better (2304 x 2816: 66 cluster tiles, one wave, against 99; 5632^2),
     and where both fill the same waves (6144^2: 6 against 9) below configs.TALL_TILE_MAX_FLOPS, its
     rate of 1.01 breaking the tie; above it, power-limited, no gain of its own is assumed (H200
-    records tune-rate192-*, tune-m192-rate-*)."""
+    records tune-rate192-*, tune-m192-rate-*); 128 x 128 where 128 x 192 and 64 x 128 leave SMs
+    idle that it fills (1280^2)."""
     from gemmlab.configs import config_for, tile_time
 
     def tile(M, N, K=512):
@@ -180,6 +181,9 @@ def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
         (64, 128, 1), (64, 128, 1), (64, 128, 1), (128, 192, 1), (128, 256, 1), (128, 256, 1),
         (128, 192, 1), (128, 256, 2), (128, 256, 2)]  # fmt: skip
     assert tile(1, 8192) == (64, 128, 1) and tile(16384, 512) == (128, 256, 2)  # thin: fill the SMs / no wave lost
+    # 128 x 128 where 100 of them fill one wave that 128 x 192 tiles (70) and 64 x 128 ones (two
+    # waves) fill worse: 1280^2, 1024 x 1536 (H200, probe-bf16-128x128-*.json)
+    assert tile(1280, 1280) == (128, 128, 1) and tile(1024, 1536) == (128, 128, 1)
     assert [tile(2304, 2816), tile(5632, 5632), tile(6144, 6144), tile(2305, 2816)] == [
         (192, 256, 2), (192, 256, 2), (192, 256, 2), (128, 256, 1)]  # 6144^2: 6 and 9 waves; 2305: 2 waves of 192
     # the same tie of waves past TALL_TILE_MAX_FLOPS (6144^2 x 16384, 10752^3): 128 x 256

@@ -41,7 +41,7 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # throughput per SM against 128 x 256 at 2048-8192: 128 x 192 0.80-0.90, 64 x 128 0.45-0.55.
 # Measured picks: 64 x 128 at 512-1024 (0.86-0.91x cuBLAS against 0.55-0.59x for 128 x 256), 128 x
 # 192 at 1536 (0.85x against 0.71x) and 3072 (0.86x against 0.75x, and tc09's 0.83x). 128 x 128
-# tiles (CM 1 or 2) never won a size there, so 'auto' does not use them. On an H200 the 128 x 192
+# tiles (CM 1 or 2, four stages) never won a size there (on an H200 with six stages: below). On an H200 the 128 x 192
 # tile's rate came out at 0.84-0.95, median 0.91, over 19 shapes from 2304 x 2304 x 8192 to 7936 x
 # 7936 x 2048 (results/nvidia-h200/tune-skcost-*.json, against 128 x 256 in the same rounds), and
 # with the 0.85 of the H100 'auto' split 3072^3 with tc09 once stream-K's cost was refitted
@@ -62,10 +62,19 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
 # power-limited it was 0.5-2% behind at 7936^3 (560-610 W, 1950-1965 MHz) and 1.3-1.5% at 10752^3.
 # Elsewhere its rate is 1.0, and 'auto' takes it only where its taller tiles fill the waves better
 # (2304 x 2816: one wave instead of one and a half; 5632^2).
+# 128 x 128 single blocks with six stages (H200, bf16, 2026-11-24): where 'auto' had 128 x 192 tiles
+# leave a third of the SMs idle -- 1280^2 is 70 of them, 100 of 128 x 128 -- it ran 17-29% faster:
+# 1280^3 1.00x cuBLAS against 0.82x, 1024 x 1536 x 4096 0.85x against 0.66x, and so at all eleven
+# shapes drawn from the 71 of 1024 (M, N = 256..8192 in steps of 256, K = 4096) where a rate of
+# 0.85 changes the choice (results/nvidia-h200/probe-bf16-128x128-*.json, two runs). A rate of
+# 0.95 would also take it from 64 x 128, 128 x 192 and tc09 at 81 more; it lost to each at all
+# twelve drawn from those (probe-bf16-128x128-rate-*.json: 0.54x-0.83x against 0.74x-1.01x). Four
+# stages ran 2-6% slower than six at 1024-2048 (probe-bf16-small-20261124T214530Z.json).
 TC07_TILES: tuple[tuple[dict[str, int], float], ...] = (
     (dict(BN=192, CM=1), 0.91),
     (dict(BM=64, BN=128, CM=1, STAGES=8), 0.45),
     (dict(BM=192, STAGES=3), 1.01),
+    (dict(BN=128, CM=1, STAGES=6), 0.85),
 )
 TALL_TILE_MAX_FLOPS = 5e11  # 2 x 6300^3: past it the 192-row tile's gain is gone (power-limited)
 
