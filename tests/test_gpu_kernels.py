@@ -291,13 +291,19 @@ def test_tf32_small_tiles_against_float64(cfg, M, N, K):
     pairs, m64n128k8 MMAs for the 128-row ones) with beta != 0 and C read, TMA stores or scalar
     from registers (TMA_STORE = 0, or an N that is not a multiple of 4), at sizes no tile divides,
     into poisoned D, twice."""
-    kernel = "tc08_tf32"
-    a, b = mat(kernel, M, K, torch.float32), mat(kernel, K, N, torch.float32)
+    a, b = mat("tc08_tf32", M, K, torch.float32), mat("tc08_tf32", K, N, torch.float32)
+    tf32_twice_with_c(a, b, cfg, f"M={M} N={N} K={K}")
+
+
+def tf32_twice_with_c(a, b, cfg, label):
+    """tc08 with cfg on a and b, alpha = 0.5, beta = -1 and a C, into poisoned D: checked against
+    float64, twice (the second launch reuses the plan, its maps and any flags)."""
+    kernel, (M, N) = "tc08_tf32", (a.shape[0], b.shape[1])
     c, out = mat(kernel, M, N, torch.float32), mat(kernel, M, N, torch.float32, float("nan"))
     run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg, precision="tf32")
     for _ in range(2):
         run()
-        assert_ok(out, a, b, c, 0.5, -1.0, f"M={M} N={N} K={K} {cfg.as_dict()}", kernel)
+        assert_ok(out, a, b, c, 0.5, -1.0, f"{label} {cfg.as_dict()}", kernel)
         out.fill_(float("nan"))
 
 
@@ -404,14 +410,8 @@ def test_tf32_reads_a_transposed_b_from_shared_memory(cfg, M, N, K):
     """tc08 on a B stored transposed (w.t(), TB = 1): both operands K-major in shared memory, each
     config 'auto' may launch (whole tiles, split-K, single blocks, 256 x 64) and clusters along M
     sharing B's rows, at sizes no tile divides, with alpha and beta, into poisoned D, twice."""
-    kernel = "tc08_tf32"
-    a, b = mat(kernel, M, K, torch.float32), mat(kernel, N, K, torch.float32).t()
-    c, out = mat(kernel, M, N, torch.float32), mat(kernel, M, N, torch.float32, float("nan"))
-    run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel, config=cfg, precision="tf32")
-    for _ in range(2):
-        run()
-        assert_ok(out, a, b, c, 0.5, -1.0, f"nt M={M} N={N} K={K} {cfg.as_dict()}", kernel)
-        out.fill_(float("nan"))
+    a, b = mat("tc08_tf32", M, K, torch.float32), mat("tc08_tf32", N, K, torch.float32).t()
+    tf32_twice_with_c(a, b, cfg, f"nt M={M} N={N} K={K}")
 
 
 @pytest.mark.parametrize(
