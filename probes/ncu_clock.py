@@ -5,10 +5,12 @@ show, so a kernel's time follows its clock as much as its code. probe_07_* names
 that smem_probe.py, gpc_probe.py, skew_probe.py, epilogue_probe.py and handover_probe.py write (and
 probe_07_bfirst, below). On the GPU machine, through probes/ncu_clock.sh:
     PYTHONPATH=src bash probes/ncu_clock.sh 4096x4096x4096 tc07_persistent_cluster probe_07_noload cublas
-which runs `python3 probes/ncu_clock.py run SHAPE KERNEL...` under ncu and then
+(NCU_DTYPE=tf32 for float32 operands multiplied as TF32: tc08 and cuBLAS TF32), which runs
+`python3 probes/ncu_clock.py run SHAPE KERNEL...` under ncu and then
 `python3 probes/ncu_clock.py table CSV` (one line a launch)."""
 
 import csv
+import os
 import pathlib
 import sys
 
@@ -26,9 +28,13 @@ def run(shape: str, requests: list[str]) -> None:
     from gemmlab.bench.run import parse_kernel_config
 
     M, N, K = (int(x) for x in shape.lower().split("x"))
-    a = (torch.rand(M, K, device="cuda") * 2 - 1).bfloat16()
-    b = (torch.rand(K, N, device="cuda") * 2 - 1).bfloat16()
-    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    # NCU_DTYPE=tf32: float32 operands multiplied as TF32 (tc08; cuBLAS with TF32 on); else bf16
+    tf32 = os.environ.get("NCU_DTYPE") == "tf32"
+    dtype = torch.float32 if tf32 else torch.bfloat16
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a = (torch.rand(M, K, device="cuda") * 2 - 1).to(dtype)
+    b = (torch.rand(K, N, device="cuda") * 2 - 1).to(dtype)
+    out = torch.empty(M, N, device="cuda", dtype=dtype)
     if any(r.startswith("probe_07_") for r in requests):  # smem_probe.py's copies of tc07
         sys.path.insert(0, str(pathlib.Path(__file__).parent))
         import smem_probe
@@ -58,7 +64,7 @@ def run(shape: str, requests: list[str]) -> None:
             launches.append(lambda: torch.mm(a, b, out=out))
             continue
         kid, cfg = parse_kernel_config(req)
-        launches.append(prepare(a, b, kernel=kid, out=out, config=cfg))
+        launches.append(prepare(a, b, kernel=kid, out=out, config=cfg, precision="tf32" if tf32 else "fp32"))
     for f in launches:  # compile, load, warm
         f()
     torch.cuda.synchronize()

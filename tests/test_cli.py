@@ -91,6 +91,11 @@ def test_bench_on_the_cpu_writes_records(tmp_path):
     assert all(r["error"]["passed"] and r["reps"] == 3 and r["median_ms"] > 0 for r in run["records"])
 
 
+def test_auto_is_a_gpu_bench_request():
+    res = runner.invoke(app, ["bench", "-d", "cpu", "-k", "auto"])
+    assert res.exit_code == 2 and "gemm()'s GPU choice" in res.output
+
+
 def test_kernel_of_the_wrong_device_is_a_usage_error():
     res = runner.invoke(app, ["bench", "-d", "cpu", "-k", "sgemm_01_naive"])
     assert res.exit_code == 2 and "runs on cuda, not cpu" in res.output

@@ -1,5 +1,7 @@
 """Every kernel against float64 on a real GPU. Skipped without one (marker `gpu`)."""
 
+import json
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -698,6 +700,22 @@ def test_bench_resume_skips_measured_cases(tmp_path):
     )
     assert again == path and [r["kernel"] for r in recs] == ["sgemm_03_smem_tile", "sgemm_04_thread_tile_1d"]
     assert recs[0]["times_ms"] == first[0]["times_ms"]  # kept, not re-measured
+
+
+def test_bench_auto_records_the_kernel_gemm_chooses(tmp_path):
+    """-k auto times what gemm() runs: the record names the kernel and config select() chose for
+    that case (here B a transposed view, read in place), and keeps 'auto' as the request."""
+    from gemmlab.bench.run import operands, run_bench
+
+    shapes = [(16, 4096, 4096), (2048, 6144, 4096)]
+    path, recs = run_bench(["auto"], shapes, tmp_path, reps=3, warmup=0, dtype=torch.bfloat16, layout="nt",
+                           names={"4096x4096": "out"})  # fmt: skip
+    assert len(recs) == 2 and json.loads(path.read_text())["meta"]["names"] == {"4096x4096": "out"}
+    for r, (M, N, K) in zip(recs, shapes):
+        a, b = operands(M, N, K, torch.bfloat16, "cuda", "nt")
+        spec, cfg = select(problem_from_tensors(a, b, None, torch.empty(M, N, device="cuda", dtype=torch.bfloat16)))
+        assert (r["kernel"], r["config"]) == (spec.id, cfg.as_dict()) and r["extra"]["request"] == "auto"
+        assert r["dtype"] == "bfloat16-nt" and r["error"]["passed"] and r["ratio"] > 0
 
 
 @pytest.mark.parametrize("kernel", [k.id for k in registry.kernels(pending=True) if k.tma])

@@ -62,9 +62,21 @@ def test_sweep_file(tmp_path):
     bad.write_text('kernels = ["x"]\nsizes = ["4096"]\n')
     with pytest.raises(ValueError, match="unknown keys"):
         read_sweep(bad)
-    bad.write_text('dtypes = ["bfloat16"]\n')
-    with pytest.raises(ValueError, match="float32 only"):
-        read_sweep(bad)
+    for text, message in [('dtype = "int8"\n', "dtype 'int8'"), ('layout = "nx"\n', "layout 'nx'"),
+                          ('shapes = ["12x3"]\n', "'12x3'"), ('tokens = [16]\n', "go together"),
+                          ('tokens = [0]\n[weights]\n"64x64" = "w"\n', "go together")]:  # fmt: skip
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            read_sweep(bad)
+
+
+def test_model_sweep_makes_a_shape_for_every_layer_and_token_count():
+    """sweeps/models.toml: 'auto' against cuBLAS on Llama 3's linear layers (x @ w.t(), bf16)."""
+    sweep = read_sweep(ROOT / "sweeps" / "models.toml")
+    assert sweep["kernels"] == ["auto"] and sweep["dtype"] == "bf16" and sweep["layout"] == "nt"
+    assert sweep["tag"] == "models" and sweep["names"]["4096x14336"] == "8B down"
+    assert len(sweep["shapes"]) == 4 * len(sweep["names"])
+    assert (2048, 4096, 14336) in sweep["shapes"] and (16, 57344, 8192) in sweep["shapes"]
 
 
 def test_ncu_csv_of_the_committed_profile():

@@ -210,7 +210,7 @@ def check_cmd(
 
 @app.command("bench")
 def bench_cmd(
-    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default all"),
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable), or auto (what gemm() chooses, case by case); default all"),
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the seeds' sizes"),
     reps: int = typer.Option(20, min=1, help="timed runs per kernel and shape (median reported)"),
     warmup: int = typer.Option(2, min=0, help="untimed runs first"),
@@ -220,7 +220,7 @@ def bench_cmd(
     pending: bool = PENDING_OPTION,
     tag: str = typer.Option("bench", help="file name prefix; reports read 'bench' runs only (use 'tune' for config sweeps)"),
     dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16), float16 (fp16), tf32 (float32 tensors multiplied as TF32; cuBLAS with TF32 on), or bf16-fp32out / fp16-fp32out (16-bit inputs, fp32 result)"),
-    sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes, dtypes (reps, warmup)"),
+    sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes or a model's layers, dtype, layout, tag (reps, warmup): sweeps/*.toml"),
     resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
     layout: str = typer.Option("nn", help="GPU: how A and B lie in memory: nn (row-major), nt (B a transposed view, x @ w.t()), tn, tt"),
 ) -> None:
@@ -237,10 +237,14 @@ def bench_cmd(
         shape = (shape or []) + ["x".join(map(str, s)) for s in spec["shapes"]] or None
         reps = spec["reps"] or reps
         warmup = spec["warmup"] if spec["warmup"] is not None else warmup
+        dtype, layout, tag = spec["dtype"], spec["layout"], spec["tag"] or tag  # the file's, over the options'
+        names = spec["names"]
+    else:
+        names = None
     device = _pick_device(device)
     if resume is not None and device != "cuda":
         raise typer.BadParameter("--resume works for GPU runs")
-    if kernel and any("[" in k for k in kernel):
+    if kernel and any("[" in k or k == "auto" for k in kernel):
         from .bench.run import parse_kernel_config
 
         try:
@@ -258,6 +262,9 @@ def bench_cmd(
     if device == "cpu":
         from .bench import cpu as bench_cpu
 
+        if "auto" in ids:
+            raise typer.BadParameter("-k auto times gemm()'s GPU choice; on the CPU name the kernels")
+
         shapes = [parse_shape(s) for s in shape] if shape else list(bench_cpu.CPU_SHAPES)
         runner = lambda **kw: bench_cpu.run_cpu_bench(ids, shapes, out, reps=reps, warmup=min(warmup, 1), budget_s=budget, **kw)
         title, unit, scale, base = "gemmlab bench on the CPU (FP32)", "GFLOP/s", 1e3, "numpy"
@@ -273,13 +280,14 @@ def bench_cmd(
             raise typer.BadParameter(f"--layout {layout!r}: one of {', '.join(bench_run.LAYOUTS)}")
         torch_dtype = bench_run.DTYPES[dtype]
         precision = bench_run.PRECISIONS.get(dtype, "fp32")
-        for k in ids:
+        for k in (k for k in ids if k != "auto"):  # 'auto': gemm()'s choice for each case
             spec = registry.get(k.split("[")[0])
             if torch_dtype not in spec.dtypes or (torch_dtype == torch.float32 and spec.math != precision):
                 raise typer.BadParameter(f"{spec.id} does not take {dtype}; it takes {spec.dtypes} ({spec.math} math for float32)")
         runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume,
                                                   dtype=torch_dtype, precision=precision,
-                                                  out_dtype=bench_run.OUT_DTYPES.get(dtype), layout=layout, **kw)  # fmt: skip
+                                                  out_dtype=bench_run.OUT_DTYPES.get(dtype), layout=layout, names=names,
+                                                  **kw)  # fmt: skip
         title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''}{', ' + layout if layout != 'nn' else ''})", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
     for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):

@@ -84,8 +84,14 @@ def _cublas(a, b, out, backend: str):
     return pick, run
 
 
+AUTO = "auto"  # as a bench kernel: whatever gemm() chooses for each case (kernel and config)
+
+
 def parse_kernel_config(text: str):
-    """'sgemm_11_warp_tile' or 'sgemm_11_warp_tile[BK=16,WM=32]' -> (id, GemmConfig or None)."""
+    """'sgemm_11_warp_tile' or 'sgemm_11_warp_tile[BK=16,WM=32]' -> (id, GemmConfig or None);
+    'auto' -> ('auto', None)."""
+    if text == AUTO:
+        return text, None
     if "[" not in text:
         registry.get(text)
         return text, None
@@ -148,7 +154,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
     problem = problem_from_tensors(a, b, None, out, precision=precision)
     spec, cfg = select(problem, kernel_id)
     cfg = config or cfg
-    launch_kernel = prepare(a, b, kernel=kernel_id, out=out, config=cfg, precision=precision)
+    launch_kernel = prepare(a, b, kernel=spec.id, out=out, config=cfg, precision=precision)
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"  # cuBLAS in the same arithmetic
 
     # Correct first: the kernel's result and cuBLAS's against float64, before any timing.
@@ -182,7 +188,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
     best = min(cub_med, key=cub_med.get)
     loaded = jit.load_kernel(spec, cfg, device_id, *((dtype, result) if spec.type_param else (None, None)))
     return BenchRecord(
-        kernel=kernel_id,
+        kernel=spec.id,  # for 'auto', the kernel it chose (the request stays in extra)
         config=cfg.as_dict(),
         M=M,
         N=N,
@@ -241,10 +247,12 @@ def run_bench(
     precision: str = "fp32",
     out_dtype: torch.dtype | None = None,
     layout: str = "nn",
+    names: dict[str, str] | None = None,
 ) -> tuple[Path, list[dict]]:
     """kernels: ids, or 'id[NAME=VALUE,...]' for another config of a kernel (tuning; use another
     tag then, so such runs stay out of the reports). resume: a results file of an interrupted
-    run: its records are kept, the cases it has are skipped, new ones are appended to it."""
+    run: its records are kept, the cases it has are skipped, new ones are appended to it. names:
+    'NxK' -> a name for the weight of that N x K (a sweep's model layers), kept in the header."""
     if reps < 1:
         raise ValueError("reps must be >= 1")
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32: cuBLAS SGEMM, not TF32
@@ -260,6 +268,8 @@ def run_bench(
         meta["kind"] = "bench"
         meta["gate"] = "round"  # each round of timed launches queued behind a HostGate (bench.timing)
         meta["failures"] = []
+        if names:
+            meta["names"] = dict(names)
         records = []
         path = results_path(out_root, meta, tag)
     if layout not in LAYOUTS:
@@ -296,26 +306,45 @@ def run_bench(
     return path, records
 
 
-SWEEP_KEYS = {"kernels", "shapes", "dtypes", "reps", "warmup"}
+SWEEP_KEYS = {"kernels", "shapes", "dtype", "layout", "tag", "reps", "warmup", "tokens", "weights"}
 
 
 def read_sweep(path: Path) -> dict:
-    """A TOML sweep file: kernels = [...], shapes = ["4096", "2048x2048x1024"], dtypes = ["float32"],
-    optional reps and warmup. Returns the parsed values; unknown keys or dtypes are errors."""
+    """A TOML sweep file: kernels = [...] (ids, 'id[NAME=VALUE,...]' or 'auto'), shapes = ["4096",
+    "2048x2048x1024"], and optionally dtype and layout (as --dtype and --layout), tag (the records'
+    file prefix), reps and warmup. A model's layers may be given instead of, or beside, shapes:
+    tokens = [M, ...] and a table weights = {"NxK" = "name"} (the weight of x @ w.t(), [N, K]) make
+    one M x N x K shape for every M and weight; the names go into the records' header. Returns the
+    parsed values; unknown keys, dtypes or layouts are errors."""
     data = tomllib.loads(Path(path).read_text())
     unknown = set(data) - SWEEP_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}; a sweep takes {sorted(SWEEP_KEYS)}")
-    for d in data.get("dtypes", ["float32"]):
-        if d != "float32":
-            raise ValueError(f"{path}: dtype {d!r}: the registered GPU kernels take float32 only (so far)")
-    shapes = []
-    for s in data.get("shapes", []):
-        dims = [int(x) for x in str(s).lower().split("x")]
-        shapes.append(tuple(dims * 3 if len(dims) == 1 else dims))
-    if any(len(s) != 3 for s in shapes):
-        raise ValueError(f"{path}: shapes are 'N' or 'MxNxK'")
-    return dict(kernels=list(data.get("kernels", [])), shapes=shapes, reps=data.get("reps"), warmup=data.get("warmup"))
+    dtype, layout = data.get("dtype", "float32"), data.get("layout", "nn")
+    if dtype not in DTYPES:
+        raise ValueError(f"{path}: dtype {dtype!r}: one of {', '.join(DTYPES)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"{path}: layout {layout!r}: one of {', '.join(LAYOUTS)}")
+
+    def dims(text: str, n: int) -> tuple[int, ...]:
+        try:
+            d = [int(x) for x in str(text).lower().split("x")]
+        except ValueError:
+            d = []
+        d = d * 3 if n == 3 and len(d) == 1 else d
+        if len(d) != n or min(d) < 1:
+            raise ValueError(f"{path}: {text!r}: shapes are 'N' or 'MxNxK', weights 'NxK', positive integers")
+        return tuple(d)
+
+    shapes = [dims(s, 3) for s in data.get("shapes", [])]
+    weights = {dims(w, 2): str(name) for w, name in data.get("weights", {}).items()}
+    tokens = data.get("tokens", [])
+    if bool(weights) != bool(tokens) or not all(isinstance(m, int) and m > 0 for m in tokens):
+        raise ValueError(f"{path}: tokens (positive integers) and weights go together")
+    shapes += [(m, n, k) for m in tokens for (n, k) in weights]
+    return dict(kernels=list(data.get("kernels", [])), shapes=shapes, dtype=dtype, layout=layout,
+                tag=data.get("tag"), reps=data.get("reps"), warmup=data.get("warmup"),
+                names={f"{n}x{k}": name for (n, k), name in weights.items()})
 
 
 def sweep(kernels, shapes, case, path: Path, meta: dict, on_start=None, on_record=None, after=None) -> list[dict]:
