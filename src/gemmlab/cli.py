@@ -290,8 +290,8 @@ def bench_cmd(
                                                   **kw)  # fmt: skip
         title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''}{', ' + layout if layout != 'nn' else ''})", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
-    for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
-        t.add_column(col, justify="right", no_wrap=col == "kernel")
+    for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):  # a long config folds, the numbers stay
+        t.add_column(col, justify="right", no_wrap=col != "kernel", overflow="fold" if col == "kernel" else "ellipsis")
     with _progress() as prog:
         task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
 
@@ -299,7 +299,8 @@ def bench_cmd(
             prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
 
         def on_record(r):
-            name = r["kernel"] if tag == "bench" else f"{r['kernel']} {r['config']}"
+            config = ",".join(f"{k}={v}" for k, v in r["config"].items())
+            name = r["kernel"] if tag == "bench" else f"{r['kernel']}[{config}]"
             t.add_row(name, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
             prog.advance(task)
 
