@@ -291,12 +291,39 @@ def _split_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> Ge
     return split if spec.splits_k(problem, split, registry._sm_count(problem.device)) else cfg
 
 
+# Clusters of two where K is long, inside SIZE_RULES' single-block range (H200, bf16, nn and nt,
+# results/nvidia-h200/tune-cm-flat-*.json, and tune-m512-*.json at Llama 3's layers; ratios to
+# cuBLAS in the same rounds). The single-block rule was measured at K <= 2560 and 4096-8192 on
+# near-squares (tune-small-cm-*), where single blocks won by 0.3-4.9% below K = 4096. Against that:
+# - tc09 with more tiles than slots (stream-K over every slot, or its last waves): clusters ahead at
+#   every such shape with K = 4096-8192, by 0.2-10%: 512 x 10240 x 4096 +9-10%, 512 x 12288 x 8192
+#   +9.5-9.9%, 1024 x 6144 x 4096-8192 +2.6-5.2%, 1536 x 4096 x 4096 and 2560^2 x 8192 +1.2-1.5%,
+#   2048 x 3072 x 4096 +0.2-0.7%. With one wave or less tc09 is not 'auto''s choice, and half a wave
+#   or less is split along K, whose runs were fitted with single blocks: both keep the rule.
+# - tc07 (whole waves): clusters behind at K = 4096 (0-2.5%), mixed at 8192 (-0.5% to +4.6%:
+#   256 x 16384 +3.1-4.6%, 512 x 8192 +0.7-1.9%, 2048^2 -0.1 to -0.5%), ahead at 16384 by 0.7-2.2%.
+LONG_K_CLUSTERS = {"tc07_persistent_cluster": 8192, "tc09_stream_k": 4096}  # kernel id -> the least K
+
+
 def _size_rule_config(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     mn = problem.M * problem.N
     for lo, hi, overrides in SIZE_RULES.get(spec.id, ()):
         if lo <= mn and (hi is None or mn <= hi):
-            return _rule_config(spec, tuple(sorted(overrides.items())))
+            cfg = _rule_config(spec, tuple(sorted(overrides.items())))
+            return spec.default_config() if _long_k_clusters(spec, problem, cfg) else cfg
     return spec.default_config()
+
+
+def _long_k_clusters(spec: KernelSpec, problem: GemmProblem, single: GemmConfig) -> bool:
+    """Whether clusters of two (the default) serve better than the size rule's single blocks:
+    K at least LONG_K_CLUSTERS' for the kernel, and for tc09 more tiles than slots."""
+    least_k = LONG_K_CLUSTERS.get(spec.id)
+    if least_k is None or single.as_dict().get("CM") != 1 or problem.K < least_k:
+        return False
+    if spec.id != "tc09_stream_k":
+        return True
+    tiles = registry.cdiv(problem.M, single["BM"]) * registry.cdiv(problem.N, single["BN"])
+    return tiles > registry._sm_count(problem.device)
 
 
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:

@@ -1,0 +1,42 @@
+"""Probe (not part of the package): configs.LONG_K_CLUSTERS at shapes its measurements did not see.
+
+For each shape and layout (nn, and nt: B a transposed view) it works out 'auto''s choice with the
+rule and without it (LONG_K_CLUSTERS emptied) and, where they differ, times both beside cuBLAS in
+the same rounds, each checked against float64 first (gemmlab's bench: records under $OUT/results,
+tag tune-cm-check). On the GPU machine:  PYTHONPATH=src OUT=$OUT python3 probes/cm_check_probe.py"""
+import os
+from pathlib import Path
+
+import torch
+
+from gemmlab import configs
+from gemmlab.bench.run import run_bench
+from gemmlab.problem import problem_from_tensors
+
+SHAPES = [(768, 8192, 8192), (384, 12288, 4096), (1280, 5120, 8192), (640, 10240, 8192), (1536, 3072, 8192),
+          (2048, 2560, 16384), (896, 7168, 4096), (1024, 5120, 4096), (512, 6144, 16384), (256, 24576, 4096),
+          (1792, 2048, 8192), (2304, 2304, 4096), (1024, 2048, 32768), (384, 14336, 8192)]  # fmt: skip
+
+
+def choice(shape, layout: str, rule: dict) -> str:
+    M, N, K = shape  # the choice needs the shape and layout only: empty CPU tensors, the GPU's ladder
+    a = torch.empty(M, K, dtype=torch.bfloat16)
+    b = torch.empty(N, K, dtype=torch.bfloat16).t() if layout == "nt" else torch.empty(K, N, dtype=torch.bfloat16)
+    configs.LONG_K_CLUSTERS, configs._CHOICES = rule, {}
+    spec, cfg = configs.select(problem_from_tensors(a, b, device_type="cpu"), "auto", device="cuda")
+    return f"{spec.id}[{','.join(f'{k}={v}' for k, v in cfg.as_dict().items())}]"
+
+
+if __name__ == "__main__":
+    out = Path(os.environ.get("OUT", "out")) / "results"
+    rule = dict(configs.LONG_K_CLUSTERS)
+    for layout in ("nn", "nt"):
+        for shape in SHAPES:
+            new, old = choice(shape, layout, rule), choice(shape, layout, {})
+            configs.LONG_K_CLUSTERS, configs._CHOICES = rule, {}
+            if new == old:
+                print(f"{layout} {shape}: unchanged {new}")
+                continue
+            _, recs = run_bench([old, new], [shape], out, reps=20, tag="tune-cm-check", dtype=torch.bfloat16, layout=layout)
+            print(f"{layout} {shape}: without the rule {recs[0]['ratio']:.3f} ({old})\n"
+                  f"{' ' * len(layout + str(shape))}   with it {recs[1]['ratio']:.3f} ({new})")
