@@ -13,9 +13,13 @@ from gemmlab import configs
 from gemmlab.bench.run import run_bench
 from gemmlab.problem import problem_from_tensors
 
+# The first run (tune-cm-check-20261124T2311*Z.json, one file a shape) had the rule without its
+# pairing condition; the second (-2313*Z.json) with it, these shapes.
 SHAPES = [(768, 8192, 8192), (384, 12288, 4096), (1280, 5120, 8192), (640, 10240, 8192), (1536, 3072, 8192),
           (2048, 2560, 16384), (896, 7168, 4096), (1024, 5120, 4096), (512, 6144, 16384), (256, 24576, 4096),
-          (1792, 2048, 8192), (2304, 2304, 4096), (1024, 2048, 32768), (384, 14336, 8192)]  # fmt: skip
+          (1792, 2048, 8192), (2304, 2304, 4096), (1024, 2048, 32768), (384, 14336, 8192),
+          (1280, 6144, 8192), (768, 10240, 4096), (2304, 2048, 8192), (256, 20480, 8192), (1280, 4096, 16384),
+          (768, 6144, 8192)]  # fmt: skip
 
 
 def choice(shape, layout: str, rule: dict) -> str:
@@ -30,6 +34,7 @@ def choice(shape, layout: str, rule: dict) -> str:
 if __name__ == "__main__":
     out = Path(os.environ.get("OUT", "out")) / "results"
     rule = dict(configs.LONG_K_CLUSTERS)
+    path = None  # one records file for the whole run
     for layout in ("nn", "nt"):
         for shape in SHAPES:
             new, old = choice(shape, layout, rule), choice(shape, layout, {})
@@ -37,6 +42,9 @@ if __name__ == "__main__":
             if new == old:
                 print(f"{layout} {shape}: unchanged {new}")
                 continue
-            _, recs = run_bench([old, new], [shape], out, reps=20, tag="tune-cm-check", dtype=torch.bfloat16, layout=layout)
-            print(f"{layout} {shape}: without the rule {recs[0]['ratio']:.3f} ({old})\n"
-                  f"{' ' * len(layout + str(shape))}   with it {recs[1]['ratio']:.3f} ({new})")
+            path, recs = run_bench([old, new], [shape], out, reps=20, tag="tune-cm-check", dtype=torch.bfloat16,
+                                   layout=layout, resume=path)  # fmt: skip
+            last = {r["extra"]["request"]: r for r in recs if (r["M"], r["N"], r["K"]) == shape and
+                    r["dtype"].endswith(layout) == (layout == "nt")}  # fmt: skip
+            print(f"{layout} {shape}: without the rule {last[old]['ratio']:.3f} ({old})\n"
+                  f"{' ' * len(layout + str(shape))}   with it {last[new]['ratio']:.3f} ({new})")

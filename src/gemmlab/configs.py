@@ -302,6 +302,11 @@ def _split_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> Ge
 #   or less is split along K, whose runs were fitted with single blocks: both keep the rule.
 # - tc07 (whole waves): clusters behind at K = 4096 (0-2.5%), mixed at 8192 (-0.5% to +4.6%:
 #   256 x 16384 +3.1-4.6%, 512 x 8192 +0.7-1.9%, 2048^2 -0.1 to -0.5%), ahead at 16384 by 0.7-2.2%.
+# Only where the 128-row tiles pair up (an even number of them down M): with an odd number a cluster
+# row runs half empty, and tc09's modelled time then gave the shape to tc07, 5-8% slower at 384 x
+# 12288 x 4096, 640 x 10240 x 8192 and 896 x 7168 x 4096 (tune-cm-check-20261124T2311*Z.json). At
+# shapes not fitted, with pairs: 1280 x 5120 x 8192 +2.7-2.8%, 1536 x 3072 x 8192 +1.4-1.7%, 2048 x
+# 2560 x 16384 +1.9-2.2% (tc09), 1792 x 2048 x 8192 -0.9 to +0.1% (tc07).
 LONG_K_CLUSTERS = {"tc07_persistent_cluster": 8192, "tc09_stream_k": 4096}  # kernel id -> the least K
 
 
@@ -316,9 +321,12 @@ def _size_rule_config(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
 
 def _long_k_clusters(spec: KernelSpec, problem: GemmProblem, single: GemmConfig) -> bool:
     """Whether clusters of two (the default) serve better than the size rule's single blocks:
-    K at least LONG_K_CLUSTERS' for the kernel, and for tc09 more tiles than slots."""
+    K at least LONG_K_CLUSTERS' for the kernel, tiles that pair up along M, and for tc09 more
+    tiles than slots."""
     least_k = LONG_K_CLUSTERS.get(spec.id)
     if least_k is None or single.as_dict().get("CM") != 1 or problem.K < least_k:
+        return False
+    if registry.cdiv(problem.M, single["BM"]) % 2:
         return False
     if spec.id != "tc09_stream_k":
         return True
