@@ -160,6 +160,30 @@ def test_size_rules_pick_configs_by_the_size_of_c():
         (*t, epi, tb, ta) for ta in (0, 1) for tb in (0, 1) for epi in (1, 0) for t in tiles]
 
 
+def test_long_k_problems_get_clusters_of_two_inside_the_single_block_range():
+    """configs._long_k_clusters (H200 records tune-cm-flat-*, tune-cm-check-*): inside SIZE_RULES'
+    M x N range tc09 runs clusters of two from K = 4096 where it has more tiles than slots, tc07
+    from K = 16384, or 8192 on a flat problem (N >= 4 M); never where the 128-row tiles do not pair
+    up along M, nor for tc09's split-K (half a wave or less) or one wave."""
+    from gemmlab.configs import config_for
+
+    def cm(kernel, M, N, K, trans_b=False):
+        a = torch.empty((M, K), dtype=torch.bfloat16)
+        b = torch.empty((N, K), dtype=torch.bfloat16).t() if trans_b else torch.empty((K, N), dtype=torch.bfloat16)
+        return config_for(registry.get(kernel), problem_from_tensors(a, b, device_type="cpu"))["CM"]
+
+    tc07, tc09 = "tc07_persistent_cluster", "tc09_stream_k"
+    assert [cm(tc09, 512, 10240, k) for k in (2048, 4096, 8192)] == [1, 2, 2]  # 160 tiles for 132 slots
+    assert cm(tc09, 512, 10240, 4096, trans_b=True) == 2 and cm(tc09, 1280, 5120, 8192) == 2
+    assert cm(tc09, 384, 12288, 4096) == 1 and cm(tc09, 640, 10240, 8192) == 1  # 3 and 5 tile rows
+    assert cm(tc09, 1024, 4096, 8192) == 1  # 128 tiles: one wave
+    assert cm(tc09, 512, 4096, 14336) == 1  # 64 tiles: split along K
+    assert [cm(tc07, 512, 8192, k) for k in (4096, 8192, 16384)] == [1, 2, 2]  # flat
+    assert [cm(tc07, 2048, 2048, k) for k in (4096, 8192, 16384)] == [1, 1, 2]  # square
+    assert cm(tc07, 1536, 1536, 16384) == 1 and cm(tc07, 1792, 2048, 8192) == 1  # its 128 x 192 tile; not flat
+    assert cm(tc07, 2560, 2561, 1024) == 2  # past the rule's range: clusters whatever K
+
+
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
     """configs.tile_time on 132 SMs: 64 x 128 tiles where 128 x 256 ones would leave most SMs idle
     (one part-full wave), 128 x 192 where they fill the last wave better (1536^2: 96 tiles in one

@@ -183,3 +183,36 @@ def test_cpu_vs_gpu_names_the_run_its_gpu_row_came_from(tmp_path):
     cpu = {"meta": {"cpu": "a CPU", "cores": 16, "commit": "c" * 40, "time": "2026-11-22T00:00:00"}, "records": [cpu_rec]}
     note = report.cpu_vs_gpu_table(cpu, merged)
     assert f"GPU run: commit `{'a' * 12}`, 2026-11-24T01:00:00." in note, note
+
+
+def _models_run():
+    recs = []
+    for (n, k), ratios in {(6144, 4096): (0.9, 1.01), (4096, 14336): (0.8, 0.99)}.items():
+        for m, ratio in zip((16, 2048), ratios):
+            recs.append(dict(kernel="tc07_persistent_cluster", M=m, N=n, K=k, dtype="bfloat16-nt", ratio=ratio, reps=20,
+                             config=dict(BM=128, BN=256, CM=2 if m > 16 else 1)))
+    meta = dict(gpu="NVIDIA H200", commit="abc", time="2026-11-24T00:00:00", names={"6144x4096": "qkv", "4096x14336": "down"})
+    return {"meta": meta, "records": recs}
+
+
+def test_models_table_lays_out_layers_by_tokens():
+    """A models run (sweeps/models.toml): a row a layer in the sweep's order, a column a token count,
+    the chosen kernel and tile in each cell, geometric means underneath."""
+    lines = report.models_table(_models_run()).splitlines()
+    assert lines[0] == "| layer (N x K) | M = 16 | M = 2048 |"
+    assert lines[2] == "| qkv (6144 x 4096) | 0.90x (07: 128 x 256) | 1.01x (07: 128 x 256, pairs) |"
+    assert lines[3].startswith("| down (4096 x 14336) | 0.80x")
+    assert lines[4] == f"| geometric mean | **{(0.9 * 0.8) ** 0.5:.2f}x** | **{(1.01 * 0.99) ** 0.5:.2f}x** |"
+    bare = _models_run()
+    bare["meta"].pop("names")
+    with pytest.raises(ValueError, match="names its layers"):
+        report.models_table(bare)
+
+
+def test_models_plot_has_a_bar_per_layer_and_token_count(tmp_path):
+    from gemmlab.bench import plots
+
+    fig = plots.models_bars(_models_run(), tmp_path / "m.png")
+    ax = fig.axes[0]
+    assert sorted(round(p.get_height(), 2) for p in ax.patches) == [0.8, 0.9, 0.99, 1.01]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["qkv", "down"] and (tmp_path / "m.png").stat().st_size > 0

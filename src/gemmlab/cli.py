@@ -538,7 +538,8 @@ def plot_cmd(
     shape: str = typer.Option("4096", help="the shape of the ladder bar chart"),
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernels of the size plot (default: 01, 03, 07, 10, 11)"),
 ) -> None:
-    """PNGs from the newest records of each GPU: the ladder at one size, TFLOP/s against size."""
+    """PNGs from the newest records of each GPU: the ladder at one size, TFLOP/s against size, gemm() on
+    a model's layers."""
     from .bench import plots, report
 
     runs = report.merged_runs(report.find_runs(results, "bench"))
@@ -568,6 +569,10 @@ def plot_cmd(
             plots.versus_size(run, tc, written[-1], dtype="bfloat16")
             written.append(out / f"{slug}-ladder-{shape}-bfloat16.png")
             plots.ladder_bars(run, parse_shape(shape), written[-1], dtype="bfloat16")
+        models = [p for p in report._newest_per_gpu(report.find_runs(results, "models")) if p.parent.name == slug]
+        if models:  # gemmlab bench --sweep sweeps/models.toml
+            written.append(out / f"{slug}-models.png")
+            plots.models_bars(report.load_run(models[0]), written[-1])
         peak = report.newest_peak(results, slug)
         if peak is not None:
             written.append(out / f"{slug}-roofline.png")

@@ -291,23 +291,26 @@ def _split_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> Ge
     return split if spec.splits_k(problem, split, registry._sm_count(problem.device)) else cfg
 
 
-# Clusters of two where K is long, inside SIZE_RULES' single-block range (H200, bf16, nn and nt,
-# results/nvidia-h200/tune-cm-flat-*.json, and tune-m512-*.json at Llama 3's layers; ratios to
-# cuBLAS in the same rounds). The single-block rule was measured at K <= 2560 and 4096-8192 on
-# near-squares (tune-small-cm-*), where single blocks won by 0.3-4.9% below K = 4096. Against that:
-# - tc09 with more tiles than slots (stream-K over every slot, or its last waves): clusters ahead at
-#   every such shape with K = 4096-8192, by 0.2-10%: 512 x 10240 x 4096 +9-10%, 512 x 12288 x 8192
-#   +9.5-9.9%, 1024 x 6144 x 4096-8192 +2.6-5.2%, 1536 x 4096 x 4096 and 2560^2 x 8192 +1.2-1.5%,
-#   2048 x 3072 x 4096 +0.2-0.7%. With one wave or less tc09 is not 'auto''s choice, and half a wave
-#   or less is split along K, whose runs were fitted with single blocks: both keep the rule.
-# - tc07 (whole waves): clusters behind at K = 4096 (0-2.5%), mixed at 8192 (-0.5% to +4.6%:
-#   256 x 16384 +3.1-4.6%, 512 x 8192 +0.7-1.9%, 2048^2 -0.1 to -0.5%), ahead at 16384 by 0.7-2.2%.
-# Only where the 128-row tiles pair up (an even number of them down M): with an odd number a cluster
-# row runs half empty, and tc09's modelled time then gave the shape to tc07, 5-8% slower at 384 x
-# 12288 x 4096, 640 x 10240 x 8192 and 896 x 7168 x 4096 (tune-cm-check-20261124T2311*Z.json). At
-# shapes not fitted, with pairs: 1280 x 5120 x 8192 +2.7-2.8%, 1536 x 3072 x 8192 +1.4-1.7%, 2048 x
-# 2560 x 16384 +1.9-2.2% (tc09), 1792 x 2048 x 8192 -0.9 to +0.1% (tc07).
-LONG_K_CLUSTERS = {"tc07_persistent_cluster": 8192, "tc09_stream_k": 4096}  # kernel id -> the least K
+# Clusters of two where K is long, inside SIZE_RULES' single-block range (H200, bf16, nn and nt;
+# ratios to cuBLAS in the same rounds: results/nvidia-h200/tune-cm-flat-*.json, tune-m512-*.json at
+# Llama 3's layers, tune-cm-check-*.json at shapes not fitted). The single-block rule was measured
+# on near-squares (tune-small-cm-*), where single blocks won by 0.3-4.9% below K = 4096.
+# - tc09 with more tiles than slots (stream-K over every slot, or over its last waves): clusters
+#   ahead at every such shape from K = 4096, by 0.2-10% at the shapes fitted (512 x 10240 x 4096
+#   +9-10%, 512 x 12288 x 8192 +9.5-9.9%, 1024 x 6144 x 4096-8192 +2.6-5.2%, 2560^2 x 8192
+#   +1.2-1.5%, 2048 x 3072 x 4096 +0.2-0.7%) and by 0.9-18.5% at the 14 cases not fitted (256 x
+#   20480 x 8192 0.80x -> 0.95x, 1280 x 5120 x 8192 +1.7-2.1%, 768 x 6144 x 8192 +1.7-2.0%). With one
+#   wave or less tc09 is not 'auto''s choice, and half a wave or less is split along K, whose runs
+#   were fitted with single blocks: both keep the rule.
+# - tc07 (whole waves): clusters behind at K = 4096 (0-2.5%); at 8192 ahead where the problem is
+#   flat (N >= 4 M: 256 x 16384 +3.1-4.6%, 512 x 8192 +0.7-1.9%, 1024 x 4096 +0.3-0.6%), behind
+#   where it is not (2048^2 -0.1 to -0.5%, 1792 x 2048 -0.3 to -0.8%); at 16384 ahead by 0.7-2.2%.
+#   That rule is read off these points, not explained.
+# - Only where the 128-row tiles pair up (an even number of them down M): with an odd number a
+#   cluster row runs half empty, and tc09's modelled time then gave the shape to tc07, 5-8% slower
+#   at 384 x 12288 x 4096, 640 x 10240 x 8192 and 896 x 7168 x 4096 (tune-cm-check-20261124T2311*).
+TC09_CLUSTER_K = 4096  # the least K for tc09's clusters of two
+TC07_CLUSTER_K = (16384, 8192)  # tc07's: any problem, a flat one (N >= 4 M)
 
 
 def _size_rule_config(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
@@ -321,17 +324,17 @@ def _size_rule_config(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
 
 def _long_k_clusters(spec: KernelSpec, problem: GemmProblem, single: GemmConfig) -> bool:
     """Whether clusters of two (the default) serve better than the size rule's single blocks:
-    K at least LONG_K_CLUSTERS' for the kernel, tiles that pair up along M, and for tc09 more
-    tiles than slots."""
-    least_k = LONG_K_CLUSTERS.get(spec.id)
-    if least_k is None or single.as_dict().get("CM") != 1 or problem.K < least_k:
+    K long enough for the kernel (TC07_CLUSTER_K, TC09_CLUSTER_K), 128-row tiles that pair up
+    along M, and for tc09 more tiles than slots."""
+    if single.as_dict().get("CM") != 1 or registry.cdiv(problem.M, single["BM"]) % 2:
         return False
-    if registry.cdiv(problem.M, single["BM"]) % 2:
-        return False
-    if spec.id != "tc09_stream_k":
-        return True
-    tiles = registry.cdiv(problem.M, single["BM"]) * registry.cdiv(problem.N, single["BN"])
-    return tiles > registry._sm_count(problem.device)
+    if spec.id == "tc07_persistent_cluster":
+        any_k, flat_k = TC07_CLUSTER_K
+        return problem.K >= any_k or (problem.K >= flat_k and problem.N >= 4 * problem.M)
+    if spec.id == "tc09_stream_k" and problem.K >= TC09_CLUSTER_K:
+        tiles = registry.cdiv(problem.M, single["BM"]) * registry.cdiv(problem.N, single["BN"])
+        return tiles > registry._sm_count(problem.device)
+    return False
 
 
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:

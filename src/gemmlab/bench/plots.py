@@ -105,3 +105,27 @@ def roofline(run: dict, peak: dict, shapes: list[tuple[int, int, int]], path: Pa
     if path:
         fig.savefig(path, dpi=110)
     return fig
+
+
+def models_bars(run: dict, path: Path | None = None):
+    """A models run (sweeps/models.toml): gemm()'s ratio to cuBLAS for each layer, one bar per
+    token count, with parity marked."""
+    from .report import model_layers
+
+    layers, tokens, grid = model_layers(run)
+    fig, ax = plt.subplots(figsize=(11, 5), layout="constrained")
+    width = 0.8 / len(tokens)
+    for i, m in enumerate(tokens):
+        xs = [j + (i - (len(tokens) - 1) / 2) * width for j, n in enumerate(layers) if (n, m) in grid]
+        ax.bar(xs, [grid[(n, m)]["ratio"] for n in layers if (n, m) in grid], width, label=f"M = {m} tokens")
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="cuBLAS (same run)")
+    ax.set_xticks(range(len(layers)), layers)
+    plt.setp(ax.get_xticklabels(), rotation=25, ha="right", rotation_mode="anchor")
+    ax.set_ylabel("ratio to cuBLAS (> 1: faster)")
+    ax.set_ylim(0, max(1.15, max(r["ratio"] for r in grid.values()) + 0.05))
+    ax.set_title(f"gemm() on Llama 3's linear layers (x @ w.t(), {run['records'][0]['dtype'].split('-')[0]}), {run['meta']['gpu']}")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig

@@ -227,13 +227,58 @@ def update_file(path: Path, sections: dict[str, str]) -> bool:
 
 
 def readme_sections(results_root: Path) -> dict[str, str]:
-    """The README's generated sections from the newest bench and overhead runs of each GPU."""
+    """The README's generated sections from the newest bench, models and overhead runs of each GPU."""
     benches = find_runs(results_root, "bench")
     overheads = find_runs(results_root, "overhead")
     bench_md = "\n\n".join(bench_table(r, newest_peak(results_root, r["meta"]["gpu_slug"])) for r in merged_runs(benches)) or "_no records yet_"
     over_md = "\n\n".join(overhead_table(load_run(p)) for p in _newest_per_gpu(overheads)) or "_no records yet_"
     cpu_md = "\n\n".join(bench_table(r) for r in merged_runs(find_runs(results_root, "bench-cpu"))) or "_no records yet_"
-    return {"results": bench_md, "overhead": over_md, "results-cpu": cpu_md}
+    models_md = "\n\n".join(models_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "models"))) or "_no records yet_"
+    return {"results": bench_md, "overhead": over_md, "results-cpu": cpu_md, "models": models_md}
+
+
+def model_layers(run: dict) -> tuple[list[str], list[int], dict[tuple[str, int], dict]]:
+    """A models run (gemmlab bench --sweep sweeps/models.toml) as a grid: its layers' names (the
+    sweep's order), the token counts (M), and the record of each (name, M)."""
+    names = run["meta"].get("names") or {}
+    if not names:
+        raise ValueError("a models run names its layers in its header (the sweep's weights table)")
+    grid = {(names[f"{r['N']}x{r['K']}"], r["M"]): r for r in run["records"] if f"{r['N']}x{r['K']}" in names}
+    tokens = sorted({m for _, m in grid})
+    return [n for n in names.values() if any((n, m) in grid for m in tokens)], tokens, grid
+
+
+def models_table(run: dict) -> str:
+    """Rows: a model's layers (y = x @ w.t(), w of N x K); columns: tokens (M). Each cell: the
+    ratio to cuBLAS of what gemm() chose (kernel step and tile), the geometric mean under each
+    column."""
+    layers, tokens, grid = model_layers(run)
+    head = "| layer (N x K) | " + " | ".join(f"M = {m}" for m in tokens) + " |"
+    lines = [head, "|---" * (len(tokens) + 1) + "|"]
+
+    def cell(r: dict | None) -> str:
+        if r is None:
+            return ""
+        c = r["config"]
+        split = " split" if c.get("SPLIT") else ""
+        return f"{r['ratio']:.2f}x ({registry.get(r['kernel']).step:02d}: {c['BM']} x {c['BN']}{', pairs' if c.get('CM', 1) > 1 else ''}{split})"
+
+    for name in layers:
+        r0 = next(grid[(name, m)] for m in tokens if (name, m) in grid)
+        lines.append(f"| {name} ({r0['N']} x {r0['K']}) | " + " | ".join(cell(grid.get((name, m))) for m in tokens) + " |")
+    geo = []
+    for m in tokens:
+        ratios = [grid[(n, m)]["ratio"] for n in layers if (n, m) in grid]
+        geo.append(f"**{statistics.geometric_mean(ratios):.2f}x**" if ratios else "")
+    lines.append("| geometric mean | " + " | ".join(geo) + " |")
+    recs = run["records"]
+    failed = run["meta"].get("failures") or []
+    note = (f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}: {recs[0]['dtype']} "
+            f"(B = w.t(), a transposed view read in place), 'auto' (gemm()'s choice: step, block tile, pairs = "
+            f"clusters of two), median of {recs[0]['reps']} event-timed runs with L2 flushed against torch.mm (the "
+            f"better of the cublas and cublasLt backends) in the same rounds; every result checked against float64 "
+            f"first{f'; {len(failed)} cases failed and are not shown' if failed else ''}.")
+    return "\n".join(lines) + note
 
 
 def merged_runs(paths: list[Path]) -> list[dict]:
