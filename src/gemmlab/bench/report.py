@@ -261,7 +261,7 @@ def models_table(run: dict) -> str:
             return ""
         c = r["config"]
         split = " split" if c.get("SPLIT") else ""
-        return f"{r['ratio']:.2f}x ({registry.get(r['kernel']).step:02d}: {c['BM']} x {c['BN']}{', pairs' if c.get('CM', 1) > 1 else ''}{split})"
+        return f"{r['ratio']:.2f}x ({_step(r['kernel']):02d}: {c['BM']} x {c['BN']}{', pairs' if c.get('CM', 1) > 1 else ''}{split})"
 
     for name in layers:
         r0 = next(grid[(name, m)] for m in tokens if (name, m) in grid)
