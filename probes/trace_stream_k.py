@@ -12,9 +12,9 @@ from gemmlab.bench.timing import interleaved, L2Flusher, HostGate
 
 EV = 128
 base = registry.TC_09
-def ws(c, b):
-    floats, flags = base.workspace(c, b)
-    return floats + b * (c["BM"] // 64) * EV * 2, flags
+def ws(c, grid):
+    floats, flags = base.workspace(c, grid)
+    return floats + grid[0] * (c["BM"] // 64) * EV * 2, flags
 specs = {}
 for name, src in (("trace_sk", "probe_09_trace.cu"), ("trace_dp", "probe_09_trace_dp.cu")):
     s = dataclasses.replace(base, id="probe_" + name, source="tensorcore/" + src, workspace=ws,

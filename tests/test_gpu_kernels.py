@@ -314,6 +314,44 @@ def transposed(rows, cols, dtype, pad=0):
     return rand(cols, rows + pad, dtype=dtype)[:, :rows].t()
 
 
+# (M, N, K): split along K into 8, 16, 8, 3, 32 and 4 runs on 132 SMs, and not split (1016 column
+# tiles fill the SMs; one K step)
+SKINNY_SHAPES = [(1, 4096, 4096), (16, 1000, 4104), (7, 4104, 20000), (33, 2048, 777), (64, 300, 8192), (100, 520, 1030),
+                 (16, 130000, 64)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("M,N,K", SKINNY_SHAPES)
+def test_skinny_splits_k_and_sums_right(dtype, layout, M, N, K):
+    """tc10 (the few rows on the MMA's N side) with its grid split along K: parts summed through the
+    workspace by the last run of each tile, C read once, fp32 output too, a B stored transposed read
+    in place; launched twice on the same counters, bit for bit the same result (the parts are added
+    in run order, whoever comes last), and every counter back at zero."""
+    kernel = "tc10_skinny"
+    per16 = 16 // dtype.itemsize
+    for out_dtype in (dtype, torch.float32):
+        a = mat(kernel, M, K, dtype)
+        b = (rand(N, -(-K // per16) * per16, dtype=dtype)[:, :K].t() if layout == "nt" else mat(kernel, K, N, dtype))
+        c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
+        problem = problem_from_tensors(a, b, c, out, beta=-1.0)
+        spec, cfg = select(problem, kernel)
+        runs = registry.skinny_runs(problem, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
+        assert (runs > 1) == (N < 100000), f"{runs} runs along K"
+        assert cfg["TB"] == (layout == "nt")
+        run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel)
+        run()
+        label = f"{layout} M={M} N={N} K={K} out={out_dtype} runs={runs}"
+        assert_ok(out, a, b, c, 0.5, -1.0, label, kernel)
+        first = out.clone()
+        out.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first), f"{label}: a second launch gave another sum"
+        flags = [ws[1] for key, ws in api._WORKSPACES.items() if key[0] == 0]
+        assert flags and all(int(f.count_nonzero()) == 0 for f in flags), "a counter was left raised"
+
+
 LAYOUT_KERNELS = [("tc07_persistent_cluster", torch.bfloat16), ("tc09_stream_k", torch.float16), ("auto", torch.bfloat16),
                   ("tc04_wgmma", torch.float16), ("tc08_tf32", torch.float32), ("sgemm_11_warp_tile", torch.float32),
                   ("auto", torch.float32)]

@@ -160,6 +160,8 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
         resident = launch.resident_blocks(loaded, device_id, spec.block(cfg), cluster)
         split = spec.splits_k is not None and spec.splits_k(problem, cfg, resident)  # every SM takes a run
         grid = (resident if split else min(grid[0], resident), grid[1], grid[2])
+    if spec.k_runs is not None:  # K split into gridDim.y runs (tc10)
+        grid = (grid[0], spec.k_runs(problem, cfg, launch.sm_count(device_id)), grid[2])
     copy = registry.operands_to_copy(problem) if spec.staged and spec.tma else ()
     return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy)
 
@@ -210,12 +212,12 @@ def _workspace_args(plan: _Plan) -> tuple:
     """The workspace pointers a kernel that takes them (stream-K) needs, on the current stream."""
     if plan.spec.workspace is None:
         return ()
-    floats, flags = plan.spec.workspace(plan.config, plan.grid[0])
+    floats, flags = plan.spec.workspace(plan.config, plan.grid)
     key = (plan.device_id, launch.current_stream_handle(plan.device_id))
     ws = _WORKSPACES.get(key)
     if ws is None or ws[0].numel() < floats or ws[1].numel() < flags:
         # at least a block on every SM, so that problems of growing size do not reallocate it each time
-        most = plan.spec.workspace(plan.config, launch.sm_count(plan.device_id))
+        most = plan.spec.workspace(plan.config, (launch.sm_count(plan.device_id), 1, 1))
         floats, flags = max(floats, most[0]), max(flags, most[1])
         dev = torch.device("cuda", plan.device_id)
         ws = _WORKSPACES[key] = (torch.empty(floats, dtype=torch.float32, device=dev),

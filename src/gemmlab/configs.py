@@ -112,9 +112,22 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
     return best, best_time
 
 
+# tc10 (skinny problems): the MMA's N is the problem's rows rounded up to 16, 32, 64 or 128, and the
+# ring as deep as two blocks an SM allow (SKINNY_STAGES). 'auto' takes it up to SKINNY_M_MAX rows.
+SKINNY_STAGES = {16: 6, 32: 5, 64: 4, 128: 3}
+SKINNY_M_MAX = 64
+
+
+def skinny_config(problem: GemmProblem) -> GemmConfig:
+    nt = next((n for n in SKINNY_STAGES if problem.M <= n), 128)
+    return _rule_config(registry.get("tc10_skinny"), (("NT", nt), ("STAGES", SKINNY_STAGES[nt])))
+
+
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
     if spec.id == "tc07_persistent_cluster":
         cfg = tc07_tile(problem)[0]
+    elif spec.id == "tc10_skinny":
+        cfg = skinny_config(problem)
     else:
         cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
         cfg = _tf32_small_tile(spec, problem, _tf32_stream_k_config(spec, problem, cfg))
@@ -346,6 +359,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
     if spec.id == "tc07_persistent_cluster":
         out += [_rule_config(spec, tuple(sorted(o.items()))) for o, _ in TC07_TILES]
+    if spec.id == "tc10_skinny":
+        out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items() if nt != 16]
     out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "CN": 1}.items()))) for c in out if c.as_dict().get("CN", 1) > 1]
     if getattr(spec, "splits_k", None) is not None:  # (the CPU ladder's specs have none)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]

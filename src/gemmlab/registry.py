@@ -92,9 +92,12 @@ class KernelSpec:
     # on (tc07, tc09: at odd sizes such as 1022 or 6132 a copy costs far less than tc04's cp.async
     # loads would; 'auto' weighs that with _copies_pay).
     staged: bool = False
-    # Kernels that pass partial results between blocks (stream-K) take a workspace after D: fp32
-    # elements and uint32 flags, their counts from the config and the number of blocks launched.
-    workspace: Callable[[GemmConfig, int], tuple[int, int]] | None = field(default=None, repr=False)
+    # Kernels that pass partial results between blocks (stream-K, split K) take a workspace after D:
+    # fp32 elements and uint32 flags, their counts from the config and the grid launched.
+    workspace: Callable[[GemmConfig, Dim3], tuple[int, int]] | None = field(default=None, repr=False)
+    # Kernels whose grid splits K into gridDim.y runs (tc10): how many, for a problem, config and
+    # the device's SM count; the grid is spec.grid's with that many rows. None: gridDim.y as given.
+    k_runs: Callable[[GemmProblem, GemmConfig, int], int] | None = field(default=None, repr=False)
     # Persistent kernels that split few tall-K tiles along K over every SM: whether they would for
     # this problem, config and number of resident blocks. gemm() then launches every resident block
     # (the kernel reads its slots from the grid), and otherwise no more blocks than there are tiles.
@@ -955,7 +958,7 @@ TC_08 = KernelSpec(
     math="tf32",
     staged=True,
     # as tc09's: one 64 x 256 fp32 part a consumer warpgroup and block, and the tiles' counters
-    workspace=lambda c, blocks: (blocks * (c["BN"] // 64) * 64 * 256, blocks * (c["BN"] // 64)),
+    workspace=lambda c, grid: (grid[0] * (c["BN"] // 64) * 64 * 256, grid[0] * (c["BN"] // 64)),
     splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"] * c["CN"], c["BM"] * c["CM"], c["BN"] * c["CN"]),
     extra_constraints=lambda p, c: _stream_k_steps_fit(p, c) if c["SK"] else None,
     layouts=("nn", "nt"),
@@ -1117,7 +1120,7 @@ TC_09 = KernelSpec(
     persistent=True,
     min_capability=(9, 0),
     # one 64 x 256 fp32 part and one flag per consumer warpgroup and block
-    workspace=lambda c, blocks: (blocks * (c["BM"] // 64) * 64 * 256, blocks * (c["BM"] // 64)),
+    workspace=lambda c, grid: (grid[0] * (c["BM"] // 64) * 64 * 256, grid[0] * (c["BM"] // 64)),
     splits_k=lambda p, c, blocks: _splits(p, c, blocks, c["CM"], c["BM"] * c["CM"], c["BN"]),
     staged=True,
     auto_skip=lambda p, c: _copies_pay(p, c) or _stream_k_pays(p, c),
@@ -1126,12 +1129,87 @@ TC_09 = KernelSpec(
     launch_registers=lambda c: 128 if c["BM"] == 192 else None,  # as tc07's 192-row tile
 )
 
+# tc10: skinny problems (a decode step's few tokens against a weight). The grid is one block a
+# BW x NT tile of D (its columns on the MMA's M side, its few rows on N), times `skinny_runs` runs
+# along K, so that the column tiles of a narrow layer still fill every SM; two blocks fit an SM.
+SKINNY_BLOCKS_PER_SM = 2
+SKINNY_MIN_STEPS = 4  # K steps a run at least: fewer, and adding the parts up costs more than the run
+
+
+def skinny_runs(problem: GemmProblem, c: GemmConfig, sms: int) -> int:
+    """The runs along K (gridDim.y) tc10 splits each tile's K steps into: enough for the tiles to
+    fill the SMs' block slots, each run at least SKINNY_MIN_STEPS K steps long; 1 where the tiles
+    alone fill them."""
+    tiles = cdiv(problem.N, c["BW"]) * cdiv(problem.M, c["NT"])
+    kt = cdiv(problem.K, c["BK"])
+    slots = sms * SKINNY_BLOCKS_PER_SM
+    if tiles >= slots or kt < 2 * SKINNY_MIN_STEPS:
+        return 1
+    return max(1, min(slots // tiles, kt // SKINNY_MIN_STEPS, GRID_YZ_MAX))
+
+
+def _tc10_smem(c: GemmConfig) -> int:
+    return c["STAGES"] * (c["BW"] + c["NT"]) * c["BK"] * 2 + _barriers(c) + 16 + 1024  # (16: a flag a consumer)
+
+
+def _check_10_tc(c: GemmConfig) -> str | None:
+    return _first_failure(
+        (c["BW"] in (64, 128), "BW must be 64 or 128 (one consumer warpgroup per 64 columns of D)"),
+        (c["NT"] in (16, 32, 64, 128), "NT must be 16, 32, 64 or 128 (the N of one m64nNTk16 MMA: rows of D)"),
+        (c["BK"] == 64, "BK must be 64 (one 128-byte swizzle row of K a stage)"),
+        (c["STAGES"] >= 2, "STAGES must be at least 2"),
+        (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"),
+        (_tc10_smem(c) <= 227 * 1024, f"shared memory {_tc10_smem(c)} B exceeds 227 KB"),
+    )
+
+
+def _skinny_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
+    """'auto' takes tc10 for problems of at most SKINNY_M_MAX rows, where it was measured ahead of
+    tc07 and tc09 (configs.SKINNY_M_MAX)."""
+    from .configs import SKINNY_M_MAX
+
+    if problem.M > SKINNY_M_MAX:
+        return f"{problem.M} rows: tc10 serves problems of at most {SKINNY_M_MAX} rows"
+    return None
+
+
+TC_10 = KernelSpec(
+    id="tc10_skinny",
+    step=10,
+    title="skinny: the few rows on the MMA's N side",
+    idea="D^T = B^T A^T for a few rows of A (decode): B^T's columns on wgmma's M side, A's rows as its N (16-128), K split over the SMs and summed in fp32 by the last run of each tile",
+    source="tensorcore/10_skinny.cu",
+    entry="tc_skinny",
+    params=(
+        Param("BW", 128, "columns of D a block: 64 per consumer warpgroup (64 or 128)"),
+        Param("NT", 16, "rows of D a block: the N of one m64nNTk16 MMA (16, 32, 64 or 128)"),
+        Param("BK", 64, "K slice of one stage (64: one 128-byte swizzle row)"),
+        Param("STAGES", 6, "shared buffers in the TMA ring"),
+        Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), read K-major; 0: B row-major, read M-major (set from the problem)"),
+    ),
+    block=lambda c: ((c["BW"] // 64) * 128 + 32, 1, 1),  # the consumer warpgroups, then the producer warp
+    grid=lambda M, N, c: (cdiv(N, c["BW"]) * cdiv(M, c["NT"]), 1, 1),
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=_tc10_smem,
+    check_config=_check_10_tc,
+    seeds="issue 3, past the ladder: a decode step's GEMM is a weight streamed from memory; swap the operands so its few rows are the MMA's N",
+    type_param=True,
+    tma=("a", "b"),
+    tma_boxes=lambda c: {"a": (c["NT"], c["BK"]), "b": (c["BW"], c["BK"]) if c["TB"] else (c["BK"], 64)},
+    min_capability=(9, 0),
+    # a BW x NT fp32 part a block of a split grid, a counter a consumer warpgroup and column tile
+    workspace=lambda c, grid: (grid[0] * grid[1] * c["BW"] * c["NT"], grid[0] * (c["BW"] // 64)) if grid[1] > 1 else (0, 0),
+    k_runs=skinny_runs,
+    auto_skip=_skinny_pays,
+    layouts=("nn", "nt"),
+)
+
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
 # tc01-tc04: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 # tc05-tc08: the GPU tests (366 cases of theirs) and check subsets on an H100, 2026-11-22; the full
 # check in the run whose records are committed.
 TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03, TC_04, TC_05, TC_06, TC_07, TC_08, TC_09)
-TC_PENDING: tuple[KernelSpec, ...] = ()
+TC_PENDING: tuple[KernelSpec, ...] = (TC_10,)
 
 
 # ----------------------------------------------------------------------------------------------

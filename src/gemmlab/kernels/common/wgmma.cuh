@@ -189,6 +189,44 @@ __device__ __forceinline__ void wgmma_m64nk16(float (&d)[N / 2], unsigned long l
     else wgmma_m64n256k16<T, TA, TRANS_B>(d, da, db);
 }
 
+// ---- wgmma.mma_async m64n16k16, m64n32k16, m64n64k16: few columns ------------------------------
+//
+// The layout of m64n128k16 over N / 8 column blocks of 8 (N / 2 accumulators a thread). tc10 puts
+// a skinny problem's few rows of A (a decode step's tokens) on the MMA's N side: D^T = B^T A^T.
+#define GEMMLAB_WGMMA_N16_REGS "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define GEMMLAB_WGMMA_N16_REGS_OPERANDS(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define GEMMLAB_WGMMA_N16_TAIL " %8, %9, 1, 1, 1, %10, %11;\n"
+GEMMLAB_WGMMA_SS(wgmma_m64n16k16, m64n16k16, 8, GEMMLAB_WGMMA_N16_REGS, GEMMLAB_WGMMA_N16_TAIL)
+
+#define GEMMLAB_WGMMA_N32_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define GEMMLAB_WGMMA_N32_REGS_OPERANDS(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define GEMMLAB_WGMMA_N32_TAIL " %16, %17, 1, 1, 1, %18, %19;\n"
+GEMMLAB_WGMMA_SS(wgmma_m64n32k16, m64n32k16, 16, GEMMLAB_WGMMA_N32_REGS, GEMMLAB_WGMMA_N32_TAIL)
+
+#define GEMMLAB_WGMMA_N64_REGS \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define GEMMLAB_WGMMA_N64_REGS_OPERANDS(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define GEMMLAB_WGMMA_N64_TAIL " %32, %33, 1, 1, 1, %34, %35;\n"
+GEMMLAB_WGMMA_SS(wgmma_m64n64k16, m64n64k16, 32, GEMMLAB_WGMMA_N64_REGS, GEMMLAB_WGMMA_N64_TAIL)
+
+// One k16 step of a 64 x N tile for N = 16, 32, 64 or 128, trans flags as the instruction takes them.
+template <typename T, int N, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64nk16_narrow(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128, "m64n16, m64n32, m64n64 or m64n128");
+    if constexpr (N == 16) wgmma_m64n16k16<T, TRANS_A, TRANS_B>(d, da, db);
+    else if constexpr (N == 32) wgmma_m64n32k16<T, TRANS_A, TRANS_B>(d, da, db);
+    else if constexpr (N == 64) wgmma_m64n64k16<T, TRANS_A, TRANS_B>(d, da, db);
+    else wgmma_m64n128k16<T, TRANS_A, TRANS_B>(d, da, db);
+}
+
 // ---- wgmma.mma_async m64nNk8 TF32: fp32 inputs, both operands K-major -------------------------
 //
 // The tensor cores read fp32 elements from shared memory and multiply their TF32 part (sign, 8
@@ -243,6 +281,15 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
 }
 
 #undef GEMMLAB_WGMMA_SS
+#undef GEMMLAB_WGMMA_N64_TAIL
+#undef GEMMLAB_WGMMA_N64_REGS_OPERANDS
+#undef GEMMLAB_WGMMA_N64_REGS
+#undef GEMMLAB_WGMMA_N32_TAIL
+#undef GEMMLAB_WGMMA_N32_REGS_OPERANDS
+#undef GEMMLAB_WGMMA_N32_REGS
+#undef GEMMLAB_WGMMA_N16_TAIL
+#undef GEMMLAB_WGMMA_N16_REGS_OPERANDS
+#undef GEMMLAB_WGMMA_N16_REGS
 #undef GEMMLAB_WGMMA_TAIL192
 #undef GEMMLAB_WGMMA_D96_OPERANDS
 #undef GEMMLAB_WGMMA_D96
