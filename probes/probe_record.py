@@ -19,23 +19,23 @@ def shape_of(text: str) -> tuple[int, int, int]:
 
 
 def run(name: str, note: str, kernels: dict, shapes: list[str], dtype=torch.bfloat16, reps: int = 30,
-        out_dtype=None, precision: str = "fp32") -> dict:
+        out_dtype=None, precision: str = "fp32", layout: str = "nn") -> dict:
     """kernels: kernel id -> GemmConfig (None: the kernel's own choice; a function of (m, n, k): a
     config a shape); 'id@label' names another config of the same kernel. Prints a line a kernel and
     shape. out_dtype: the result's type (torch.float32: 16-bit inputs with fp32 results, and cuBLAS's
     mm with that out_dtype); default the inputs'. precision: 'tf32' for float32 inputs on the TF32
-    kernel, cuBLAS in TF32 too."""
+    kernel, cuBLAS in TF32 too. layout "nt": B a transposed view of an [N][K] matrix (x @ w.t())."""
     result = out_dtype or dtype
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     dev = torch.device("cuda", 0)
-    record = dict(name=name, note=note, environment=environment.describe(0), dtype=str(dtype), reps=reps, cases=[],
+    record = dict(name=name, note=note, environment=environment.describe(0), dtype=str(dtype), reps=reps, cases=[], layout=layout,
                   out_dtype=str(result), precision=precision,
                   configs={kid: cfg.as_dict() if cfg is not None and not callable(cfg) else None for kid, cfg in kernels.items()})
     for text in shapes:
         m, n, k = shape_of(text)
         torch.manual_seed(0)
         a = torch.randn(m, k, device=dev, dtype=dtype)
-        b = torch.randn(k, n, device=dev, dtype=dtype)
+        b = torch.randn(n, k, device=dev, dtype=dtype).t() if layout == "nt" else torch.randn(k, n, device=dev, dtype=dtype)
         ref = a.double() @ b.double()
         fns, errors, used = {}, {}, {}
         for kid, cfg in kernels.items():

@@ -352,6 +352,30 @@ def test_skinny_splits_k_and_sums_right(dtype, layout, M, N, K):
         assert flags and all(int(f.count_nonzero()) == 0 for f in flags), "a counter was left raised"
 
 
+def test_prepared_launches_outlive_a_growing_workspace(monkeypatch):
+    """A launch made by prepare() keeps its workspace's addresses. Preparing a larger split after it
+    grows the workspace; the first launch must still find its parts and zeroed counters, however
+    torch reuses memory in between (tc10 once wrote NaN-poisoned tiles here: its counters lay in
+    memory the allocator had handed to the next output)."""
+    monkeypatch.setattr(api, "_WORKSPACES", {})
+    monkeypatch.setattr(api, "_RETIRED", [])
+    kernel, dtype, launches = "tc10_skinny", torch.bfloat16, []
+    # 32 column tiles of 16 rows split 8 ways, then of 64 rows (parts four times the size)
+    for M, N, K in [(16, 4096, 4096), (64, 4096, 4096)]:
+        a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
+        out = mat(kernel, M, N, dtype, float("nan"))
+        launches.append((api.prepare(a, b, out=out, kernel=kernel), a, b, out))
+    sizes = [w[0].numel() for w in api._RETIRED] + [w[0].numel() for w in api._WORKSPACES.values()]
+    assert len(sizes) >= 2, f"the second problem did not grow the workspace ({sizes})"
+    for _ in range(3):
+        for i, (run, a, b, out) in enumerate(launches):
+            out.fill_(float("nan"))  # the next allocation may land anywhere: churn the allocator too
+            scratch = torch.zeros(1 << 20, device="cuda")
+            run()
+            del scratch
+            assert_ok(out, a, b, label=f"{kernel}, prepared launch {i} after the workspace grew", kernel=kernel)
+
+
 LAYOUT_KERNELS = [("tc07_persistent_cluster", torch.bfloat16), ("tc09_stream_k", torch.float16), ("auto", torch.bfloat16),
                   ("tc04_wgmma", torch.float16), ("tc08_tf32", torch.float32), ("sgemm_11_warp_tile", torch.float32),
                   ("auto", torch.float32)]

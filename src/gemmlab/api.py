@@ -202,14 +202,19 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out) -> None:
     del copies, d
 
 
-# (device, stream) -> (fp32 parts, uint32 flags) of the stream-K kernels. Flags are zero between
-# launches (each is reset by the block that consumed it), so launches on one stream share them;
-# launches on other streams, which may overlap, get their own.
+# (device, stream) -> (fp32 parts, uint32 flags) of the kernels that pass parts between blocks
+# (stream-K, split K). Flags are zero between launches (each is reset by the block that consumed
+# it), so launches on one stream share them; launches on other streams, which may overlap, get
+# their own. A workspace that grows is replaced, not freed: launches made by prepare() hold its
+# addresses and may run again (a probe that prepared tc10 and then a config needing more parts
+# found its first launch's counters in memory torch had handed to another tensor: tiles never
+# written). Each replacement at least doubles what grew, so few are kept.
 _WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+_RETIRED: list[tuple[torch.Tensor, torch.Tensor]] = []
 
 
 def _workspace_args(plan: _Plan) -> tuple:
-    """The workspace pointers a kernel that takes them (stream-K) needs, on the current stream."""
+    """The workspace pointers a kernel that takes them (stream-K, split K) needs, on the current stream."""
     if plan.spec.workspace is None:
         return ()
     floats, flags = plan.spec.workspace(plan.config, plan.grid)
@@ -219,6 +224,11 @@ def _workspace_args(plan: _Plan) -> tuple:
         # at least a block on every SM, so that problems of growing size do not reallocate it each time
         most = plan.spec.workspace(plan.config, (launch.sm_count(plan.device_id), 1, 1))
         floats, flags = max(floats, most[0]), max(flags, most[1])
+        if ws is not None:
+            have_floats, have_flags = ws[0].numel(), ws[1].numel()
+            floats = max(floats, 2 * have_floats) if floats > have_floats else have_floats
+            flags = max(flags, 2 * have_flags) if flags > have_flags else have_flags
+            _RETIRED.append(ws)
         dev = torch.device("cuda", plan.device_id)
         ws = _WORKSPACES[key] = (torch.empty(floats, dtype=torch.float32, device=dev),
                                  torch.zeros(flags, dtype=torch.int32, device=dev))  # fmt: skip

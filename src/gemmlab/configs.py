@@ -113,9 +113,14 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
 
 
 # tc10 (skinny problems): the MMA's N is the problem's rows rounded up to 16, 32, 64 or 128, and the
-# ring as deep as two blocks an SM allow (SKINNY_STAGES). 'auto' takes it up to SKINNY_M_MAX rows.
-SKINNY_STAGES = {16: 6, 32: 5, 64: 4, 128: 3}
-SKINNY_M_MAX = 64
+# ring (BW = 64: one consumer warpgroup) as deep as two blocks an SM allow, about 100 KB each
+# (SKINNY_STAGES). 'auto' takes it up to SKINNY_M_MAX rows: on an H200 at Llama 3's decode layers
+# (results/nvidia-h200/probe-skinny-20261125T003110Z.json, bf16, y = x @ w.t()) it ran 0.97-1.11x
+# cuBLAS at 1, 16 and 32 rows where tc07 and tc09 ran 0.78-1.11x (geometric means 1.005-1.033x
+# against 0.85-0.92x); at 64 rows it won at two of four layers and lost at two (0.83x against
+# 0.94x at 64 x 6144 x 4096), so from 33 rows on the problem stays with tc07 and tc09.
+SKINNY_STAGES = {16: 8, 32: 8, 64: 6, 128: 4}
+SKINNY_M_MAX = 32
 
 
 def skinny_config(problem: GemmProblem) -> GemmConfig:
@@ -360,7 +365,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     if spec.id == "tc07_persistent_cluster":
         out += [_rule_config(spec, tuple(sorted(o.items()))) for o, _ in TC07_TILES]
     if spec.id == "tc10_skinny":
-        out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items() if nt != 16]
+        out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items()
+                if 16 < nt <= SKINNY_M_MAX]  # fmt: skip
     out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "CN": 1}.items()))) for c in out if c.as_dict().get("CN", 1) > 1]
     if getattr(spec, "splits_k", None) is not None:  # (the CPU ladder's specs have none)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]

@@ -260,6 +260,9 @@ def models_table(run: dict) -> str:
         if r is None:
             return ""
         c = r["config"]
+        if "NT" in c:  # tc10: NT rows x BW columns of D a block, K in gridDim.y runs (the record's grid)
+            runs = (r.get("extra", {}).get("grid") or [0, 1])[1]
+            return f"{r['ratio']:.2f}x ({_step(r['kernel']):02d}: {c['NT']} x {c['BW']}{f', K / {runs}' if runs > 1 else ''})"
         split = " split" if c.get("SPLIT") else ""
         return f"{r['ratio']:.2f}x ({_step(r['kernel']):02d}: {c['BM']} x {c['BN']}{', pairs' if c.get('CM', 1) > 1 else ''}{split})"
 
@@ -275,7 +278,7 @@ def models_table(run: dict) -> str:
     failed = run["meta"].get("failures") or []
     note = (f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}: {recs[0]['dtype']} "
             f"(B = w.t(), a transposed view read in place), 'auto' (gemm()'s choice: step, block tile, pairs = "
-            f"clusters of two), median of {recs[0]['reps']} event-timed runs with L2 flushed against torch.mm (the "
+            f"clusters of two; for step 10 rows x columns of D a block, K / n: K split into n runs), median of {recs[0]['reps']} event-timed runs with L2 flushed against torch.mm (the "
             f"better of the cublas and cublasLt backends) in the same rounds; every result checked against float64 "
             f"first{f'; {len(failed)} cases failed and are not shown' if failed else ''}.")
     return "\n".join(lines) + note
