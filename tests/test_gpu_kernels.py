@@ -314,9 +314,9 @@ def transposed(rows, cols, dtype, pad=0):
     return rand(cols, rows + pad, dtype=dtype)[:, :rows].t()
 
 
-# (M, N, K): split along K into 8, 16, 8, 3, 32 and 4 runs on 132 SMs, and not split (1016 column
-# tiles fill the SMs; one K step)
-SKINNY_SHAPES = [(1, 4096, 4096), (16, 1000, 4104), (7, 4104, 20000), (33, 2048, 777), (64, 300, 8192), (100, 520, 1030),
+# (M, N, K): split along K into 2, 4, 2, 2, 8 and 2 runs on 132 SMs (registry.skinny_runs), and not
+# split (2032 column tiles fill the SMs; one K step)
+SKINNY_SHAPES = [(1, 4096, 4096), (16, 1000, 4104), (7, 4104, 20000), (33, 2048, 2077), (64, 300, 8192), (100, 520, 3000),
                  (16, 130000, 64)]
 
 

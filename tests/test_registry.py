@@ -537,3 +537,65 @@ def test_the_lean_epilogue_is_chosen_where_beta_is_zero_and_d_takes_tma_stores()
     # kernels without the parameter get no EPI
     tc06 = registry.get("tc06_warp_specialized")
     assert "EPI" not in problem_flags(tc06, problem(256, 256, 64), tc06.config())
+
+
+def test_auto_takes_the_skinny_step_for_a_few_rows_only():
+    """tc10 (the few rows on the MMA's N side) serves 'auto' up to configs.SKINNY_M_MAX = 32 rows,
+    with the MMA's N the rows rounded up to 16 or 32, B read in place whether row-major or w.t();
+    from 33 rows on, or with rows TMA cannot take, the problem goes to tc07 / tc09. Its runs along K
+    fill one block an SM with at least 16 K steps each (probe-skinny-20261125T003110Z.json)."""
+    from gemmlab.configs import select
+
+    def choice(M, N, K, trans_b=True, ld_b=None):
+        a = torch.empty((M, K), dtype=torch.bfloat16)
+        if trans_b:
+            b = torch.empty((N, ld_b or K), dtype=torch.bfloat16)[:, :K].t()
+        else:
+            b = torch.empty((K, ld_b or N), dtype=torch.bfloat16)[:, :N]
+        problem = problem_from_tensors(a, b, device_type="cpu")
+        spec, cfg = select(problem, "auto", device="cuda")
+        return spec.id, cfg.as_dict(), problem
+
+    for M, nt in ((1, 16), (16, 16), (17, 32), (32, 32)):
+        kid, cfg, problem = choice(M, 4096, 4096)
+        assert kid == "tc10_skinny" and cfg["NT"] == nt and cfg["TB"] == 1 and cfg["BW"] == 64, (M, kid, cfg)
+    kid, cfg, _ = choice(16, 4096, 4096, trans_b=False)
+    assert kid == "tc10_skinny" and cfg["TB"] == 0
+    assert choice(33, 4096, 4096)[0] != "tc10_skinny"
+    assert choice(16, 4096, 4100, ld_b=4100)[0] != "tc10_skinny"  # w's rows of 8200 bytes: no TMA
+    spec = registry.get("tc10_skinny")
+
+    def runs(M, N, K):
+        _, cfg, problem = choice(M, N, K)
+        return registry.skinny_runs(problem, spec.config(**cfg), 132)
+
+    grid = (64, 2, 1)
+    assert spec.workspace(spec.default_config(), grid) == (64 * 2 * 64 * 16, 64)
+    assert spec.workspace(spec.default_config(), (64, 1, 1)) == (0, 0)  # unsplit: no parts
+
+
+def test_default_benchmark_leaves_the_skinny_step_to_its_sweep(monkeypatch, tmp_path):
+    """gemmlab bench without -k and -s times every step at the default squares but tc10, whose
+    problems are a few rows (sweeps/models.toml); at given shapes it runs with the rest."""
+    from typer.testing import CliRunner
+
+    from gemmlab import cli
+    from gemmlab.bench import run as bench_run
+
+    asked = []
+
+    def fake_run_bench(ids, shapes, out, **kw):
+        asked.append((list(ids), list(shapes)))
+        path = tmp_path / "r.json"
+        path.write_text('{"meta": {}, "records": []}')
+        return path, []
+
+    monkeypatch.setattr(cli, "_pick_device", lambda device: "cuda")
+    monkeypatch.setattr(bench_run, "run_bench", fake_run_bench)
+    runner = CliRunner()
+    for args in (["bench", "--dtype", "bf16"], ["bench", "--dtype", "bf16", "-s", "16x4096x4096"]):
+        result = runner.invoke(cli.app, args)
+        assert result.exit_code == 0, result.output
+    (default_ids, default_shapes), (shaped_ids, _) = asked
+    assert "tc10_skinny" not in default_ids and "tc09_stream_k" in default_ids and default_shapes == list(bench_run.DEFAULT_SHAPES)
+    assert "tc10_skinny" in shaped_ids

@@ -143,12 +143,14 @@ def test_columns_follow_the_ladder_not_the_first_shape():
 
 def test_layout_notes_name_the_steps_that_read_the_views_in_place():
     """A table of transposed views says which steps of its dtype read them where they lie
-    (KernelSpec.layouts) and that the others copy them: tc07/tc09 for 16-bit nt/tn/tt, tc08 for
-    TF32 nt only, none for TF32 tn or plain fp32."""
+    (KernelSpec.layouts) and that the others copy them: tc07/tc09 for 16-bit nt/tn/tt and tc10 for
+    nt, tc08 for TF32 nt only, none for TF32 tn or plain fp32."""
     from gemmlab.bench.report import _arithmetic
 
-    for dtype in ("bfloat16-nt", "float16-tn", "bfloat16-tt", "bfloat16-fp32out-tn"):
+    for dtype in ("float16-tn", "bfloat16-tt", "bfloat16-fp32out-tn"):
         assert "tc07 and tc09 read the transposed operands in place" in _arithmetic(dtype), dtype
+    for dtype in ("bfloat16-nt", "float16-fp32out-nt"):
+        assert "tc07, tc09 and tc10 read the transposed operands in place" in _arithmetic(dtype), dtype
     assert "tc08 reads the transposed operands in place" in _arithmetic("tf32-nt")
     for dtype in ("tf32-tn", "tf32-tt", "float32-nt"):
         note = _arithmetic(dtype)
@@ -207,6 +209,19 @@ def test_models_table_lays_out_layers_by_tokens():
     bare["meta"].pop("names")
     with pytest.raises(ValueError, match="names its layers"):
         report.models_table(bare)
+
+
+def test_models_table_names_the_skinny_steps_tile_and_runs():
+    """A tc10 cell: rows x columns of D a block, and K / n where the record's grid split K into n
+    runs (bench records carry the launch grid in extra)."""
+    run = _models_run()
+    for r in run["records"]:
+        if r["M"] == 16:
+            r.update(kernel="tc10_skinny", config=dict(BW=64, NT=16, BK=64, STAGES=8, TB=1),
+                     extra=dict(grid=[64, 2 if r["N"] == 4096 else 1, 1]))
+    lines = report.models_table(run).splitlines()
+    assert lines[2].startswith("| qkv (6144 x 4096) | 0.90x (10: 16 x 64) |")
+    assert lines[3].startswith("| down (4096 x 14336) | 0.80x (10: 16 x 64, K / 2) |")
 
 
 def test_models_plot_has_a_bar_per_layer_and_token_count(tmp_path):

@@ -566,7 +566,7 @@ def plot_cmd(
             console.print(f"{slug}: no square float32 records of {', '.join(ids)}; no size plot")
         import torch
 
-        tc = [k.id for k in registry.kernels(torch.bfloat16)]
+        tc = [k.id for k in registry.kernels(torch.bfloat16) if "skinny" not in k.tags]  # (tc10: no squares)
         if tc and any(r.get("dtype") == "bfloat16" for r in run["records"]):
             written.append(out / f"{slug}-vs-size-bfloat16.png")
             plots.versus_size(run, tc, written[-1], dtype="bfloat16")

@@ -427,6 +427,12 @@ def select(problem: GemmProblem, kernel: str = "auto", device: str | None = None
 
 def _select(problem: GemmProblem, kernel: str, device: str) -> tuple[KernelSpec, GemmConfig]:
     if problem.layout != "nn":
+        if kernel != "auto":  # a named kernel that reads this layout in place serves it as it is
+            spec = registry.get(kernel)
+            if spec.device == device and problem.layout in getattr(spec, "layouts", ()):
+                native = config_for(spec, problem)
+                if spec.why_not(problem, native) is None:
+                    return spec, native
         # The kernel the row-major problem gets; it reads this layout in place where it can, and is
         # otherwise given row-major copies (gemm() makes them where spec.layouts lacks the layout).
         spec, cfg = _select(problem.row_major(), kernel, device)

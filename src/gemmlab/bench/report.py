@@ -140,7 +140,8 @@ def _layout_note(layout: str, base: str) -> str:
     if not readers:
         return f"{_LAYOUTS[layout]}, copied row-major inside the timed call"
     verb = "reads" if len(readers) == 1 else "read"
-    return (f"{_LAYOUTS[layout]}; {' and '.join(readers)} {verb} the transposed operands in place, other kernels "
+    names = readers[0] if len(readers) == 1 else f"{', '.join(readers[:-1])} and {readers[-1]}"
+    return (f"{_LAYOUTS[layout]}; {names} {verb} the transposed operands in place, other kernels "
             "get row-major copies inside the timed call")
 
 
