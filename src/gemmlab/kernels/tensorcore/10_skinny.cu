@@ -11,7 +11,8 @@
 // by gemmlab.registry.skinny_splits): each run writes its fp32 part to a workspace and counts
 // itself in, and the last run of a tile to arrive adds the parts up, in run order (the same sum
 // whoever comes last), and writes the tile. A producer warp keeps STAGES stages of TMA loads in
-// flight; two blocks fit an SM, so while one adds up or starts, the other streams.
+// flight. The ring is sized so that two blocks fit an SM: where the grid has more blocks than SMs
+// (wide weights, split or not), one streams while the other starts or adds up.
 //
 // A row-major A is K-major, the MMA's B operand as it is (trans-b = 0). B stored transposed ([N][K],
 // the w of x @ w.t(); TB = 1) is K-major too; a row-major B ([K][N]; TB = 0) is read M-major
