@@ -425,22 +425,25 @@ def select(problem: GemmProblem, kernel: str = "auto", device: str | None = None
     return hit
 
 
+def _in_place(spec: KernelSpec, problem: GemmProblem) -> GemmConfig | None:
+    """spec's config for a problem of transposed views, where it reads that layout where it lies."""
+    if problem.layout not in getattr(spec, "layouts", ()):
+        return None
+    native = config_for(spec, problem)
+    return native if spec.why_not(problem, native) is None else None
+
+
 def _select(problem: GemmProblem, kernel: str, device: str) -> tuple[KernelSpec, GemmConfig]:
     if problem.layout != "nn":
         if kernel != "auto":  # a named kernel that reads this layout in place serves it as it is
             spec = registry.get(kernel)
-            if spec.device == device and problem.layout in getattr(spec, "layouts", ()):
-                native = config_for(spec, problem)
-                if spec.why_not(problem, native) is None:
-                    return spec, native
+            native = _in_place(spec, problem) if spec.device == device else None
+            if native is not None:
+                return spec, native
         # The kernel the row-major problem gets; it reads this layout in place where it can, and is
         # otherwise given row-major copies (gemm() makes them where spec.layouts lacks the layout).
         spec, cfg = _select(problem.row_major(), kernel, device)
-        if problem.layout in getattr(spec, "layouts", ()):
-            native = config_for(spec, problem)
-            if spec.why_not(problem, native) is None:
-                return spec, native
-        return spec, cfg
+        return spec, _in_place(spec, problem) or cfg
     if kernel != "auto":
         spec = registry.get(kernel)
         if spec.device != device:
