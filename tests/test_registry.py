@@ -152,7 +152,7 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
-    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1), (192, 256, 2), (128, 128, 1)]
+    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1), (192, 256, 2), (128, 128, 1), (128, 128, 2)]
     # each again with the lean epilogue, all of those for a B stored transposed, then all of those
     # for an A stored transposed
     in_use = configs_in_use(registry.get("tc07_persistent_cluster"))
@@ -182,6 +182,33 @@ def test_long_k_problems_get_clusters_of_two_inside_the_single_block_range():
     assert [cm(tc07, 2048, 2048, k) for k in (4096, 8192, 16384)] == [1, 1, 2]  # square
     assert cm(tc07, 1536, 1536, 16384) == 1 and cm(tc07, 1792, 2048, 8192) == 1  # its 128 x 192 tile; not flat
     assert cm(tc07, 2560, 2561, 1024) == 2  # past the rule's range: clusters whatever K
+
+
+def test_the_128_wide_tile_runs_in_pairs_where_its_l2_reads_hold_it_back():
+    """configs._tile128_clusters (H200 records tune-tile128-cm-fit-*, tune-m512-cm-*): where tc07
+    takes its 128 x 128 tile, clusters of two along M when the tiles pair up and there are more of
+    them than SMs, or K >= 16384, or the problem is flat (N >= 4 M) with tiles for 5/6 of the SMs;
+    single blocks otherwise. The pair's time in waves is the single blocks', so the tile choice
+    does not move."""
+    from gemmlab.configs import config_for, tile_time
+
+    def tile(M, N, K, trans_b=False):
+        a = torch.empty((M, K), dtype=torch.bfloat16)
+        b = torch.empty((N, K), dtype=torch.bfloat16).t() if trans_b else torch.empty((K, N), dtype=torch.bfloat16)
+        p = problem_from_tensors(a, b, device_type="cpu")
+        c = config_for(registry.get("tc07_persistent_cluster"), p)
+        return c["BM"], c["BN"], c["CM"]
+
+    assert tile(512, 4096, 4096) == tile(512, 4096, 4096, trans_b=True) == (128, 128, 2)  # 8B out, 512 tokens
+    assert tile(512, 4096, 14336) == (128, 128, 2) and tile(256, 7680, 2048) == (128, 128, 2)  # flat, >= 110 tiles
+    assert tile(3840, 2816, 2048) == (128, 128, 2)  # 660 tiles: more than a wave
+    assert tile(1536, 1280, 16384) == (128, 128, 2) and tile(1536, 1280, 8192) == (128, 128, 1)  # 120 tiles, not flat
+    assert tile(512, 2304, 8192) == (128, 128, 1)  # flat, but 72 tiles
+    assert tile(384, 4096, 16384)[2] == 1  # three tile rows do not pair up
+    p = problem_from_tensors(torch.empty((512, 4096), dtype=torch.bfloat16), torch.empty((4096, 4096), dtype=torch.bfloat16),
+                             device_type="cpu")
+    spec = registry.get("tc07_persistent_cluster")
+    assert tile_time(p, spec.config(BN=128, CM=2, STAGES=6)) == tile_time(p, spec.config(BN=128, CM=1, STAGES=6))
 
 
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():

@@ -100,7 +100,8 @@ def tile_time(problem: GemmProblem, cfg: GemmConfig, rate: float = 1.0) -> float
 
 def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
     """tc07's config for the problem, by tile_time, and that time: the size rule's 128 x 256
-    config unless one of TC07_TILES finishes first."""
+    config unless one of TC07_TILES finishes first (the 128 x 128 tile in clusters of two where
+    _tile128_clusters says so: the same waves, so the same time)."""
     spec = registry.get("tc07_persistent_cluster")
     best = _size_rule_config(spec, problem)
     best_time = tile_time(problem, best)
@@ -109,7 +110,41 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
         t = tile_time(problem, cfg, tile_rate(problem, overrides, rate))
         if t < best_time:
             best, best_time = cfg, t
+    if _tile128_clusters(problem, best):
+        best = _rule_config(spec, tuple(sorted({**best.as_dict(), "CM": 2}.items())))
     return best, best_time
+
+
+# tc07's 128 x 128 tile in clusters of two along M, sharing B's tile by multicast (H200, bf16,
+# ratios to cuBLAS in the same rounds). Its MMAs read 64 bytes a cycle an SM from L2 where a 128 x
+# 256 tile reads 47, and with most SMs busy that is what holds it back: at 4096^3 single blocks ran
+# 0.77x, pairs 0.92x (results/nvidia-h200/tune-tile128-cm-20261125T021044Z.json). Against the
+# single blocks 'auto' ran, at 40 shapes where it took them (tune-tile128-cm-fit-*, two runs,
+# kernel times), the pairs were
+# - ahead by 12% at 660 tiles (more than a wave: 3840 x 2816 x 2048, 1280 x 8448 x 2048);
+# - ahead on flat problems (N >= 4 M) with at least 110 tiles: +4% at 256 x 7680 x 2048, 0-5% at
+#   116-132 tiles and K = 4096, 3-13% at K = 8192, 7-17% at K = 16384;
+# - ahead by 0.2-2% at K = 16384 whatever the shape;
+# - behind by up to 5.6% elsewhere -- problems that are not flat or fill fewer SMs, K up to 8192 --
+#   where the pair's blocks wait for each other and L2 had room to spare.
+# At Llama 3's 8B out and down layers at 512 tokens (tune-m512-cm-20261125T021017Z.json, w read in
+# place): 512 x 4096 x 4096 0.85x -> 0.89-0.90x, 512 x 4096 x 14336 0.83x -> 0.92-0.93x.
+TILE128_CLUSTER_K = 16384  # from this K the pairs serve any problem whose tiles pair up
+TILE128_FLAT_SHARE = 5 / 6  # the least share of the SMs a flat problem's tiles fill for pairs
+
+
+def _tile128_clusters(problem: GemmProblem, cfg: GemmConfig) -> bool:
+    """Whether tc07's 128 x 128 tile, chosen in single blocks, runs in clusters of two instead:
+    its tiles pair up along M, and there are more of them than SMs, or K reaches
+    TILE128_CLUSTER_K, or the problem is flat (N >= 4 M) with tiles for TILE128_FLAT_SHARE of
+    the SMs."""
+    d = cfg.as_dict()
+    if (d["BM"], d["BN"], d["CM"]) != (128, 128, 1) or registry.cdiv(problem.M, 128) % 2:
+        return False
+    sms = registry._sm_count(problem.device)
+    tiles = registry.cdiv(problem.M, 128) * registry.cdiv(problem.N, 128)
+    flat = problem.N >= 4 * problem.M and tiles >= TILE128_FLAT_SHARE * sms
+    return tiles > sms or problem.K >= TILE128_CLUSTER_K or flat
 
 
 # tc10 (skinny problems): the MMA's N is the problem's rows rounded up to 16, 32, 64 or 128, and the
@@ -364,6 +399,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
     if spec.id == "tc07_persistent_cluster":
         out += [_rule_config(spec, tuple(sorted(o.items()))) for o, _ in TC07_TILES]
+        out += [_rule_config(spec, tuple(sorted({**o, "CM": 2}.items()))) for o, _ in TC07_TILES
+                if (o.get("BM", 128), o.get("BN")) == (128, 128)]  # in pairs where _tile128_clusters says
     if spec.id == "tc10_skinny":
         out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items()
                 if 16 < nt <= SKINNY_M_MAX]  # fmt: skip
