@@ -1,6 +1,8 @@
 """Every kernel against float64 on a real GPU. Skipped without one (marker `gpu`)."""
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -356,17 +358,17 @@ def test_prepared_launches_outlive_a_growing_workspace(monkeypatch):
     """A launch made by prepare() keeps its workspace's addresses. Preparing a larger split after it
     grows the workspace; the first launch must still find its parts and zeroed counters, however
     torch reuses memory in between (tc10 once wrote NaN-poisoned tiles here: its counters lay in
-    memory the allocator had handed to the next output)."""
+    memory the allocator had handed to the next output). The launch holds the workspace it was
+    made with."""
     monkeypatch.setattr(api, "_WORKSPACES", {})
-    monkeypatch.setattr(api, "_RETIRED", [])
     kernel, dtype, launches = "tc10_skinny", torch.bfloat16, []
     # 32 column tiles of 16 rows split 8 ways, then of 64 rows (parts four times the size)
     for M, N, K in [(16, 4096, 4096), (64, 4096, 4096)]:
         a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
         out = mat(kernel, M, N, dtype, float("nan"))
         launches.append((api.prepare(a, b, out=out, kernel=kernel), a, b, out))
-    sizes = [w[0].numel() for w in api._RETIRED] + [w[0].numel() for w in api._WORKSPACES.values()]
-    assert len(sizes) >= 2, f"the second problem did not grow the workspace ({sizes})"
+    held = [run.held[-1][0] for run, *_ in launches]
+    assert held[0].data_ptr() != held[1].data_ptr(), "the second problem did not grow the workspace"
     for _ in range(3):
         for i, (run, a, b, out) in enumerate(launches):
             out.fill_(float("nan"))  # the next allocation may land anywhere: churn the allocator too
@@ -374,6 +376,29 @@ def test_prepared_launches_outlive_a_growing_workspace(monkeypatch):
             run()
             del scratch
             assert_ok(out, a, b, label=f"{kernel}, prepared launch {i} after the workspace grew", kernel=kernel)
+
+
+@pytest.mark.parametrize("kernel", ["tc10_skinny", "tc09_stream_k", "tc07_persistent_cluster"])
+def test_prepared_launches_hold_their_tensors(kernel):
+    """prepare() binds addresses, so the function it returns holds the tensors they belong to: a
+    caller that drops its own references (a probe once reassigned its output variable for every
+    kernel it prepared) must not leave a launch writing into memory torch has handed out again --
+    there a stale launch's output overwrote another launch's split-K counters, and every kernel
+    after it left tiles unwritten. Here only the launch keeps out alive while the allocator is
+    churned; the product must still land in it, and nothing else may be written."""
+    M, N, K = (16, 4096, 4096) if kernel == "tc10_skinny" else (1000, 1024, 1022)
+    a, b = mat(kernel, M, K, torch.bfloat16), mat(kernel, K, N, torch.bfloat16)
+    out = mat(kernel, M, N, torch.bfloat16, float("nan"))
+    run = api.prepare(a, b, out=out, kernel=kernel)
+    seen = weakref.ref(out)
+    del out
+    gc.collect()
+    assert seen() is not None, "the prepared launch let its output go"
+    fill = [torch.full((M, N), 7.0, device="cuda", dtype=torch.bfloat16) for _ in range(8)]  # would reuse out's memory
+    run()
+    torch.cuda.synchronize()
+    assert all(bool((t == 7.0).all()) for t in fill), "the launch wrote into another tensor"
+    assert_ok(seen(), a, b, label=f"{kernel}, output held only by the launch", kernel=kernel)
 
 
 LAYOUT_KERNELS = [("tc07_persistent_cluster", torch.bfloat16), ("tc09_stream_k", torch.float16), ("auto", torch.bfloat16),

@@ -75,8 +75,8 @@ def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: Ge
     skips validation and selection on every call; copies a staged kernel needs -- operands whose
     layout TMA cannot take, and an odd-strided D's padded buffer (tc07-tc09) -- and row-major
     copies of transposed operands for kernels that do not read them in place are still made on
-    every call, as gemm() does). out's dtype is the result's. config: another config of the chosen kernel (for tuning). The tensors must stay
-    alive."""
+    every call, as gemm() does). out's dtype is the result's. config: another config of the chosen kernel (for tuning). The function
+    holds a, b, c, out and its workspace, so their memory stays theirs while it lives."""
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision)
     spec, cfg = select(problem, kernel)
     if config is not None:
@@ -193,7 +193,7 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out) -> None:
                 plan.maps.clear()
             plan.maps[key] = maps
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
-                  d.data_ptr(), *_workspace_args(plan), *plan.tail, cluster=plan.cluster)  # fmt: skip
+                  d.data_ptr(), *_workspace_args(_workspace(plan)), *plan.tail, cluster=plan.cluster)  # fmt: skip
     if plan.wide_d:
         out.copy_(d[:, : problem.N])
     # Only now may the copies go back to torch's allocator: the kernel is queued behind them on this
@@ -205,18 +205,17 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out) -> None:
 # (device, stream) -> (fp32 parts, uint32 flags) of the kernels that pass parts between blocks
 # (stream-K, split K). Flags are zero between launches (each is reset by the block that consumed
 # it), so launches on one stream share them; launches on other streams, which may overlap, get
-# their own. A workspace that grows is replaced, not freed: launches made by prepare() hold its
-# addresses and may run again (a probe that prepared tc10 and then a config needing more parts
-# found its first launch's counters in memory torch had handed to another tensor: tiles never
-# written). Each replacement at least doubles what grew, so few are kept.
+# their own. A workspace that grows is replaced; each replacement at least doubles what grew, so
+# few are made. A launch made by prepare() holds the workspace it was made with (and its tensors):
+# it keeps their addresses, and memory torch handed to another tensor would be written under it.
 _WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-_RETIRED: list[tuple[torch.Tensor, torch.Tensor]] = []
 
 
-def _workspace_args(plan: _Plan) -> tuple:
-    """The workspace pointers a kernel that takes them (stream-K, split K) needs, on the current stream."""
+def _workspace(plan: _Plan) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The workspace (fp32 parts, flags) a kernel that takes one (stream-K, split K) needs, on the
+    current stream; None for the others."""
     if plan.spec.workspace is None:
-        return ()
+        return None
     floats, flags = plan.spec.workspace(plan.config, plan.grid)
     key = (plan.device_id, launch.current_stream_handle(plan.device_id))
     ws = _WORKSPACES.get(key)
@@ -228,11 +227,15 @@ def _workspace_args(plan: _Plan) -> tuple:
             have_floats, have_flags = ws[0].numel(), ws[1].numel()
             floats = max(floats, 2 * have_floats) if floats > have_floats else have_floats
             flags = max(flags, 2 * have_flags) if flags > have_flags else have_flags
-            _RETIRED.append(ws)
         dev = torch.device("cuda", plan.device_id)
         ws = _WORKSPACES[key] = (torch.empty(floats, dtype=torch.float32, device=dev),
                                  torch.zeros(flags, dtype=torch.int32, device=dev))  # fmt: skip
-    return ws[0].data_ptr(), ws[1].data_ptr()
+    return ws
+
+
+def _workspace_args(ws: tuple[torch.Tensor, torch.Tensor] | None) -> tuple:
+    """The pointers a kernel that takes a workspace is passed; none for the others."""
+    return () if ws is None else (ws[0].data_ptr(), ws[1].data_ptr())
 
 
 def _row_major(problem: GemmProblem, a, b) -> tuple:
@@ -317,5 +320,12 @@ def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, 
         return partial(_launch, plan, problem, a, b, c, out)  # the copies are part of every call
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(problem, a, b, out)) if spec.tma else ()
-    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *_workspace_args(plan), *plan.tail)
-    return partial(launch.launch, plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)
+    ws = _workspace(plan)
+    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *_workspace_args(ws), *plan.tail)
+    held = (a, b, c, out, ws)  # the addresses in args stay these tensors' while the launch lives
+
+    def relaunch():
+        launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)
+
+    relaunch.held = held
+    return relaunch
