@@ -26,10 +26,12 @@ def balanced_runs(slots_per_sm: int, min_steps: int):
     return runs
 
 
-def skinny_config(m, n, k):
-    """tc10's own config for the shape (configs.skinny_config: the MMA's N from the rows), w.t()."""
-    a, b = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16).t()
-    return registry.TC_10.config(**{**configs.skinny_config(problem_from_tensors(a, b, device_type="cpu")).as_dict(), "TB": 1})
+def skinny_config(spec):
+    """tc10's own config for each shape (configs.skinny_config: the MMA's N from the rows), w.t(), as spec's."""
+    def for_shape(m, n, k):
+        a, b = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16).t()
+        return spec.config(**{**configs.skinny_config(problem_from_tensors(a, b, device_type="cpu")).as_dict(), "TB": 1})
+    return for_shape
 
 
 KERNELS = {"tc10_skinny": None, "auto": None}
@@ -37,7 +39,7 @@ for slots, steps in ((1, 16), (1, 8), (2, 16)):
     spec = dataclasses.replace(registry.TC_10, id=f"probe_tc10_waves_s{slots}k{steps}",
                                k_runs=balanced_runs(slots, steps), auto_skip=lambda p, c: None)
     registry._BY_ID[spec.id] = spec
-    KERNELS[spec.id] = skinny_config  # a copy's id is not tc10's: config_for would give it the default NT = 16
+    KERNELS[spec.id] = skinny_config(spec)  # a copy's id is not tc10's: config_for would give it the default NT = 16
 
 WEIGHTS = ["6144x4096", "4096x4096", "28672x4096", "4096x14336", "128256x4096", "10240x8192", "8192x8192",
            "57344x8192", "8192x28672"]
