@@ -75,7 +75,7 @@ def test_model_sweep_makes_a_shape_for_every_layer_and_token_count():
     sweep = read_sweep(ROOT / "sweeps" / "models.toml")
     assert sweep["kernels"] == ["auto"] and sweep["dtype"] == "bf16" and sweep["layout"] == "nt"
     assert sweep["tag"] == "models" and sweep["names"]["4096x14336"] == "8B down"
-    assert len(sweep["shapes"]) == 5 * len(sweep["names"])  # 1, 16, 512, 2048 and 8192 tokens
+    assert len(sweep["shapes"]) == 6 * len(sweep["names"])  # 1, 16, 64, 512, 2048 and 8192 tokens
     assert (2048, 4096, 14336) in sweep["shapes"] and (16, 57344, 8192) in sweep["shapes"] and (1, 4096, 4096) in sweep["shapes"]
 
 

@@ -567,10 +567,12 @@ def test_the_lean_epilogue_is_chosen_where_beta_is_zero_and_d_takes_tma_stores()
 
 
 def test_auto_takes_the_skinny_step_for_a_few_rows_only():
-    """tc10 (the few rows on the MMA's N side) serves 'auto' up to configs.SKINNY_M_MAX = 32 rows,
+    """tc10 (the few rows on the MMA's N side) serves 'auto' up to configs.SKINNY_ANY_M = 32 rows,
     with the MMA's N the rows rounded up to 16 or 32, B read in place whether row-major or w.t();
-    from 33 rows on, or with rows TMA cannot take, the problem goes to tc07 / tc09. Its runs along K
-    fill one block an SM with at least 16 K steps each (probe-skinny-20261125T003110Z.json)."""
+    from 33 to 64 rows (N = 64) where its blocks fill at least 80% of their waves' block slots
+    (tune-skinny-rows-*, probe-skinny-waves-*); past 64 rows, or with rows TMA cannot take, the
+    problem goes to tc07 / tc09. Its runs along K fill one block an SM with at least 16 K steps
+    each (probe-skinny-20261125T003110Z.json)."""
     from gemmlab.configs import select
 
     def choice(M, N, K, trans_b=True, ld_b=None):
@@ -588,7 +590,14 @@ def test_auto_takes_the_skinny_step_for_a_few_rows_only():
         assert kid == "tc10_skinny" and cfg["NT"] == nt and cfg["TB"] == 1 and cfg["BW"] == 64, (M, kid, cfg)
     kid, cfg, _ = choice(16, 4096, 4096, trans_b=False)
     assert kid == "tc10_skinny" and cfg["TB"] == 0
-    assert choice(33, 4096, 4096)[0] != "tc10_skinny"
+    for M in (33, 48, 64):  # 64 tiles in two runs: 128 blocks for 132 SMs
+        kid, cfg, _ = choice(M, 4096, 4096)
+        assert kid == "tc10_skinny" and cfg["NT"] == 64, (M, kid, cfg)
+    assert choice(48, 28672, 4096)[0] == "tc10_skinny"  # 448 blocks, 85% of four waves
+    assert choice(48, 6144, 4096)[0] != "tc10_skinny"  # 96 blocks: 73%
+    assert choice(48, 10240, 8192)[0] != "tc10_skinny"  # 160 blocks: 61% of two waves
+    assert choice(32, 6144, 4096)[0] == "tc10_skinny"  # up to 32 rows, whatever the waves
+    assert choice(65, 4096, 4096)[0] != "tc10_skinny"
     assert choice(16, 4096, 4100, ld_b=4100)[0] != "tc10_skinny"  # w's rows of 8200 bytes: no TMA
     spec = registry.get("tc10_skinny")
 

@@ -149,13 +149,21 @@ def _tile128_clusters(problem: GemmProblem, cfg: GemmConfig) -> bool:
 
 # tc10 (skinny problems): the MMA's N is the problem's rows rounded up to 16, 32, 64 or 128, and the
 # ring (BW = 64: one consumer warpgroup) as deep as two blocks an SM allow, about 100 KB each
-# (SKINNY_STAGES). 'auto' takes it up to SKINNY_M_MAX rows: on an H200 at Llama 3's decode layers
+# (SKINNY_STAGES). 'auto' takes it up to SKINNY_ANY_M rows: on an H200 at Llama 3's decode layers
 # (results/nvidia-h200/probe-skinny-20261125T003110Z.json, bf16, y = x @ w.t()) it ran 0.97-1.11x
 # cuBLAS at 1, 16 and 32 rows where tc07 and tc09 ran 0.78-1.11x (geometric means 1.005-1.033x
-# against 0.85-0.92x); at 64 rows it won at two of four layers and lost at two (0.83x against
-# 0.94x at 64 x 6144 x 4096), so from 33 rows on the problem stays with tc07 and tc09.
+# against 0.85-0.92x). From 33 to SKINNY_M_MAX rows (the MMA's N 64) only where its blocks fill at
+# least SKINNY_FILL_MIN of the block slots of the waves they take, one block an SM: at 40, 48 and 64
+# rows (tune-skinny-rows-20261125T021036Z.json, probe-skinny-waves-20261125T024258Z.json) it lost
+# at the two layers that leave SMs idle -- 6144 x 4096 (96 blocks for 132 SMs: 0.83-0.85x against
+# 0.91-0.94x) and 10240 x 8192 (160 blocks, two waves: 0.85-0.95x against 0.96-0.99x) -- and won at
+# most others (4096 x 4096 0.86-0.91x against 0.79-0.83x, 8192 x 8192 0.89-0.97x against
+# 0.78-0.82x; 28672 x 4096, 448 blocks in four waves, 0.85x against 0.89x at 40 rows, 0.93-0.98x
+# against 0.91-0.93x at 48-64). Past 64 rows tc07 and tc09 serve.
 SKINNY_STAGES = {16: 8, 32: 8, 64: 6, 128: 4}
-SKINNY_M_MAX = 32
+SKINNY_ANY_M = 32
+SKINNY_M_MAX = 64
+SKINNY_FILL_MIN = 0.8
 
 
 def skinny_config(problem: GemmProblem) -> GemmConfig:

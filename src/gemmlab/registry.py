@@ -1170,12 +1170,21 @@ def _check_10_tc(c: GemmConfig) -> str | None:
 
 
 def _skinny_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
-    """'auto' takes tc10 for problems of at most SKINNY_M_MAX rows, where it was measured ahead of
-    tc07 and tc09 (configs.SKINNY_M_MAX)."""
-    from .configs import SKINNY_M_MAX
+    """'auto' takes tc10 for problems of at most SKINNY_ANY_M rows, and up to SKINNY_M_MAX where its
+    blocks (tiles x runs) fill at least SKINNY_FILL_MIN of the block slots of their waves, one block
+    an SM: where it was measured ahead of tc07 and tc09 (configs.SKINNY_M_MAX)."""
+    from .configs import SKINNY_ANY_M, SKINNY_FILL_MIN, SKINNY_M_MAX
 
     if problem.M > SKINNY_M_MAX:
         return f"{problem.M} rows: tc10 serves problems of at most {SKINNY_M_MAX} rows"
+    if problem.M > SKINNY_ANY_M:
+        sms = _sm_count(problem.device)
+        blocks = cdiv(problem.N, c["BW"]) * cdiv(problem.M, c["NT"]) * skinny_runs(problem, c, sms)
+        slots = sms * SKINNY_BLOCKS_PER_SM
+        fill = blocks / (cdiv(blocks, slots) * slots)
+        if fill < SKINNY_FILL_MIN:
+            return (f"{problem.M} rows: tc10's {blocks} blocks fill {fill:.0%} of the block slots of their waves "
+                    f"(it serves {SKINNY_ANY_M + 1}-{SKINNY_M_MAX} rows from {SKINNY_FILL_MIN:.0%})")
     return None
 
 
