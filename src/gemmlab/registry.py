@@ -819,8 +819,10 @@ def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256), max_bm: i
     return (
         _check_tma_tiles(c, bn, max_bm, _tc07_smem(c) if smem is None else smem, bk=(64, 32))
         or _check_cluster(c, (1, 2, 4))
-        or _first_failure((c["BN"] // 64 % c["CM"] == 0,
-                           f"BN / 64 = {c['BN'] // 64} boxes of B do not divide among CM = {c['CM']} blocks"),
+        or _first_failure((c["TB"] or c["BN"] // 64 >= c["CM"],
+                           f"BN / 64 = {c['BN'] // 64} boxes of B leave some of CM = {c['CM']} blocks none to load"),
+                          (not c["TB"] or c["BN"] // c["CM"] % 8 == 0,
+                           f"B's {c['BN']} rows do not split into whole 8-row atoms among CM = {c['CM']} blocks"),
                           (c["TB"] in (0, 1), "TB must be 0 (B row-major) or 1 (B stored transposed)"),
                           (c["TA"] in (0, 1), "TA must be 0 (A row-major) or 1 (A stored transposed)"),
                           (c["EPI"] in (0, 1), "EPI must be 0 (TMA stores without C) or 1 (every epilogue)"),

@@ -312,14 +312,22 @@ __device__ __forceinline__ void load_stage(unsigned s, const TensorMap* tm, unsi
         if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, row, k0, ALL);
         else tma_load_2d(dst, tm, full, row, k0);
     } else {
-        constexpr int W = 128 / sizeof(T), MINE = ROWS / W / CM;
-        static_assert(MINE * W * CM == ROWS, "whole boxes of 128-byte rows, as many for each block");
+        constexpr int W = 128 / sizeof(T), BOXES = ROWS / W;
+        static_assert(BOXES * W == ROWS, "whole boxes of 128-byte rows");
+        if constexpr (BOXES % CM == 0) {  // as many boxes for each block, side by side
+            constexpr int MINE = BOXES / CM;
 #pragma unroll
-        for (int j = 0; j < MINE; ++j) {
-            const int box = static_cast<int>(rank) * MINE + j;
-            const unsigned dst = s + box * BK * 128;
-            if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, k0, row0 + box * W, ALL);
-            else tma_load_2d(dst, tm, full, k0, row0 + box * W);
+            for (int j = 0; j < MINE; ++j) {
+                const int box = static_cast<int>(rank) * MINE + j;
+                const unsigned dst = s + box * BK * 128;
+                if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, k0, row0 + box * W, ALL);
+                else tma_load_2d(dst, tm, full, k0, row0 + box * W);
+            }
+        } else {  // e.g. three boxes for two blocks: box j is block j % CM's to load
+#pragma unroll
+            for (int box = 0; box < BOXES; ++box)
+                if (box % CM == static_cast<int>(rank))
+                    tma_load_2d_multicast(s + box * BK * 128, tm, full, k0, row0 + box * W, ALL);
         }
     }
 }

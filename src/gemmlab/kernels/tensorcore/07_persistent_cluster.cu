@@ -9,8 +9,9 @@
 // the blocks running at one time share rows of A and columns of B in L2.
 //
 // Two blocks of a cluster (CM = 2) compute vertically adjacent tiles: the same columns of B.
-// Each block's producer loads its own A and half the B tile, multicast into both blocks' shared
-// memory, so each B byte crosses from L2 once per pair. A stage is refilled only once the
+// Each block's producer loads its own A and half the B tile (of a 192-wide row-major B's three
+// 64-column boxes, the first block two), multicast into both blocks' shared memory, so each B byte
+// crosses from L2 once per pair. A stage is refilled only once the
 // consumers of both blocks have released it (they arrive on both blocks' empty barriers).
 //
 // The block tile is 128 x 256 by default. 128 x 192 and 128 x 128 tiles (BN) trade a little MMA
@@ -93,9 +94,10 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups (64, 128 or 192 rows)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
     static_assert(BN == 128 || BN == 192 || BN == 256, "one m64nBNk16 MMA a warpgroup and k16 step");
-    static_assert(B_BOXES % CM == 0, "each block of a cluster loads as many 64-column boxes of B");
+    static_assert(TB || B_BOXES >= CM, "each block of a cluster loads at least one 64-column box of B");
+    static_assert(!TB || BN / CM % 8 == 0, "each block of a cluster loads whole 8-row swizzle atoms of B's rows");
     static_assert(BK == 64 || BK == 32, "a K stage is one 128-byte (BK = 64) or 64-byte (BK = 32) swizzle row of A");
-    static_assert(CM == 1 || CM == 2 || CM == 4, "clusters of 1, 2 or 4 blocks along M (each loads BN / 64 / CM boxes of B)");
+    static_assert(CM == 1 || CM == 2 || CM == 4, "clusters of 1, 2 or 4 blocks along M (each loads its share of B's boxes)");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     static_assert(sizeof(T) == 2, "16-bit inputs");
     static_assert(HO == 0 || HO == 1, "HO: 1 the hand-over where it applies, 0 never");
