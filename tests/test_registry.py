@@ -152,7 +152,7 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
-    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1), (192, 256, 2), (128, 128, 1), (128, 128, 2)]
+    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1), (192, 256, 2), (128, 128, 1), (128, 192, 2), (128, 128, 2)]
     # each again with the lean epilogue, all of those for a B stored transposed, then all of those
     # for an A stored transposed
     in_use = configs_in_use(registry.get("tc07_persistent_cluster"))
@@ -211,6 +211,27 @@ def test_the_128_wide_tile_runs_in_pairs_where_its_l2_reads_hold_it_back():
     assert tile_time(p, spec.config(BN=128, CM=2, STAGES=6)) == tile_time(p, spec.config(BN=128, CM=1, STAGES=6))
 
 
+def test_the_192_wide_tile_runs_in_pairs_past_a_wave_or_on_a_transposed_b():
+    """configs._tile192_clusters (H200 records tune-tile192-cm-*): where tc07 takes its 128 x 192
+    tile, clusters of two along M when the tiles pair up and there are more of them than SMs, or B
+    is stored transposed (w.t()) and they fill 5/6 of the SMs; single blocks otherwise."""
+    from gemmlab.configs import config_for
+
+    def tile(M, N, K, trans_b=False):
+        a = torch.empty((M, K), dtype=torch.bfloat16)
+        b = torch.empty((N, K), dtype=torch.bfloat16).t() if trans_b else torch.empty((K, N), dtype=torch.bfloat16)
+        c = config_for(registry.get("tc07_persistent_cluster"), problem_from_tensors(a, b, device_type="cpu"))
+        return c["BM"], c["BN"], c["CM"]
+
+    assert tile(3072, 3072, 3072) == (128, 192, 2)  # 384 tiles
+    assert tile(1280, 4864, 4096) == (128, 192, 2)
+    assert tile(1280, 2304, 4096) == (128, 192, 1)  # 120 tiles, row-major B
+    assert tile(768, 4096, 4096, trans_b=True) == (128, 192, 2)  # 132 tiles, w.t()
+    assert tile(512, 6144, 4096, trans_b=True) == (128, 192, 2)  # 128 tiles
+    assert tile(512, 6144, 4096) == (128, 192, 1)
+    assert tile(1536, 1536, 1536, trans_b=True) == (128, 192, 1)  # 96 tiles
+
+
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
     """configs.tile_time on 132 SMs: 64 x 128 tiles where 128 x 256 ones would leave most SMs idle
     (one part-full wave), 128 x 192 where they fill the last wave better (1536^2: 96 tiles in one
@@ -230,7 +251,7 @@ def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
 
     assert [tile(n, n) for n in (1, 512, 1024, 1536, 2048, 2560, 3072, 4096, 8192)] == [
         (64, 128, 1), (64, 128, 1), (64, 128, 1), (128, 192, 1), (128, 256, 1), (128, 256, 1),
-        (128, 192, 1), (128, 256, 2), (128, 256, 2)]  # fmt: skip
+        (128, 192, 2), (128, 256, 2), (128, 256, 2)]  # fmt: skip  (3072^2: 384 tiles, in pairs)
     assert tile(1, 8192) == (64, 128, 1) and tile(16384, 512) == (128, 256, 2)  # thin: fill the SMs / no wave lost
     # 128 x 128 where 100 of them fill one wave that 128 x 192 tiles (70) and 64 x 128 ones (two
     # waves) fill worse: 1280^2, 1024 x 1536 (H200, probe-bf16-128x128-*.json)

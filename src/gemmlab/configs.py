@@ -110,7 +110,7 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
         t = tile_time(problem, cfg, tile_rate(problem, overrides, rate))
         if t < best_time:
             best, best_time = cfg, t
-    if _tile128_clusters(problem, best):
+    if _tile128_clusters(problem, best) or _tile192_clusters(problem, best):
         best = _rule_config(spec, tuple(sorted({**best.as_dict(), "CM": 2}.items())))
     return best, best_time
 
@@ -145,6 +145,31 @@ def _tile128_clusters(problem: GemmProblem, cfg: GemmConfig) -> bool:
     tiles = registry.cdiv(problem.M, 128) * registry.cdiv(problem.N, 128)
     flat = problem.N >= 4 * problem.M and tiles >= TILE128_FLAT_SHARE * sms
     return tiles > sms or problem.K >= TILE128_CLUSTER_K or flat
+
+
+# tc07's 128 x 192 tile in clusters of two along M: its MMAs ask L2 for 52 bytes a cycle an SM
+# (16 KB of A and 24 KB of B a 768-cycle K stage), pairs for 36 (the blocks split B's three
+# 64-column boxes two and one, or with B stored transposed its 192 rows 96 and 96). H200, bf16,
+# single blocks against pairs in the same rounds (results/nvidia-h200/tune-tile192-cm-*.json):
+# - more than a wave of tiles: pairs ahead at 7 of 9 shapes, by 0.4-8.9% (3072^3 +1.6%, 1280 x
+#   4864 x 4096 +8.9%), behind by 0.4% and 1.1% at the other two;
+# - a B stored transposed (x @ w.t()) with tiles for 5/6 of the SMs or more: +1.5% at 512 x 6144 x
+#   4096, +11.6% at 768 x 4096 x 4096, +23% at 768 x 4096 x 14336 (128-132 tiles), +6.9% at 1024 x
+#   6144 x 4096;
+# - a row-major B with a wave or less: behind by 1-6% at 10 of 13 shapes.
+TILE192_TRANSPOSED_SHARE = 5 / 6
+
+
+def _tile192_clusters(problem: GemmProblem, cfg: GemmConfig) -> bool:
+    """Whether tc07's 128 x 192 tile, chosen in single blocks, runs in clusters of two instead: its
+    tiles pair up along M, and there are more of them than SMs, or B is stored transposed and they
+    fill TILE192_TRANSPOSED_SHARE of the SMs."""
+    d = cfg.as_dict()
+    if (d["BM"], d["BN"], d["CM"]) != (128, 192, 1) or registry.cdiv(problem.M, 128) % 2:
+        return False
+    sms = registry._sm_count(problem.device)
+    tiles = registry.cdiv(problem.M, 128) * registry.cdiv(problem.N, 192)
+    return tiles > sms or (problem.b.trans and tiles >= TILE192_TRANSPOSED_SHARE * sms)
 
 
 # tc10 (skinny problems): the MMA's N is the problem's rows rounded up to 16, 32, 64 or 128, and the
@@ -408,7 +433,7 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     if spec.id == "tc07_persistent_cluster":
         out += [_rule_config(spec, tuple(sorted(o.items()))) for o, _ in TC07_TILES]
         out += [_rule_config(spec, tuple(sorted({**o, "CM": 2}.items()))) for o, _ in TC07_TILES
-                if (o.get("BM", 128), o.get("BN")) == (128, 128)]  # in pairs where _tile128_clusters says
+                if (o.get("BM", 128), o.get("BN")) in ((128, 128), (128, 192))]  # pairs: _tile128_clusters, _tile192_clusters
     if spec.id == "tc10_skinny":
         out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items()
                 if 16 < nt <= SKINNY_M_MAX]  # fmt: skip
