@@ -632,8 +632,9 @@ def test_auto_takes_the_skinny_step_for_a_few_rows_only():
 
 
 def test_default_benchmark_leaves_the_skinny_step_to_its_sweep(monkeypatch, tmp_path):
-    """gemmlab bench without -k and -s times every step at the default squares but tc10, whose
-    problems are a few rows (sweeps/models.toml); at given shapes it runs with the rest."""
+    """gemmlab bench without -k times every step at the default squares but tc10, whose problems
+    are a few rows (sweeps/models.toml), and at given shapes too unless one has at most
+    configs.SKINNY_M_MAX rows (a -s 3072 refreshing one row of the tables leaves it out)."""
     from typer.testing import CliRunner
 
     from gemmlab import cli
@@ -650,9 +651,11 @@ def test_default_benchmark_leaves_the_skinny_step_to_its_sweep(monkeypatch, tmp_
     monkeypatch.setattr(cli, "_pick_device", lambda device: "cuda")
     monkeypatch.setattr(bench_run, "run_bench", fake_run_bench)
     runner = CliRunner()
-    for args in (["bench", "--dtype", "bf16"], ["bench", "--dtype", "bf16", "-s", "16x4096x4096"]):
+    for args in (["bench", "--dtype", "bf16"], ["bench", "--dtype", "bf16", "-s", "16x4096x4096"],
+                 ["bench", "--dtype", "bf16", "-s", "3072"]):
         result = runner.invoke(cli.app, args)
         assert result.exit_code == 0, result.output
-    (default_ids, default_shapes), (shaped_ids, _) = asked
+    (default_ids, default_shapes), (shaped_ids, _), (square_ids, _) = asked
     assert "tc10_skinny" not in default_ids and "tc09_stream_k" in default_ids and default_shapes == list(bench_run.DEFAULT_SHAPES)
     assert "tc10_skinny" in shaped_ids
+    assert "tc10_skinny" not in square_ids and "tc07_persistent_cluster" in square_ids

@@ -259,9 +259,13 @@ def bench_cmd(
         if dtype not in DTYPES:
             raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
         ids = _kernel_ids(kernel, device, pending, DTYPES[dtype] if device == "cuda" else None, PRECISIONS.get(dtype, "fp32"))
-        if not kernel and not shape and device == "cuda":
-            # the default squares are no problems of the steps for a few rows (tc10: sweeps/models.toml times it)
-            ids = [k for k in ids if "skinny" not in registry.get(k).tags]
+        if not kernel and device == "cuda":
+            # steps for a few rows (tc10) only where a shape has that few: not the default squares
+            # (sweeps/models.toml times tc10), nor a -s 3072 that refreshes one row of the tables
+            from .configs import SKINNY_M_MAX
+
+            few = shape and any(parse_shape(s)[0] <= SKINNY_M_MAX for s in shape)
+            ids = [k for k in ids if few or "skinny" not in registry.get(k).tags]
     if device == "cpu":
         from .bench import cpu as bench_cpu
 
