@@ -100,8 +100,8 @@ def tile_time(problem: GemmProblem, cfg: GemmConfig, rate: float = 1.0) -> float
 
 def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
     """tc07's config for the problem, by tile_time, and that time: the size rule's 128 x 256
-    config unless one of TC07_TILES finishes first (the 128 x 128 tile in clusters of two where
-    _tile128_clusters says so: the same waves, so the same time)."""
+    config unless one of TC07_TILES finishes first (the 128 x 128 and 128 x 192 tiles in clusters
+    of two where _tile128_clusters and _tile192_clusters say so: the same waves, so the same time)."""
     spec = registry.get("tc07_persistent_cluster")
     best = _size_rule_config(spec, problem)
     best_time = tile_time(problem, best)
