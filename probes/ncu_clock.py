@@ -5,7 +5,8 @@ show, so a kernel's time follows its clock as much as its code. probe_07_* names
 that smem_probe.py, gpc_probe.py, skew_probe.py, epilogue_probe.py and handover_probe.py write (and
 probe_07_bfirst, below). On the GPU machine, through probes/ncu_clock.sh:
     PYTHONPATH=src bash probes/ncu_clock.sh 4096x4096x4096 tc07_persistent_cluster probe_07_noload cublas
-(NCU_DTYPE=tf32 for float32 operands multiplied as TF32: tc08 and cuBLAS TF32), which runs
+(NCU_DTYPE=tf32 for float32 operands multiplied as TF32: tc08 and cuBLAS TF32; NCU_LAYOUT=nt for
+B a transposed view, x @ w.t()), which runs
 `python3 probes/ncu_clock.py run SHAPE KERNEL...` under ncu and then
 `python3 probes/ncu_clock.py table CSV` (one line a launch)."""
 
@@ -33,7 +34,9 @@ def run(shape: str, requests: list[str]) -> None:
     dtype = torch.float32 if tf32 else torch.bfloat16
     torch.backends.cuda.matmul.allow_tf32 = tf32
     a = (torch.rand(M, K, device="cuda") * 2 - 1).to(dtype)
-    b = (torch.rand(K, N, device="cuda") * 2 - 1).to(dtype)
+    # NCU_LAYOUT=nt: B a transposed view of an [N][K] matrix (x @ w.t()); else row-major
+    nt = os.environ.get("NCU_LAYOUT") == "nt"
+    b = (torch.rand(N, K, device="cuda") * 2 - 1).to(dtype).t() if nt else (torch.rand(K, N, device="cuda") * 2 - 1).to(dtype)
     out = torch.empty(M, N, device="cuda", dtype=dtype)
     if any(r.startswith("probe_07_") for r in requests):  # smem_probe.py's copies of tc07
         sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -85,7 +88,7 @@ def table(path: str) -> None:
     num = lambda s: float(s.replace(",", ""))  # noqa: E731
     for (i, name, grid), m in sorted(launches.items()):
         line = (f"{i} {name[:60]:60s} grid {grid:12s} {num(m['Duration']) / 1e3:8.1f} us  "
-                f"SM {num(m['SM Frequency']) / 1e6:5.0f} MHz  SM thr {m['Compute (SM) Throughput']:>6s}%  "
+                f"SM {num(m['SM Frequency']) / 1e6:5.0f} MHz  {num(m['Duration']) * num(m['SM Frequency']) / 1e12:6.1f} k cycles  SM thr {m['Compute (SM) Throughput']:>6s}%  "
                 f"L2 {num(m['lts__t_bytes.sum']) / 1e9:6.3f} GB")
         asked = m.get("lrc__request_sectors_op_read_coalescable.sum")
         if asked:  # sectors the SMs asked for, of them multicast, and what reached L2 (merged in flight)

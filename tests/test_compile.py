@@ -169,6 +169,8 @@ def test_every_config_auto_can_choose_compiles_without_spills():
     for spec in KERNELS:
         for cfg in configs_in_use(spec)[1:]:  # the default is test_compiles_for_hopper_..., every type pair
             for dtype, out_dtype in _types(spec):
+                if not spec.builds_for(cfg, dtype, out_dtype):  # tc07's one staging buffer: 16-bit results
+                    continue
                 ck = jit.compile_kernel(spec, cfg, ARCH, dtype, out_dtype)
                 u, name = ck.usage, spec.name_expression(cfg, dtype, out_dtype)
                 assert u.spills == 0 and u.stack_frame == 0, f"{name}: {u}"

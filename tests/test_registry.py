@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gemmlab import registry
+from gemmlab import jit, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.registry import KERNELS, PENDING
 
@@ -152,12 +152,14 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     # sgemm_11: the larger tile from 2048^2 up
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
-    tiles = [(128, 256, 2), (128, 256, 1), (128, 192, 1), (64, 128, 1), (192, 256, 2), (128, 128, 1), (128, 192, 2), (128, 128, 2)]
+    tiles = [(128, 256, 2, 2), (128, 256, 1, 2), (128, 192, 1, 2), (64, 128, 1, 2), (192, 256, 2, 2), (128, 128, 1, 2),
+             (128, 192, 2, 2), (128, 128, 2, 2), (128, 192, 1, 1), (128, 192, 2, 1)]  # (BM, BN, CM, OB)
     # each again with the lean epilogue, all of those for a B stored transposed, then all of those
     # for an A stored transposed
     in_use = configs_in_use(registry.get("tc07_persistent_cluster"))
-    assert [(c["BM"], c["BN"], c["CM"], c["EPI"], c["TB"], c["TA"]) for c in in_use] == [
+    assert [(c["BM"], c["BN"], c["CM"], c["OB"], c["EPI"], c["TB"], c["TA"]) for c in in_use] == [
         (*t, epi, tb, ta) for ta in (0, 1) for tb in (0, 1) for epi in (1, 0) for t in tiles]
+    assert all(c["STAGES"] == 5 for c in in_use if c["OB"] == 1)
 
 
 def test_long_k_problems_get_clusters_of_two_inside_the_single_block_range():
@@ -230,6 +232,34 @@ def test_the_192_wide_tile_runs_in_pairs_past_a_wave_or_on_a_transposed_b():
     assert tile(512, 6144, 4096, trans_b=True) == (128, 192, 2)  # 128 tiles
     assert tile(512, 6144, 4096) == (128, 192, 1)
     assert tile(1536, 1536, 1536, trans_b=True) == (128, 192, 1)  # 96 tiles
+
+
+def test_the_192_wide_tile_takes_a_fifth_stage_where_each_block_runs_one_tile():
+    """configs._tile192_deep (H200 records probe-onebuf-*): tc07's 128 x 192 tile with five K
+    stages and one staging buffer a consumer (OB = 1) where every block runs at most one tile and K
+    is at least 4096, for a 16-bit result; four stages and two buffers otherwise. An fp32 result
+    is refused to the one-buffer config before anything is compiled."""
+    from gemmlab.configs import config_for
+
+    def cfg(M, N, K, trans_b=False, out_dtype=None):
+        a = torch.empty((M, K), dtype=torch.bfloat16)
+        b = torch.empty((N, K), dtype=torch.bfloat16).t() if trans_b else torch.empty((K, N), dtype=torch.bfloat16)
+        c = config_for(registry.get("tc07_persistent_cluster"), problem_from_tensors(a, b, device_type="cpu", out_dtype=out_dtype))
+        return c["BN"], c["CM"], c["STAGES"], c["OB"]
+
+    assert cfg(512, 6144, 4096, trans_b=True) == (192, 2, 5, 1)  # 8B qkv at 512 tokens: 128 tiles in pairs
+    assert cfg(512, 6144, 4096) == (192, 1, 5, 1)
+    assert cfg(512, 6144, 4096, trans_b=True, out_dtype=torch.float32) == (192, 2, 4, 2)  # fp32 D: two buffers
+    assert cfg(1536, 1536, 1536)[2:] == (4, 2)  # one wave, K short
+    assert cfg(3072, 3072, 4096) == (192, 2, 4, 2)  # 384 tiles: several a block
+    spec = registry.get("tc07_persistent_cluster")
+    one = spec.config(BN=192, STAGES=5, OB=1)
+    p = problem_from_tensors(torch.empty((512, 4096), dtype=torch.bfloat16), torch.empty((4096, 6144), dtype=torch.bfloat16),
+                             device_type="cpu", out_dtype=torch.float32)
+    assert "writes bfloat16, float16 results, not float32" in spec.why_not(p, one)
+    assert spec.builds_for(one, torch.bfloat16, torch.bfloat16) and not spec.builds_for(one, torch.bfloat16, torch.float32)
+    with pytest.raises(ValueError, match="results only"):
+        jit.compile_kernel(spec, one, "sm_90a", torch.bfloat16, torch.float32)
 
 
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():

@@ -126,6 +126,7 @@ def compile_cmd(
         for cfg in configs_in_use(spec)
         for dt in (spec.dtypes if spec.type_param else (None,))
         for od in ((dt, torch.float32) if spec.type_param else (None,))  # 16-bit kernels: fp32 output too
+        if spec.builds_for(cfg, dt, od)  # (tc07 with one staging buffer: 16-bit results only)
     ]
     rows, failed = [], False
     with _progress() as prog:

@@ -9,6 +9,8 @@ pay for this problem (KernelSpec.auto_skip: tc09's stream-K only where tc07's la
 
 from __future__ import annotations
 
+import torch
+
 from . import registry
 from .problem import GemmProblem
 from .registry import GemmConfig, KernelSpec
@@ -112,6 +114,8 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
             best, best_time = cfg, t
     if _tile128_clusters(problem, best) or _tile192_clusters(problem, best):
         best = _rule_config(spec, tuple(sorted({**best.as_dict(), "CM": 2}.items())))
+    if _tile192_deep(problem, best):
+        best = _rule_config(spec, tuple(sorted({**best.as_dict(), **TILE192_DEEP}.items())))
     return best, best_time
 
 
@@ -170,6 +174,32 @@ def _tile192_clusters(problem: GemmProblem, cfg: GemmConfig) -> bool:
     sms = registry._sm_count(problem.device)
     tiles = registry.cdiv(problem.M, 128) * registry.cdiv(problem.N, 192)
     return tiles > sms or (problem.b.trans and tiles >= TILE192_TRANSPOSED_SHARE * sms)
+
+
+# tc07's 128 x 192 tile with a fifth K stage, in the 8 KB a consumer's second staging buffer held
+# (OB = 1: each 64-column chunk of the epilogue waits for the last one's store), where every block
+# runs one tile. cuBLAS runs the same tile at Llama 3 8B's qkv layer at 512 tokens with five stages
+# (nvjet_sm90_tst_192x128_64x5_1x2, probe-cublas-kernels-bf16-nt-20261125T042335Z.json). H200, bf16,
+# against four stages in the same rounds (probe-onebuf-20261125T0444*Z.json): 512 x 6144 x 4096
+# (x @ w.t(), 128 tiles in pairs) 0.930x -> 0.974x cuBLAS, 1024 x 3072 x 4096 +0.7% (single
+# blocks); at a short K the epilogue's waits weigh more than the ring's depth: 1536^3 (96 tiles)
+# 3.7% behind; and where blocks run several tiles too: 3072^3 -2%, 2304^3 -2.5%, 1024 x 6144 x
+# 4096 -1%. Three shapes gained or lost: the thresholds are fitted, not explained.
+TILE192_DEEP = dict(STAGES=5, OB=1)
+TILE192_DEEP_MIN_K = 4096
+
+
+def _tile192_deep(problem: GemmProblem, cfg: GemmConfig) -> bool:
+    """Whether tc07's 128 x 192 tile takes TILE192_DEEP: one tile or none for every block, K of at
+    least TILE192_DEEP_MIN_K, and a 16-bit result (one staging buffer holds a 64-column chunk of
+    16-bit values, not of fp32)."""
+    d = cfg.as_dict()
+    if (d["BM"], d["BN"]) != (128, 192) or problem.result_dtype not in (torch.bfloat16, torch.float16):
+        return False
+    if problem.K < TILE192_DEEP_MIN_K:
+        return False
+    tiles = registry.cdiv(problem.M, 128) * registry.cdiv(problem.N, 192)
+    return tiles <= registry._sm_count(problem.device) // d["CM"] * d["CM"]
 
 
 # tc10 (skinny problems): the MMA's N is the problem's rows rounded up to 16, 32, 64 or 128, and the
@@ -434,6 +464,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out += [_rule_config(spec, tuple(sorted(o.items()))) for o, _ in TC07_TILES]
         out += [_rule_config(spec, tuple(sorted({**o, "CM": 2}.items()))) for o, _ in TC07_TILES
                 if (o.get("BM", 128), o.get("BN")) in ((128, 128), (128, 192))]  # pairs: _tile128_clusters, _tile192_clusters
+        out += [_rule_config(spec, tuple(sorted({**c.as_dict(), **TILE192_DEEP}.items()))) for c in out
+                if (c["BM"], c["BN"]) == (128, 192)]  # one tile a block: _tile192_deep
     if spec.id == "tc10_skinny":
         out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items()
                 if 16 < nt <= SKINNY_M_MAX]  # fmt: skip

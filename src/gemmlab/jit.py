@@ -268,6 +268,9 @@ def compile_source(
 def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out_dtype=None) -> CompiledKernel:
     """The cubin of one kernel, config (and element and result types, for kernels templated on
     them; out_dtype None: the element type) for arch, from the disk cache or NVRTC."""
+    if not spec.builds_for(cfg, dtype, out_dtype):
+        raise ValueError(f"{spec.name_expression(cfg, dtype, out_dtype)}: this config writes "
+                         f"{', '.join(str(d).removeprefix('torch.') for d in spec.result_types(cfg))} results only")
     main = spec.source
     sources = source_closure(spec.source_path())
     name_expression = spec.name_expression(cfg, dtype, out_dtype)

@@ -70,6 +70,9 @@ class KernelSpec:
     extra_constraints: Callable[[GemmProblem, GemmConfig], str | None] = field(
         default=lambda p, cfg: None, repr=False
     )
+    # the result types a config can write (None: any the kernel is built for); e.g. tc07 with one
+    # staging buffer a consumer (OB = 1) writes 16-bit results only
+    result_types: Callable[[GemmConfig], tuple[torch.dtype, ...] | None] = field(default=lambda cfg: None, repr=False)
     tags: tuple[str, ...] = field(default_factory=tuple)
     device: str = "cuda"
     # the first two template arguments are the element type and the type of C and D (the same, or
@@ -151,6 +154,11 @@ class KernelSpec:
         return (problem.layout in self.layouts and values.get("TA", 0) == problem.a.trans
                 and values.get("TB", 0) == problem.b.trans)  # fmt: skip
 
+    def builds_for(self, cfg: GemmConfig, dtype: torch.dtype | None = None, out_dtype: torch.dtype | None = None) -> bool:
+        """Whether the config is built for these element and result types (result_types)."""
+        allowed, result = self.result_types(cfg), out_dtype or dtype
+        return allowed is None or result is None or result in allowed
+
     def why_not(self, problem: GemmProblem, cfg: GemmConfig | None = None) -> str | None:
         """None if this kernel can serve the problem, else the reason it cannot (for errors)."""
         cfg = cfg or self.default_config()
@@ -162,6 +170,9 @@ class KernelSpec:
             return f"{self.id} would need a grid of {(gx, gy, gz)} blocks for {problem.shape}, over the hardware limit"
         if problem.result_dtype != problem.dtype and not self.type_param:
             return f"{self.id} writes {str(problem.dtype).removeprefix('torch.')} results only"
+        if not self.builds_for(cfg, problem.dtype, problem.result_dtype):
+            names = ", ".join(str(d).removeprefix("torch.") for d in self.result_types(cfg))
+            return f"this config of {self.id} writes {names} results, not {str(problem.result_dtype).removeprefix('torch.')}"
         if problem.dtype == torch.float32 and problem.precision != self.math:
             if self.math == "tf32":
                 return f"{self.id} multiplies float32 as TF32: pass precision='tf32' to allow it"
@@ -785,7 +796,7 @@ def _copies_pay(problem: GemmProblem, c: GemmConfig) -> str | None:
 
 
 def _tc07_smem(c: GemmConfig) -> int:
-    staging = (c["BM"] // 64) * 2 * 64 * 64 * 2  # two 64 x 64 output buffers per consumer
+    staging = (c["BM"] // 64) * c.as_dict().get("OB", 2) * 64 * 64 * 2  # OB 64 x 64 output buffers per consumer
     return c["STAGES"] * _tma_stage_bytes(c) + staging + _barriers(c) + 1024
 
 
@@ -827,7 +838,8 @@ def _check_07_tc(c: GemmConfig, bn: tuple[int, ...] = (128, 192, 256), max_bm: i
                           (c["TA"] in (0, 1), "TA must be 0 (A row-major) or 1 (A stored transposed)"),
                           (c["EPI"] in (0, 1), "EPI must be 0 (TMA stores without C) or 1 (every epilogue)"),
                           (c["EPI"] == 1 or c["TMA_STORE"] == 1, "EPI = 0 is the TMA-store epilogue: it needs TMA_STORE = 1"),
-                          (c.as_dict().get("HO", 0) in (0, 1), "HO must be 0 (never) or 1 (the hand-over where it applies)"))
+                          (c.as_dict().get("HO", 0) in (0, 1), "HO must be 0 (never) or 1 (the hand-over where it applies)"),
+                          (c.as_dict().get("OB", 2) in (1, 2), "OB must be 1 or 2 (staging buffers a consumer)"))
     )
 
 
@@ -869,6 +881,7 @@ TC_07 = KernelSpec(
         Param("TA", 0, "1: A stored transposed ([K][M], e.g. x.t()), read M-major; 0: A row-major (set from the problem)"),
         Param("EPI", 1, "0: only the epilogue of beta = 0 and a D TMA stores to (set from the problem); 1: every epilogue"),
         Param("HO", 1, "1: hand a tile over half by half, its epilogue beside MMAs (the 128 x 256 tile with EPI = 0 and a 16-bit D); 0: never"),
+        Param("OB", 2, "the epilogue's 8 KB staging buffers a consumer: 2 (a chunk stores while the next is staged) or 1 (room for another K stage; a 16-bit D only)"),
     ),
     block=_WS_BLOCK,
     grid=_CLUSTER_GRID,
@@ -888,6 +901,7 @@ TC_07 = KernelSpec(
     # BM = 192: compiled for 160 registers a thread, launched with 128 (see the kernel and gemmlab.cubin);
     # BM = 128 with the hand-over: compiled for 232, launched with 168
     launch_registers=_tc07_launch_registers,
+    result_types=lambda c: (torch.bfloat16, torch.float16) if c["OB"] == 1 else None,
 )
 
 
@@ -1104,7 +1118,7 @@ TC_09 = KernelSpec(
     source="tensorcore/09_stream_k.cu",
     entry="tc_stream_k",
     params=tuple(Param("BN", 256, "columns of C a block (256: one m64n256k16 MMA a warpgroup)") if p.name == "BN" else p
-                 for p in TC_07.params if p.name != "HO")
+                 for p in TC_07.params if p.name not in ("HO", "OB"))
     + (Param("SPLIT", 0, "1: few tiles with a tall K split along K over every SM (chosen where it splits); 0: never"),),
     block=_WS_BLOCK,
     # every SM, whatever the tile count (a persistent grid is capped at the blocks that fit): with

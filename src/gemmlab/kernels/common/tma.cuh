@@ -553,7 +553,8 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
 // The epilogue of the persistent steps (tc07, tc09): a consumer warpgroup's 64 x N accumulators
 // (NACC = N / 2 a thread, N = 128, 192 or 256; top-left element D[rows0][col0]) leave as N / 64
 // chunks of 64 x 64 through two 128-byte-swizzled staging buffers of 64 x 64 16-bit elements
-// (`staging`, 16 KB), chunk j through buffer j % 2:
+// (`staging`, 16 KB), chunk j through buffer j % 2 (BUFS = 1: one 8 KB buffer, each chunk waiting
+// for the last one's store to have read it, for a 16-bit D):
 // stmatrix writes each warp's 8 x 8 blocks, one thread issues a TMA store a chunk, which clips at
 // the matrix edge. An fp32 result (TD = float) fills the whole 16 KB with one chunk -- two boxes
 // of 64 rows x 32 floats -- so each chunk waits for the last one's stores to have read it. Where D
@@ -562,12 +563,13 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
 // EPI = 0 compiles only the TMA stores without C, for launches whose beta is 0 and whose D TMA can
 // store to (the caller guarantees both); EPI = 1 every path. Code a launch never runs still costs:
 // the register path and the C reads are 59 of tc07's 83 KB of SASS (docs/ladder.md).
-template <typename TD, int NACC, int EPI = 1>
+template <typename TD, int NACC, int EPI = 1, int BUFS = 2>
 __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const TD* C, TD* D, const TensorMap* tmD,
                                                 unsigned char* staging, bool tma_store, int barrier_id, int rows0,
                                                 int col0, int M, int N, int ldc, int ldd, float alpha, float beta) {
     static_assert(NACC % 32 == 0, "whole 64-column chunks");
     static_assert(EPI == 0 || EPI == 1, "EPI: 0 TMA stores without C, 1 every epilogue");
+    static_assert(BUFS == 2 || (BUFS == 1 && sizeof(TD) == 2), "two staging buffers, or one for a 16-bit D");
     constexpr int CHUNKS = NACC / 32;
     if (EPI != 0 && !tma_store) {
         store_accumulators<TD>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
@@ -578,8 +580,8 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
         const int ctid = threadIdx.x % 128, lane = ctid % 32, warp = ctid / 32, r_top = warp * 16 + lane / 4;
 #pragma unroll
         for (int j = 0; j < CHUNKS; ++j) {
-            unsigned char* buf = staging + (j % 2) * CHUNK_BYTES;
-            if (ctid == 0) bulk_wait_read<1>();  // the store that last read buf is done
+            unsigned char* buf = staging + (j % BUFS) * CHUNK_BYTES;
+            if (ctid == 0) bulk_wait_read<BUFS - 1>();  // the store that last read buf is done
             named_barrier(barrier_id, 128);
             // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
             // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.

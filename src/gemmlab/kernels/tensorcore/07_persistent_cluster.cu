@@ -66,7 +66,10 @@
 // gradient's dy.t() @ x), whose tiles are M-major, as a row-major B's are N-major, and which
 // wgmma reads transposed (trans-a). Both as gemmlab::load_stage lays them out. EPI: 0 only the
 // epilogue of a launch with beta = 0 and a D TMA stores to (gemmlab::store_tile_64xn), 1 every one.
-// HO: 1 the hand-over above where it applies (the 128 x 256 tile, EPI = 0), 0 never.
+// HO: 1 the hand-over above where it applies (the 128 x 256 tile, EPI = 0), 0 never. OB: the
+// epilogue's staging buffers a consumer, 2 (a chunk's TMA store runs while the next is staged) or 1
+// (each chunk waits for the last one's store to have read the buffer: 8 KB a consumer freed for
+// another K stage, e.g. the 128 x 192 tile's fifth; a 16-bit D only).
 //
 // The register budget. ptxas takes a kernel's register target from its thread bound -- 168 at 384
 // threads, 128 at 512 -- and checks every wgmma against it, whatever setmaxnreg grants later: an
@@ -80,7 +83,7 @@
 // BM = 128 compiles for 232, the consumers' count (at 168 ptxas serialises its MMAs), and is
 // launched with 168 the same way.
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
-          int EPI, int HO>
+          int EPI, int HO, int OB>
 __global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 && !(HO && BN == 256 && EPI == 0) ? 168 : 232)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
                       const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
@@ -101,13 +104,14 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     static_assert(sizeof(T) == 2, "16-bit inputs");
     static_assert(HO == 0 || HO == 1, "HO: 1 the hand-over where it applies, 0 never");
+    static_assert(OB == 2 || (OB == 1 && sizeof(TD) == 2), "two staging buffers a consumer, or one for a 16-bit D");
     constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK], or [STAGES][BM / 64][BK][64] (TA)
     T* sB = sA + STAGES * STAGE_A;         // [STAGES][BN / 64][BK][64], or [STAGES][BN][BK] (TB)
-    T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][2][64][64], 128-byte swizzled
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * 2 * CHUNK);
+    T* sOut = sB + STAGES * STAGE_B;       // [CONSUMERS][OB][64][64], 128-byte swizzled
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + CONSUMERS * OB * CHUNK);
     unsigned long long* empty = full + STAGES;
 
     const int tid = threadIdx.x, wg = tid / 128;
@@ -161,7 +165,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         // This warpgroup's 64 rows of A, and B, as load_stage laid them out.
         const unsigned long long desc_a0 = gemmlab::stage_desc<BK, 1 - TA>(sA + c * 64 * BK);
         const unsigned long long desc_b0 = gemmlab::stage_desc<BK, TB>(sB);
-        unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
+        unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * OB * CHUNK);
         // TMA stores clip a box at the matrix edge only to 16-byte granularity along a row (measured
         // on an H100: N = 41 bf16 wrote 48 columns), so they are used only when D's rows are whole
         // 16-byte units and 16-byte aligned; otherwise the registers go straight to global memory.
@@ -240,7 +244,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
 #pragma unroll
                     for (int i = 0; i < 64; ++i) gemmlab::wgmma_fence_operand(left[i]);
                     gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-                    gemmlab::store_tile_64xn<TD, 64, EPI>(left, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
+                    gemmlab::store_tile_64xn<TD, 64, EPI, OB>(left, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
                                                           M, N, ldc, ldd, alpha, beta);
                     ++it;
                     // The next tile's first stage: its left half starts, this tile's right half
@@ -255,7 +259,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
 #pragma unroll
                     for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                     gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-                    gemmlab::store_tile_64xn<TD, 64, EPI>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
+                    gemmlab::store_tile_64xn<TD, 64, EPI, OB>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
                                                           col0 + 128, M, N, ldc, ldd, alpha, beta);
                     if (!next) break;
                     start_half(right, stage, B_RIGHT);
@@ -282,7 +286,7 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                 for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                 if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-                gemmlab::store_tile_64xn<TD, BN / 2, EPI>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
+                gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
                                                           M, N, ldc, ldd, alpha, beta);
             }
         }
