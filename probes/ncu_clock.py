@@ -50,17 +50,18 @@ def run(shape: str, requests: list[str]) -> None:
 
             gpc_probe.register()
         import epilogue_probe  # and the copies of skew_probe.py and epilogue_probe.py
+        import handover_probe
         import skew_probe
 
-        skew_probe.register()
-        epilogue_probe.register()
-        epilogue_probe.register_lean()
-        epilogue_probe.register_parts()
-        epilogue_probe.register_hints()
-        epilogue_probe.register_warpstore()
-        import handover_probe
-
-        handover_probe.register()
+        # Copies whose edits no longer match tc07's text (each was written against the kernel of its
+        # day; epilogue_probe's against the epilogue before OB) are skipped, not fatal.
+        for reg in (skew_probe.register, epilogue_probe.register, epilogue_probe.register_lean,
+                    epilogue_probe.register_parts, epilogue_probe.register_hints, epilogue_probe.register_warpstore,
+                    handover_probe.register):
+            try:
+                reg()
+            except AssertionError as exc:
+                print(f"skipped {reg.__module__}.{reg.__name__}: its edit no longer applies ({str(exc)[:60]!r})", file=sys.stderr)
     launches = []
     for req in requests:
         if req == "cublas":

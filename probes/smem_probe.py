@@ -70,7 +70,7 @@ def k_step(mma: str) -> str:
 arm = """                gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"""
 load_a = """                gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr"""
 load_b = """                gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr"""
-epilogue = "            gemmlab::store_tile_64xn<TD, BN / 2, EPI>("
+epilogue = "            gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB>("  # (before OB, 2026-11-25: <TD, BN / 2, EPI>)
 
 
 def register() -> dict:
