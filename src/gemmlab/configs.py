@@ -194,11 +194,10 @@ def _tile192_deep(problem: GemmProblem, cfg: GemmConfig) -> bool:
     least TILE192_DEEP_MIN_K, and a 16-bit result (one staging buffer holds a 64-column chunk of
     16-bit values, not of fp32)."""
     d = cfg.as_dict()
-    if (d["BM"], d["BN"]) != (128, 192) or problem.result_dtype not in (torch.bfloat16, torch.float16):
+    if ((d["BM"], d["BN"]) != (128, 192) or problem.K < TILE192_DEEP_MIN_K
+            or problem.result_dtype not in (torch.bfloat16, torch.float16)):
         return False
-    if problem.K < TILE192_DEEP_MIN_K:
-        return False
-    tiles = registry.cdiv(problem.M, 128) * registry.cdiv(problem.N, 192)
+    tiles = registry.cdiv(problem.M, 128) * registry.cdiv(problem.N, 192)  # one a block slot, or none
     return tiles <= registry._sm_count(problem.device) // d["CM"] * d["CM"]
 
 
