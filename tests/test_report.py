@@ -184,7 +184,7 @@ def test_tables_say_when_a_record_came_from_an_uncommitted_tree():
 def test_cpu_vs_gpu_names_the_run_its_gpu_row_came_from(tmp_path):
     """The GPU row is the best record at 2048 x 2048 x 1024 across the merged runs; the note names
     that record's run, not the newest run of the folder (a later layouts run measured other shapes)."""
-    base = json.loads(BENCH_RUNS[-1].read_text())
+    base = report.read_record(BENCH_RUNS[-1])
     rec = dict(base["records"][0], M=2048, N=2048, K=1024, tflops=400.0, ratio=1.0, baseline_tflops=400.0)
     older = {"meta": dict(base["meta"], commit="a" * 40, time="2026-11-24T01:00:00"), "records": [rec]}
     newer = {"meta": dict(base["meta"], commit="b" * 40, time="2026-11-24T02:00:00"),
@@ -245,3 +245,32 @@ def test_models_plot_has_a_bar_per_layer_and_token_count(tmp_path):
     ax = fig.axes[0]
     assert sorted(round(p.get_height(), 2) for p in ax.patches) == [0.8, 0.9, 0.99, 1.01]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["qkv", "down"] and (tmp_path / "m.png").stat().st_size > 0
+
+
+def test_compressed_records_are_read_in_their_place(tmp_path):
+    """Records over 64 KB are stored gzip-compressed (results/README.md): find_runs lists them with
+    the plain ones in time order, load_run reads them, and a merge treats them alike."""
+    import gzip
+
+    base = report.read_record(BENCH_RUNS[-1])
+    rec = base["records"][0]
+    runs = [{"meta": dict(base["meta"], commit=c * 40, time=f"2026-11-24T0{i}:00:00"),
+             "records": [dict(rec, median_ms=float(i + 1))]} for i, c in enumerate("abc")]
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    (folder / "bench-20261124T000000Z.json.gz").write_bytes(gzip.compress(json.dumps(runs[0]).encode()))
+    (folder / "bench-20261124T010000Z.json").write_text(json.dumps(runs[1]))
+    (folder / "bench-20261124T020000Z.json.gz").write_bytes(gzip.compress(json.dumps(runs[2]).encode()))
+    paths = report.find_runs(tmp_path, "bench")
+    assert [p.name for p in paths] == ["bench-20261124T000000Z.json.gz", "bench-20261124T010000Z.json",
+                                       "bench-20261124T020000Z.json.gz"]
+    assert report.load_run(paths[0]) == runs[0]
+    (merged,) = report.merged_runs(paths)
+    assert merged["meta"]["commit"] == "c" * 40 and merged["records"][0]["median_ms"] == 3.0  # the newest wins
+
+
+def test_large_records_are_stored_compressed():
+    """The device machine takes a working tree of at most 64 MiB: results/README.md's rule."""
+    big = [p for p in RESULTS.rglob("*") if p.is_file() and p.suffix in (".json", ".log", ".csv")
+           and p.stat().st_size > 64 * 1024]
+    assert not big, f"compress with gzip -9 (results/README.md): {[str(p.relative_to(ROOT)) for p in big][:5]}"

@@ -3,6 +3,7 @@ between markers. No number here is typed by hand."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 import statistics
@@ -12,8 +13,25 @@ import torch
 from .. import registry
 
 
+def read_record(path: Path) -> dict:
+    """A stored record: plain JSON, or JSON compressed with gzip (NAME.json.gz; results/README.md)."""
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if Path(path).name.endswith(".gz") else raw)
+
+
+def record_paths(folder: Path, pattern: str) -> list[Path]:
+    """The records in `folder` matching `pattern` (a glob ending in .json or .csv), plain or
+    compressed, in name order (a timestamp in every name: oldest first)."""
+    return sorted([*Path(folder).glob(pattern), *Path(folder).glob(pattern + ".gz")], key=_record_order)
+
+
+def _record_order(path: Path) -> tuple[str, str]:
+    """Folder, then name as stored uncompressed (its timestamp orders the records)."""
+    return str(path.parent), path.name.removesuffix(".gz")
+
+
 def load_run(path: Path) -> dict:
-    data = json.loads(Path(path).read_text())
+    data = read_record(path)
     if "meta" not in data or "records" not in data:
         raise ValueError(f"{path} is not a gemmlab results file (no meta/records)")
     return data
@@ -21,7 +39,7 @@ def load_run(path: Path) -> dict:
 
 def find_runs(root: Path, kind: str = "bench") -> list[Path]:
     """Result files of one kind ('bench', 'bench-cpu', 'overhead'), oldest first."""
-    return sorted(Path(root).glob(f"*/{kind}-[0-9]*.json"))
+    return record_paths(root, f"*/{kind}-[0-9]*.json")
 
 
 def _title(kernel_id: str) -> str:
@@ -301,7 +319,7 @@ def merged_runs(paths: list[Path]) -> list[dict]:
     """One run per machine folder: the newest record of every (kernel, shape) across that
     folder's runs, under the newest run's header; 'commits' lists every run that contributed."""
     by_folder: dict[str, list[Path]] = {}
-    for p in sorted(paths):
+    for p in sorted(paths, key=_record_order):
         by_folder.setdefault(p.parent.name, []).append(p)
     merged = []
     for folder in sorted(by_folder):
@@ -329,7 +347,7 @@ def _step(kernel_id: str) -> int:
 def _newest_per_gpu(paths: list[Path], key=None) -> list[Path]:
     """The newest record per GPU folder -- per (GPU, key(meta)) when key is given -- in group order."""
     newest: dict[tuple, Path] = {}
-    for p in sorted(paths):
+    for p in sorted(paths, key=_record_order):
         newest[(p.parent.name, key(load_run(p)["meta"]) if key else "")] = p
     return [newest[k] for k in sorted(newest)]
 
@@ -522,7 +540,8 @@ def read_ncu_csv(path: Path) -> list[tuple[str, dict[str, float]]]:
     import csv
     import io
 
-    lines = Path(path).read_text().splitlines()
+    raw = Path(path).read_bytes()
+    lines = (gzip.decompress(raw) if Path(path).name.endswith(".gz") else raw).decode().splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         raise ValueError(f"{path}: no ncu CSV header")
@@ -534,9 +553,15 @@ def read_ncu_csv(path: Path) -> list[tuple[str, dict[str, float]]]:
     return [kernels[k] for k in sorted(kernels, key=int)]
 
 
+def _sidecar(csv_path: Path) -> dict:
+    """The header a profile's CSV has beside it (same name, .json or .json.gz); {} if none."""
+    stem = Path(csv_path).name.removesuffix(".gz").removesuffix(".csv")
+    found = record_paths(Path(csv_path).parent, stem + ".json")
+    return read_record(found[0]) if found else {}
+
+
 def ncu_table(csv_path: Path) -> str:
-    meta_path = Path(csv_path).with_suffix(".json")
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = _sidecar(csv_path)
     lines = ["| kernel | " + " | ".join(h for _, h, _ in NCU_COLUMNS) + " |", "|---" * (len(NCU_COLUMNS) + 1) + "|"]
     for name, metrics in read_ncu_csv(csv_path):
         cells = []
@@ -558,7 +583,7 @@ def ncu_table(csv_path: Path) -> str:
 
 
 def ncu_sections(results_root: Path) -> dict[str, str]:
-    csvs = sorted(Path(results_root).glob("*/ncu-steps-*.csv"))
+    csvs = record_paths(results_root, "*/ncu-steps-*.csv")
     return {"ncu-steps": ncu_table(csvs[-1])} if csvs else {}
 
 
@@ -589,7 +614,7 @@ def peak_table(run: dict) -> str:
 
 
 def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
-    paths = sorted(Path(results_root).glob(f"{gpu_slug}/peak-[0-9]*.json"))
+    paths = record_paths(results_root, f"{gpu_slug}/peak-[0-9]*.json")
     return load_run(paths[-1]) if paths else None
 
 
@@ -602,10 +627,10 @@ def lab_sections(results_root: Path, sass_listing: Path | None = None) -> dict[s
     peaks = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "peak"))]
     if peaks:
         sections["peaks"] = "\n\n".join(peak_table(p) for p in peaks)
-    profiles = sorted(Path(results_root).glob("*/ncu-profile-*.csv"))
+    profiles = record_paths(results_root, "*/ncu-profile-*.csv")
     if profiles:
         csv_path = profiles[-1]
-        meta = json.loads(csv_path.with_suffix(".json").read_text()) if csv_path.with_suffix(".json").exists() else {}
+        meta = _sidecar(csv_path)
         rows = read_ncu_csv(csv_path)
         names = [n.split("<")[0] for n, _ in rows]
         sections["profile"] = profile.markdown(rows, names) + (

@@ -260,6 +260,8 @@ def run_bench(
     torch.backends.cudnn.allow_tf32 = False
     parsed = [(k, *parse_kernel_config(k)) for k in kernels]
     if resume is not None:
+        if Path(resume).name.endswith(".gz"):
+            raise ValueError(f"{resume} is stored compressed; gunzip it to resume the run in place")
         old = json.loads(Path(resume).read_text())
         meta, records, path = old["meta"], old["records"], Path(resume)
         meta.setdefault("resumed", []).append(environment.describe(device_id)["time"])
