@@ -49,19 +49,20 @@ def run(shape: str, requests: list[str]) -> None:
             import gpc_probe
 
             gpc_probe.register()
-        import epilogue_probe  # and the copies of skew_probe.py and epilogue_probe.py
-        import handover_probe
-        import skew_probe
+        import importlib
 
-        # Copies whose edits no longer match tc07's text (each was written against the kernel of its
-        # day; epilogue_probe's against the epilogue before OB) are skipped, not fatal.
-        for reg in (skew_probe.register, epilogue_probe.register, epilogue_probe.register_lean,
-                    epilogue_probe.register_parts, epilogue_probe.register_hints, epilogue_probe.register_warpstore,
-                    handover_probe.register):
-            try:
-                reg()
-            except AssertionError as exc:
-                print(f"skipped {reg.__module__}.{reg.__name__}: its edit no longer applies ({str(exc)[:60]!r})", file=sys.stderr)
+        # The copies of the other probes. Those whose edits no longer match tc07's text (each was
+        # written against the kernel of its day; epilogue_probe's against the epilogue before OB)
+        # are skipped, not fatal, whether the module's own set-up or its register() finds that out.
+        for module, names in (("skew_probe", ("register",)), ("handover_probe", ("register",)),
+                              ("tall_probe", ("register",)), ("hint_probe", ("register",)),
+                              ("epilogue_probe", ("register", "register_lean", "register_parts", "register_hints",
+                                                  "register_warpstore"))):
+            for name in names:
+                try:
+                    getattr(importlib.import_module(module), name)()
+                except (AssertionError, ValueError) as exc:
+                    print(f"skipped {module}.{name}: its edit no longer applies ({str(exc)[:60]!r})", file=sys.stderr)
     launches = []
     for req in requests:
         if req == "cublas":
