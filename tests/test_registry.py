@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gemmlab import jit, registry
+from gemmlab import configs, jit, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.registry import KERNELS, PENDING
 
@@ -641,10 +641,15 @@ def test_auto_takes_the_skinny_step_for_a_few_rows_only():
         assert kid == "tc10_skinny" and cfg["NT"] == nt and cfg["TB"] == 1 and cfg["BW"] == 64, (M, kid, cfg)
     kid, cfg, _ = choice(16, 4096, 4096, trans_b=False)
     assert kid == "tc10_skinny" and cfg["TB"] == 0
-    for M in (33, 48, 64):  # 64 tiles in two runs: 128 blocks for 132 SMs
+    for M in (33, 48, 64):  # 64 tiles in two runs: 128 blocks for 132 SMs, one an SM: the deep ring
         kid, cfg, _ = choice(M, 4096, 4096)
-        assert kid == "tc10_skinny" and cfg["NT"] == 64, (M, kid, cfg)
-    assert choice(48, 28672, 4096)[0] == "tc10_skinny"  # 448 blocks, 85% of four waves
+        assert kid == "tc10_skinny" and cfg["NT"] == 64 and cfg["STAGES"] == configs.SKINNY_DEEP_STAGES[64], (M, kid, cfg)
+    for M, N, K in ((64, 4096, 14336), (40, 8192, 8192)):  # 128 blocks
+        assert choice(M, N, K)[1]["STAGES"] == configs.SKINNY_DEEP_STAGES[64]
+    kid, cfg, _ = choice(48, 28672, 4096)  # 448 blocks, 85% of four waves: two an SM, the ring that lets them
+    assert kid == "tc10_skinny" and cfg["STAGES"] == configs.SKINNY_STAGES[64]
+    for M in (16, 32):  # eight stages, whatever the blocks
+        assert choice(M, 4096, 4096)[1]["STAGES"] == configs.SKINNY_STAGES[M]
     assert choice(48, 6144, 4096)[0] != "tc10_skinny"  # 96 blocks: 73%
     assert choice(48, 10240, 8192)[0] != "tc10_skinny"  # 160 blocks: 61% of two waves
     assert choice(32, 6144, 4096)[0] == "tc10_skinny"  # up to 32 rows, whatever the waves

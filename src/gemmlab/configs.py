@@ -218,11 +218,26 @@ SKINNY_STAGES = {16: 8, 32: 8, 64: 6, 128: 4}
 SKINNY_ANY_M = 32
 SKINNY_M_MAX = 64
 SKINNY_FILL_MIN = 0.8
+# At 33-64 rows (NT = 64) six stages hold 48 KB of the weight. Where tc10's blocks all run at once,
+# one an SM, the ring takes the SM's shared memory instead: 14 stages, 112 KB of weight in flight
+# (results/nvidia-h200/probe-skinny-deep-20261125T065409Z.json, bf16, x @ w.t(): 64 x 4096 x 14336
+# 0.97x -> 1.02x cuBLAS, 64 x 8192 x 8192 0.96x -> 1.00x, 64 x 6144 x 4096 0.84x -> 0.94x, 64 x
+# 4096 x 4096 0.92x -> 0.93x). Where the blocks outnumber the SMs it lost 6-20% (two blocks no longer
+# share an SM); at 1-32 rows, eight stages already hold 64 KB of weight, and the deepest ring lost
+# 0-7% even with one block an SM (not explained), so those keep theirs.
+SKINNY_DEEP_STAGES = {64: 14}
 
 
 def skinny_config(problem: GemmProblem) -> GemmConfig:
+    spec = registry.get("tc10_skinny")
     nt = next((n for n in SKINNY_STAGES if problem.M <= n), 128)
-    return _rule_config(registry.get("tc10_skinny"), (("NT", nt), ("STAGES", SKINNY_STAGES[nt])))
+    cfg = _rule_config(spec, (("NT", nt), ("STAGES", SKINNY_STAGES[nt])))
+    if nt in SKINNY_DEEP_STAGES:
+        sms = registry._sm_count(problem.device)
+        blocks = registry.cdiv(problem.N, cfg["BW"]) * registry.cdiv(problem.M, nt) * registry.skinny_runs(problem, cfg, sms)
+        if blocks <= sms:
+            cfg = _rule_config(spec, (("NT", nt), ("STAGES", SKINNY_DEEP_STAGES[nt])))
+    return cfg
 
 
 def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
@@ -468,6 +483,7 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     if spec.id == "tc10_skinny":
         out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items()
                 if 16 < nt <= SKINNY_M_MAX]  # fmt: skip
+        out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_DEEP_STAGES.items()]
     out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "CN": 1}.items()))) for c in out if c.as_dict().get("CN", 1) > 1]
     if getattr(spec, "splits_k", None) is not None:  # (the CPU ladder's specs have none)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "SPLIT": 1}.items()))) for c in out if c["SPLIT"] == 0]
