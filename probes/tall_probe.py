@@ -26,22 +26,18 @@ LOOP_END = """                gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB>(acc,
 i0 = src.index(LOOP_START)
 OLD_LOOP = src[i0:src.index(LOOP_END, i0) + len(LOOP_END)]
 
-TALL_LOOP = """            static_assert(BM == 128 && BN == 128, "probe_07_tall: 128 x 128 tiles, one consumer a tile");
-            constexpr unsigned long long A_LOW = (64 * BK * sizeof(T)) >> 4;  // rows 64-127 of A's stage
-            if (c == 0) for (int t = first; t < tiles; t += stride) {
-                int row0, col0;
+# A tile's origin and its 128 x 128 accumulators (two halves of 64 rows), zeroed.
+TILE_START = """                int row0, col0;
                 tile_origin(t, row0, col0);
                 float acc[128];
                 float (&top)[64] = *reinterpret_cast<float(*)[64]>(acc);
                 float (&bottom)[64] = *reinterpret_cast<float(*)[64]>(acc + 64);
 #pragma unroll
                 for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-                for (int kt = 0; kt < KT; ++kt, ++it) {
-                    const int stage = it % STAGES;
-                    gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
-                    const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
-                    const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
-                    gemmlab::wgmma_fence();
+"""
+# One K stage into a whole 128 x 128 tile: rows 0-63 (top) and 64-127 (bottom) of A's stage from
+# descriptor da, against B's from db, two m64n128k16 a k16 step, as one group; wait for the group before.
+TILE_MMAS = """                    gemmlab::wgmma_fence();
 #pragma unroll
                     for (int kk = 0; kk < BK; kk += 16) {
                         gemmlab::wgmma_m64nk16<T, 128, TA, TB>(top, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
@@ -52,7 +48,16 @@ TALL_LOOP = """            static_assert(BM == 128 && BN == 128, "probe_07_tall:
                     gemmlab::wgmma_wait<1>();
 #pragma unroll
                     for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                    if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+"""
+TALL_LOOP = """            static_assert(BM == 128 && BN == 128, "probe_07_tall: 128 x 128 tiles, one consumer a tile");
+            constexpr unsigned long long A_LOW = (64 * BK * sizeof(T)) >> 4;  // rows 64-127 of A's stage
+            if (c == 0) for (int t = first; t < tiles; t += stride) {
+""" + TILE_START + """                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                    const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4);
+                    const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
+""" + TILE_MMAS + """                    if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
                 }
                 gemmlab::wgmma_wait<0>();
 #pragma unroll
@@ -72,14 +77,7 @@ KSPLIT_LOOP = """            static_assert(BM == 128 && BN == 128, "probe_07_ksp
             constexpr unsigned long long A_LOW = (64 * BK * sizeof(T)) >> 4;  // rows 64-127 of A's stage
             float* red = reinterpret_cast<float*>(sOut);  // both consumers' staging buffers: 64 floats a thread
             for (int t = first; t < tiles; t += stride) {
-                int row0, col0;
-                tile_origin(t, row0, col0);
-                float acc[128];
-                float (&top)[64] = *reinterpret_cast<float(*)[64]>(acc);
-                float (&bottom)[64] = *reinterpret_cast<float(*)[64]>(acc + 64);
-#pragma unroll
-                for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-                const int base = it;  // the ring position of the tile's first K step
+""" + TILE_START + """                const int base = it;  // the ring position of the tile's first K step
                 int last = -1;        // this consumer's last K step of the tile, not yet released
                 for (int kt = (c - base) & 1; kt < KT; kt += 2) {
                     const int pos = base + kt, stage = pos % STAGES;
@@ -87,18 +85,7 @@ KSPLIT_LOOP = """            static_assert(BM == 128 && BN == 128, "probe_07_ksp
                     // desc_a0 points at this consumer's 64 rows; both consumers read all 128 here
                     const unsigned long long da = desc_a0 - c * A_LOW + (stage * STAGE_A * 2 >> 4);
                     const unsigned long long db = desc_b0 + (stage * STAGE_B * 2 >> 4);
-                    gemmlab::wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < BK; kk += 16) {
-                        gemmlab::wgmma_m64nk16<T, 128, TA, TB>(top, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));
-                        gemmlab::wgmma_m64nk16<T, 128, TA, TB>(bottom, da + A_LOW + gemmlab::k_offset<1 - TA>(kk),
-                                                               db + gemmlab::k_offset<TB>(kk));
-                    }
-                    gemmlab::wgmma_commit();
-                    gemmlab::wgmma_wait<1>();
-#pragma unroll
-                    for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-                    if (last >= 0) gemmlab::release_stage<CM>(&empty[last % STAGES]);
+""" + TILE_MMAS + """                    if (last >= 0) gemmlab::release_stage<CM>(&empty[last % STAGES]);
                     last = pos;
                 }
                 it = base + KT;
