@@ -10,7 +10,11 @@ the ring (three stages, not four: 144 + 64 KB). Timed beside tc07 with three sta
 (the ring alone) and with its own four-stage config (probe_07_copy, an unchanged copy), and
 cuBLAS. `lean`, `parts`, `hints` and `warpstore` time other copies instead (register_lean, register_parts,
 register_hints, register_warpstore below). On the GPU machine:
-    PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py [lean | parts | hints | warpstore] 4096 8192"""
+    PYTHONPATH=src:probes OUT=$OUT python3 probes/epilogue_probe.py [lean | parts | hints | warpstore] 4096 8192
+
+Stale: its edits match the kernels up to b947b5f's parent (OB changed the epilogue's signature in
+b947b5f), and fail on today's. To run it again: git worktree add /tmp/old b947b5f~1, and run it
+there."""
 import dataclasses
 import pathlib
 import re

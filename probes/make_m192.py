@@ -12,7 +12,11 @@ warpgroups are the block and issue the loads themselves, one of two ways:
   probe_07_m192.cu    the last of a block's consumers to release a stage refills it (waiting only
                       for the peer block's releases); thread 0 of every consumer also looks without
                       waiting (test_wait) after issuing its MMAs, and claims a free stage's load by
-                      compare-and-swap; a consumer waits only where its own next stage is unloaded."""
+                      compare-and-swap; a consumer waits only where its own next stage is unloaded.
+
+Stale: its edits match the kernels up to 97035b2's parent (the hand-over changed tc07's register
+bound in 97035b2), and fail on today's. To run it again: git worktree add /tmp/old 97035b2~1, and
+run it there."""
 import pathlib
 root = pathlib.Path(__file__).resolve().parents[1] / "src/gemmlab/kernels/tensorcore"
 src = (root / "07_persistent_cluster.cu").read_text()

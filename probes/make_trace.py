@@ -1,5 +1,9 @@
 """Write traced copies of 09_stream_k.cu (probe_09_trace.cu, probe_09_trace_dp.cu: the latter runs
-every tile whole, as tc07 does) with globaltimer stamps per piece, stored after the parts in WS."""
+every tile whole, as tc07 does) with globaltimer stamps per piece, stored after the parts in WS.
+
+Stale: its edits match the kernels up to ef176fe's parent (tc09's scheduler set-up changed in
+ef176fe), and fail on today's. To run it again: git worktree add /tmp/old ef176fe~1, and run it
+there."""
 import pathlib
 root = pathlib.Path(__file__).resolve().parents[1] / "src/gemmlab/kernels/tensorcore"
 src = (root / "09_stream_k.cu").read_text()
