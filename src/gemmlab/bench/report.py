@@ -13,10 +13,15 @@ import torch
 from .. import registry
 
 
-def read_record(path: Path) -> dict:
-    """A stored record: plain JSON, or JSON compressed with gzip (NAME.json.gz; results/README.md)."""
+def stored_bytes(path: Path) -> bytes:
+    """A file of results/ as written: read as is, or decompressed (NAME.gz; results/README.md)."""
     raw = Path(path).read_bytes()
-    return json.loads(gzip.decompress(raw) if Path(path).name.endswith(".gz") else raw)
+    return gzip.decompress(raw) if Path(path).name.endswith(".gz") else raw
+
+
+def read_record(path: Path) -> dict:
+    """A stored record: plain JSON, or JSON compressed with gzip (NAME.json.gz)."""
+    return json.loads(stored_bytes(path))
 
 
 def record_paths(folder: Path, pattern: str) -> list[Path]:
@@ -540,8 +545,7 @@ def read_ncu_csv(path: Path) -> list[tuple[str, dict[str, float]]]:
     import csv
     import io
 
-    raw = Path(path).read_bytes()
-    lines = (gzip.decompress(raw) if Path(path).name.endswith(".gz") else raw).decode().splitlines()
+    lines = stored_bytes(path).decode().splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         raise ValueError(f"{path}: no ncu CSV header")
