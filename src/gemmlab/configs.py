@@ -234,8 +234,7 @@ def skinny_config(problem: GemmProblem) -> GemmConfig:
     cfg = _rule_config(spec, (("NT", nt), ("STAGES", SKINNY_STAGES[nt])))
     if nt in SKINNY_DEEP_STAGES:
         sms = registry._sm_count(problem.device)
-        blocks = registry.cdiv(problem.N, cfg["BW"]) * registry.cdiv(problem.M, nt) * registry.skinny_runs(problem, cfg, sms)
-        if blocks <= sms:
+        if registry.skinny_blocks(problem, cfg, sms) <= sms:  # one block an SM, all at once
             cfg = _rule_config(spec, (("NT", nt), ("STAGES", SKINNY_DEEP_STAGES[nt])))
     return cfg
 

@@ -1170,6 +1170,11 @@ def skinny_runs(problem: GemmProblem, c: GemmConfig, sms: int) -> int:
     return max(1, min(slots // tiles, kt // SKINNY_MIN_STEPS, GRID_YZ_MAX))
 
 
+def skinny_blocks(problem: GemmProblem, c: GemmConfig, sms: int) -> int:
+    """tc10's blocks for the problem: column tiles x row tiles x runs along K."""
+    return cdiv(problem.N, c["BW"]) * cdiv(problem.M, c["NT"]) * skinny_runs(problem, c, sms)
+
+
 def _tc10_smem(c: GemmConfig) -> int:
     return c["STAGES"] * (c["BW"] + c["NT"]) * c["BK"] * 2 + _barriers(c) + 16 + 1024  # (16: a flag a consumer)
 
@@ -1195,7 +1200,7 @@ def _skinny_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
         return f"{problem.M} rows: tc10 serves problems of at most {SKINNY_M_MAX} rows"
     if problem.M > SKINNY_ANY_M:
         sms = _sm_count(problem.device)
-        blocks = cdiv(problem.N, c["BW"]) * cdiv(problem.M, c["NT"]) * skinny_runs(problem, c, sms)
+        blocks = skinny_blocks(problem, c, sms)
         slots = sms * SKINNY_BLOCKS_PER_SM
         fill = blocks / (cdiv(blocks, slots) * slots)
         if fill < SKINNY_FILL_MIN:
