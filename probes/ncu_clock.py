@@ -55,7 +55,7 @@ def run(shape: str, requests: list[str]) -> None:
         # written against the kernel of its day; epilogue_probe's against the epilogue before OB)
         # are skipped, not fatal, whether the module's own set-up or its register() finds that out.
         for module, names in (("skew_probe", ("register",)), ("handover_probe", ("register",)),
-                              ("tall_probe", ("register",)), ("hint_probe", ("register",)),
+                              ("tall_probe", ("register",)), ("hint_probe", ("register",)), ("group_probe", ("register",)),
                               ("epilogue_probe", ("register", "register_lean", "register_parts", "register_hints",
                                                   "register_warpstore"))):
             for name in names:
