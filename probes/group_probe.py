@@ -12,6 +12,7 @@ warpgroups. tc07 issues its two halves alternating, one MMA each, wherever a war
 at 512 x 4096 x 14336; session 21's "split alone", 0.5% slower than one m64n256k16).
 Copies of tc07:
   tallg  tall_probe's copy (consumer 0 the whole 128 x 128 tile), each half's four MMAs together
+         (tall_probe's own copy is not run again here)
   tallc  the same, with cuBLAS's wait between the halves: top; wait for the step before; release its
          stage; bottom
   hog    the hand-over (128 x 256 tiles, HO = 1) with each half's four MMAs together in its K steps
@@ -66,10 +67,9 @@ def register() -> dict:
     tall = tall_probe.TALL_LOOP
     assert tall.count(ALTERNATING) == 1 and tall.count(tall_probe.TILE_MMAS) == 1 and tall.count(TALL_RELEASE) == 1
     tallg = tall.replace(ALTERNATING, GROUPED)
-    tallc = tall.replace(tall_probe.TILE_MMAS, CUBLAS_STEP).replace(TALL_RELEASE, "")
+    tallc = tall.replace(TALL_RELEASE, "").replace(tall_probe.TILE_MMAS, CUBLAS_STEP)  # (the step holds that text)
     ring = (tall_probe.RING_OLD, tall_probe.RING_NEW)
     return {registry.TC_07.id: None,
-            smem_probe.variant("tall", (tall_probe.OLD_LOOP, tall), ring): None,
             smem_probe.variant("tallg", (tall_probe.OLD_LOOP, tallg), ring): None,
             smem_probe.variant("tallc", (tall_probe.OLD_LOOP, tallc), ring): None,
             smem_probe.variant("hog", (HO_BOTH, HO_GROUPED)): None}
