@@ -16,8 +16,13 @@ Copies of tc07:
   tallc  the same, with cuBLAS's wait between the halves: top; wait for the step before; release its
          stage; bottom
   hog    the hand-over (128 x 256 tiles, HO = 1) with each half's four MMAs together in its K steps
+  bar    tc07 with a barrier over the consumer warpgroup's four warps before each K step's MMAs
+         (cuBLAS's 256 x 128 coop kernel has a BAR.SYNC of 128 threads right before its step's
+         WARPGROUP.ARRIVE; its consumers' samples stall on the tensor pipe, tc07's on full stages).
+         A wgmma starts once all four warps have issued it; a warp that issued early holds its
+         scheduler's MMA queue, where the other consumer's warp waits behind it.
 Times them beside tc07 and cuBLAS. On the GPU machine:
-    PYTHONPATH=src:probes GEMMLAB_CACHE_DIR=/tmp/gc python3 probes/group_probe.py [--nn] SHAPE..."""
+    PYTHONPATH=src:probes GEMMLAB_CACHE_DIR=/tmp/gc python3 probes/group_probe.py [--nn] [--only=KEY,...] SHAPE..."""
 import sys
 
 import probe_record
@@ -63,6 +68,15 @@ HO_GROUPED = """                gemmlab::wgmma_stage<T, 128, BK, TA, TB>(left, d
 """
 
 
+# the hand-over's steady K step and the whole-tile loop's (smem_probe.K_STEP): the barrier goes after
+# the stage's full wait, before the fence; ids 8 and 9 (the epilogue uses 1 + c)
+HO_STEP = """                        gemmlab::mbar_wait(&full[stage], (it / STAGES) & 1);
+                        gemmlab::wgmma_fence();
+                        stage_into_both(stage);
+"""
+STEP_BARRIER = "gemmlab::named_barrier(8 + c, 128);\n"
+
+
 def register() -> dict:
     tall = tall_probe.TALL_LOOP
     assert tall.count(ALTERNATING) == 1 and tall.count(tall_probe.TILE_MMAS) == 1 and tall.count(TALL_RELEASE) == 1
@@ -72,7 +86,11 @@ def register() -> dict:
     return {registry.TC_07.id: None,
             smem_probe.variant("tallg", (tall_probe.OLD_LOOP, tallg), ring): None,
             smem_probe.variant("tallc", (tall_probe.OLD_LOOP, tallc), ring): None,
-            smem_probe.variant("hog", (HO_BOTH, HO_GROUPED)): None}
+            smem_probe.variant("hog", (HO_BOTH, HO_GROUPED)): None,
+            smem_probe.variant("bar", (HO_STEP, HO_STEP.replace("gemmlab::wgmma_fence();\n", STEP_BARRIER + " " * 24 + "gemmlab::wgmma_fence();\n")),
+                               (smem_probe.K_STEP, smem_probe.k_step(
+                                   "                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));\n"
+                               ).replace("gemmlab::wgmma_fence();\n", STEP_BARRIER + " " * 20 + "gemmlab::wgmma_fence();\n"))): None}
 
 
 if __name__ == "__main__":
@@ -85,10 +103,14 @@ if __name__ == "__main__":
     ids = register()
     kernels = {}
     for kid in ids:
-        if kid == "probe_07_hog":
+        if kid in ("probe_07_hog", "probe_07_bar"):
             continue
         kernels[f"{kid}@128"] = parse_kernel_config(kid + f"[BN=128,CM=2,STAGES=6,EPI=0,TB={tb},HO=0]")[1]
-    for kid in (registry.TC_07.id, "probe_07_hog"):  # the 128 x 256 tile with the hand-over, pairs
+    kernels["probe_07_bar@128"] = parse_kernel_config(f"probe_07_bar[BN=128,CM=2,STAGES=6,EPI=0,TB={tb},HO=0]")[1]
+    for kid in (registry.TC_07.id, "probe_07_hog", "probe_07_bar"):  # the 128 x 256 tile with the hand-over, pairs
         kernels[f"{kid}@256"] = parse_kernel_config(kid + f"[BN=256,CM=2,STAGES=4,EPI=0,TB={tb},HO=1]")[1]
     kernels["auto"] = None
+    only = [a.removeprefix("--only=") for a in args if a.startswith("--only=")]  # --only=KEY,KEY: those alone
+    if only:
+        kernels = {k: v for k, v in kernels.items() if k in only[0].split(",")}
     probe_record.run("group", __doc__, kernels, shapes, layout=layout)
