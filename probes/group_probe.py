@@ -21,6 +21,11 @@ Copies of tc07:
          WARPGROUP.ARRIVE; its consumers' samples stall on the tensor pipe, tc07's on full stages).
          A wgmma starts once all four warps have issued it; a warp that issued early holds its
          scheduler's MMA queue, where the other consumer's warp waits behind it.
+  il     tc07 with each stage's A and B side by side in shared memory (cuBLAS's descriptors advance
+         32 KB a stage at 512 tokens: one A box and one B box) instead of all A stages, then all B's
+  ring   tc07's whole-tile loop (HO = 0) with the stage and its phase carried from step to step
+         instead of computed from the step count (cuBLAS keeps its ring position in uniform
+         registers and compares instead of dividing)
 Times them beside tc07 and cuBLAS. On the GPU machine:
     PYTHONPATH=src:probes GEMMLAB_CACHE_DIR=/tmp/gc python3 probes/group_probe.py [--nn] [--only=KEY,...] SHAPE..."""
 import sys
@@ -77,6 +82,37 @@ HO_STEP = """                        gemmlab::mbar_wait(&full[stage], (it / STAG
 STEP_BARRIER = "gemmlab::named_barrier(8 + c, 128);\n"
 
 
+def interleaved(text: str) -> str:
+    """tc07 with a stage's A and B boxes side by side: stage s at s * (STAGE_A + STAGE_B)."""
+    edits = (("T* sB = sA + STAGES * STAGE_A;", "T* sB = sA + STAGE_A;         "),
+             ("T* sOut = sB + STAGES * STAGE_B;", "T* sOut = sA + STAGES * (STAGE_A + STAGE_B);"),
+             ("stage * STAGE_A", "stage * (STAGE_A + STAGE_B)"), ("stage * STAGE_B", "stage * (STAGE_A + STAGE_B)"))
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+RING_LOOP = """                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    gemmlab::mma_k_step<T, BN, BK, TA, TB>(acc, &full[stage], (it / STAGES) & 1,
+                                                           desc_a0 + (stage * STAGE_A * 2 >> 4),
+                                                           desc_b0 + (stage * STAGE_B * 2 >> 4));
+                    if (kt > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
+                }
+"""
+RING_CARRIED = """                int stage = it % STAGES, phase = (it / STAGES) & 1, prev = (it + STAGES - 1) % STAGES;
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    gemmlab::mma_k_step<T, BN, BK, TA, TB>(acc, &full[stage], phase,
+                                                           desc_a0 + (stage * STAGE_A * 2 >> 4),
+                                                           desc_b0 + (stage * STAGE_B * 2 >> 4));
+                    if (kt > 0) gemmlab::release_stage<CM>(&empty[prev]);
+                    prev = stage;
+                    if (++stage == STAGES) { stage = 0; phase ^= 1; }
+                }
+"""
+
+
 def register() -> dict:
     tall = tall_probe.TALL_LOOP
     assert tall.count(ALTERNATING) == 1 and tall.count(tall_probe.TILE_MMAS) == 1 and tall.count(TALL_RELEASE) == 1
@@ -90,7 +126,9 @@ def register() -> dict:
             smem_probe.variant("bar", (HO_STEP, HO_STEP.replace("gemmlab::wgmma_fence();\n", STEP_BARRIER + " " * 24 + "gemmlab::wgmma_fence();\n")),
                                (smem_probe.K_STEP, smem_probe.k_step(
                                    "                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));\n"
-                               ).replace("gemmlab::wgmma_fence();\n", STEP_BARRIER + " " * 20 + "gemmlab::wgmma_fence();\n"))): None}
+                               ).replace("gemmlab::wgmma_fence();\n", STEP_BARRIER + " " * 20 + "gemmlab::wgmma_fence();\n"))): None,
+            smem_probe.variant("il", (smem_probe.src, interleaved(smem_probe.src))): None,
+            smem_probe.variant("ring", (RING_LOOP, RING_CARRIED)): None}
 
 
 if __name__ == "__main__":
@@ -103,11 +141,12 @@ if __name__ == "__main__":
     ids = register()
     kernels = {}
     for kid in ids:
-        if kid in ("probe_07_hog", "probe_07_bar"):
+        if kid in ("probe_07_hog", "probe_07_bar", "probe_07_il", "probe_07_ring"):
             continue
         kernels[f"{kid}@128"] = parse_kernel_config(kid + f"[BN=128,CM=2,STAGES=6,EPI=0,TB={tb},HO=0]")[1]
-    kernels["probe_07_bar@128"] = parse_kernel_config(f"probe_07_bar[BN=128,CM=2,STAGES=6,EPI=0,TB={tb},HO=0]")[1]
-    for kid in (registry.TC_07.id, "probe_07_hog", "probe_07_bar"):  # the 128 x 256 tile with the hand-over, pairs
+    for kid in ("probe_07_bar", "probe_07_il", "probe_07_ring"):
+        kernels[f"{kid}@128"] = parse_kernel_config(kid + f"[BN=128,CM=2,STAGES=6,EPI=0,TB={tb},HO=0]")[1]
+    for kid in (registry.TC_07.id, "probe_07_hog", "probe_07_bar", "probe_07_il"):  # the 128 x 256 tile with the hand-over, pairs
         kernels[f"{kid}@256"] = parse_kernel_config(kid + f"[BN=256,CM=2,STAGES=4,EPI=0,TB={tb},HO=1]")[1]
     kernels["auto"] = None
     only = [a.removeprefix("--only=") for a in args if a.startswith("--only=")]  # --only=KEY,KEY: those alone
