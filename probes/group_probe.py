@@ -26,6 +26,9 @@ Copies of tc07:
   ring   tc07's whole-tile loop (HO = 0) with the stage and its phase carried from step to step
          instead of computed from the step count (cuBLAS keeps its ring position in uniform
          registers and compares instead of dividing)
+Outcome (H200, session 30; probe-group-20261125T*.json, docs/ladder.md "cuBLAS's SASS, read through
+Nsight Compute"): none moved a ratio beyond the spread between runs; tallg and tallc stay 0.3-3%
+behind tc07's pairs, at 137-138 k cycles to cuBLAS's 125 k.
 Times them beside tc07 and cuBLAS. On the GPU machine:
     PYTHONPATH=src:probes GEMMLAB_CACHE_DIR=/tmp/gc python3 probes/group_probe.py [--nn] [--only=KEY,...] SHAPE..."""
 import sys
