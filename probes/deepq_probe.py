@@ -26,7 +26,7 @@ LOOP_OLD = smem_probe.K_STEP + """                    if (kt > 0) gemmlab::relea
                 for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                 if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 """
-DEEP_STEP = smem_probe.k_step("                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));\n")
+DEEP_STEP = smem_probe.K_STEP_WRITTEN
 LOOP_NEW = DEEP_STEP.replace("wgmma_wait<1>", "wgmma_wait<2>") + """                    if (kt > 1) gemmlab::release_stage<CM>(&empty[(it - 2) % STAGES]);
                 }
                 gemmlab::wgmma_wait<0>();
@@ -44,9 +44,7 @@ SPLIT_MMA = "".join(
     for off, right in (("", ""), (" + BN / 4", "((BN / 2 * BK * 2) >> 4) + ")))
 
 
-NOFENCE_STEP = smem_probe.k_step(
-    "                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));\n"
-).replace("                    gemmlab::wgmma_fence();\n", "                    if (kt == 0) gemmlab::wgmma_fence();\n").replace(
+NOFENCE_STEP = smem_probe.K_STEP_WRITTEN.replace("                    gemmlab::wgmma_fence();\n", "                    if (kt == 0) gemmlab::wgmma_fence();\n").replace(
     "#pragma unroll\n                    for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);\n", "")
 
 

@@ -127,9 +127,7 @@ def register() -> dict:
             smem_probe.variant("tallc", (tall_probe.OLD_LOOP, tallc), ring): None,
             smem_probe.variant("hog", (HO_BOTH, HO_GROUPED)): None,
             smem_probe.variant("bar", (HO_STEP, HO_STEP.replace("gemmlab::wgmma_fence();\n", STEP_BARRIER + " " * 24 + "gemmlab::wgmma_fence();\n")),
-                               (smem_probe.K_STEP, smem_probe.k_step(
-                                   "                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));\n"
-                               ).replace("gemmlab::wgmma_fence();\n", STEP_BARRIER + " " * 20 + "gemmlab::wgmma_fence();\n"))): None,
+                               (smem_probe.K_STEP, smem_probe.K_STEP_WRITTEN.replace("gemmlab::wgmma_fence();\n", STEP_BARRIER + " " * 20 + "gemmlab::wgmma_fence();\n"))): None,
             smem_probe.variant("il", (smem_probe.src, interleaved(smem_probe.src))): None,
             smem_probe.variant("ring", (RING_LOOP, RING_CARRIED)): None}
 
@@ -143,12 +141,9 @@ if __name__ == "__main__":
     shapes = [a for a in args if not a.startswith("--")] or ["512x4096x14336"]
     ids = register()
     kernels = {}
-    for kid in ids:
-        if kid in ("probe_07_hog", "probe_07_bar", "probe_07_il", "probe_07_ring"):
-            continue
-        kernels[f"{kid}@128"] = parse_kernel_config(kid + f"[BN=128,CM=2,STAGES=6,EPI=0,TB={tb},HO=0]")[1]
-    for kid in ("probe_07_bar", "probe_07_il", "probe_07_ring"):
-        kernels[f"{kid}@128"] = parse_kernel_config(kid + f"[BN=128,CM=2,STAGES=6,EPI=0,TB={tb},HO=0]")[1]
+    for kid in ids:  # the 128 x 128 tile in pairs (512 tokens); hog only changes the hand-over
+        if kid != "probe_07_hog":
+            kernels[f"{kid}@128"] = parse_kernel_config(kid + f"[BN=128,CM=2,STAGES=6,EPI=0,TB={tb},HO=0]")[1]
     for kid in (registry.TC_07.id, "probe_07_hog", "probe_07_bar", "probe_07_il"):  # the 128 x 256 tile with the hand-over, pairs
         kernels[f"{kid}@256"] = parse_kernel_config(kid + f"[BN=256,CM=2,STAGES=4,EPI=0,TB={tb},HO=1]")[1]
     kernels["auto"] = None

@@ -68,8 +68,7 @@ def tc07_choice(M: int, N: int, K: int, layout: str):
 def register() -> dict:
     base = src.replace(INCLUDE, HELPERS)
     assert src.count(PRODUCER_WAIT) == 1
-    every = base.replace(smem_probe.K_STEP, smem_probe.k_step(
-        "                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));\n"))
+    every = base.replace(smem_probe.K_STEP, smem_probe.K_STEP_WRITTEN)
     return {registry.TC_07.id: None,
             copy("hintP", base.replace(PRODUCER_WAIT, "mbar_wait_hint(&empty[stage]")): None,
             copy("hintAll", every.replace("gemmlab::mbar_wait(", "mbar_wait_hint(")): None,

@@ -4,7 +4,8 @@
 # probes/ncu_clock.py (or "cublas") with the source-level counters, then prints each launch's SASS
 # with its executed-instruction and stall counts.
 # usage: NCU_OUT=dir [NCU_LAYOUT=nt] bash probes/ncu_sass.sh TAG MxNxK kernel-or-cublas...
-# writes dir/ncu-sass-TAG.ncu-rep and dir/ncu-sass-TAG-<id>.csv (one a launch)
+# writes dir/ncu-sass-TAG.ncu-rep and dir/ncu-sass-TAG-<id>.csv (one a launch; Nsight Compute 2025.3
+# filters an imported report by --launch-skip / --launch-count)
 tag=$1; s=$2; shift 2
 out="${NCU_OUT:-/tmp}"
 rep="$out/ncu-sass-$tag"
@@ -16,6 +17,3 @@ for ((i = 0; i < n; i++)); do
     > "$rep-$i.csv" 2> "$rep-$i.err" || tail -3 "$rep-$i.err"
   echo "== launch $i: $(wc -l < "$rep-$i.csv") lines, $(grep -c GMMA "$rep-$i.csv") GMMA lines"
 done
-# every launch in one listing too, in case this ncu does not filter an imported report by launch
-ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-all.csv" 2> "$rep-all.err" || tail -3 "$rep-all.err"
-echo "== all: $(wc -l < "$rep-all.csv") lines"

@@ -65,6 +65,12 @@ def k_step(mma: str) -> str:
             "                    for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);\n")
 
 
+# tc07's own MMA statement of a k16 slice, and its K step written out with it (for copies that then
+# edit the step around the MMAs)
+K_STEP_MMA = "                        gemmlab::wgmma_m64nk16<T, BN, TA, TB>(acc, da + gemmlab::k_offset<1 - TA>(kk), db + gemmlab::k_offset<TB>(kk));\n"
+K_STEP_WRITTEN = k_step(K_STEP_MMA)
+
+
 # The producer's K step (load_k_step, a lambda since 2026-11-24: `return` ends a step; the records of
 # ea3fbad ran the same edits on the loop body it replaced, `continue` for `return`)
 arm = """                gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"""
