@@ -3,7 +3,7 @@ medians fall.
 
 `gemmlab bench` times the kernel and cuBLAS in rounds (one launch of each a round, L2 flushed before
 each) and reports the ratio of their medians. On an H200 both sometimes step to a slower clock in
-the middle of a case, 7-20% at once, and not always in the same round; the two medians can then
+the middle of a case, 5-20% at once, and not always in the same round; the two medians can then
 come from different sides of the step. This reads stored records and sets beside each ratio the
 median of the per-round ratios (cuBLAS's best back end over the kernel, round by round), which
 pairs launches made a few hundred microseconds apart, and the largest step between consecutive
