@@ -581,7 +581,16 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
 #pragma unroll
         for (int j = 0; j < CHUNKS; ++j) {
             unsigned char* buf = staging + (j % BUFS) * CHUNK_BYTES;
-            if (ctid == 0) bulk_wait_read<BUFS - 1>();  // the store that last read buf is done
+            // The store that last read buf is done. Within a tile that is the one before the last,
+            // but every tile starts again at buffer 0: where a tile's chunks do not fill the
+            // buffers evenly (three chunks of a 192-wide tile in two buffers), the last tile's last
+            // store read buffer 0, and it must be done before the first chunk is staged there.
+            if (ctid == 0) {
+                if (j == 0 && CHUNKS % BUFS != 0)
+                    bulk_wait_read<0>();
+                else
+                    bulk_wait_read<BUFS - 1>();
+            }
             named_barrier(barrier_id, 128);
             // Four stmatrix per thread: 8 x 8 blocks (q, h) -- column block q of the chunk, upper
             // (h = 0) or lower 8 rows of the warp's 16 -- two column blocks at a time.
