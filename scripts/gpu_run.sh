@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# One device call: GPU tests, `gemmlab check`, the overhead measurement, the default benchmark,
-# and the CPU ladder on the same machine at 2048x2048x1024.
+# One device call: GPU tests, `gemmlab check`, the fuzz harness, the overhead measurement, the
+# default benchmark, and the CPU ladder on the same machine at 2048x2048x1024.
 # One log ($OUT/gpu_run.log) and the records under $OUT/results (the device tool brings back at
 # most 8 files a call: keep it to one log); the records are the files to commit under results/.
 # Usage on the GPU machine, from the repo root:
 #   GEMMLAB_COMMIT=<sha> bash scripts/gpu_run.sh [bench args...]
 # Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
 # when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
-# STEPS, the parts to run (default "tests check overhead bench"; "sanitize" adds compute-sanitizer's
-# memcheck and a small racecheck, "racecheck" the stream-K steps' racecheck at a larger shape,
+# STEPS, the parts to run (default "tests check fuzz overhead bench"; "fuzz" is `gemmlab fuzz` over
+# FUZZ_CASES random problems (default 100000; about 330 s on an H100 once compiled), failing on any wrong
+# one or on fewer problems than that; "sanitize" adds compute-sanitizer's memcheck, racecheck and
+# synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
-# STEPS="tests check" then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
+# STEPS="tests check" then STEPS="fuzz" then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
 # (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
 # H200 the compile step, memcheck and the small racecheck alone took most of a call, 2026-11-24).
 set -uo pipefail
@@ -25,7 +27,7 @@ LOG="$OUT/gpu_run.log"
 : > "$LOG"
 step() { echo "=== $*" | tee -a "$LOG"; }
 fail() { echo "FAILED STEP: $*" | tee -a "$LOG"; status=1; }  # names the command that set the status
-STEPS=${STEPS:-tests check overhead bench}
+STEPS=${STEPS:-tests check fuzz overhead bench}
 # The device copy's .git, where one is found, need not be this tree's (2026-11-23: records of a
 # later tree carried 958f8d7): the records' commit must come from the machine that made the tree.
 [[ -n "${GEMMLAB_COMMIT:-}" ]] || echo "warning: GEMMLAB_COMMIT is not set; records take the commit of whatever .git the copy holds" >&2
@@ -36,7 +38,8 @@ step "environment and compile (resource report for the driver's arch)"
   python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
   # COMPILE=0 skips the resource report of every config (several minutes on a fresh machine), for
   # calls that need the time: the racecheck step alone fits in a call, not after it (H200, 2026-11-24)
-  [[ "${COMPILE:-1}" == 0 ]] || python3 -m gemmlab compile; } 2>&1 | tee -a "$LOG" || fail "environment and compile"
+  # -j 0: one process a CPU core (about a minute for every config on 16 cores)
+  [[ "${COMPILE:-1}" == 0 ]] || python3 -m gemmlab compile -j 0; } 2>&1 | tee -a "$LOG" || fail "environment and compile"
 
 if want tests; then
   step "GPU tests"
@@ -48,14 +51,22 @@ if want check; then
   python3 -m gemmlab check --pending 2>&1 | tee -a "$LOG" || fail "check"
 fi
 
+if want fuzz; then
+  step "fuzz: ${FUZZ_CASES:-100000} random problems in the kernels' risky regimes against float64 and cuBLAS"
+  python3 -m gemmlab fuzz --cases "${FUZZ_CASES:-100000}" --min-cases "${FUZZ_CASES:-100000}" --seconds "${FUZZ_SECONDS:-540}" \
+    --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "fuzz"
+fi
+
 # compute-sanitizer over the Hopper steps at small odd shapes (tc09's at shapes it splits):
 # device-side errors only; the host-side cuGetProcAddress probes of cuda.core are filtered out
 # (their count, 34 with cuda-core 1.2.0, stays in the ERROR SUMMARY line). racecheck is slow:
 # each step takes ~15 s at 515x129x67, tc08 ~1 min and tc09 ~3 min at 1500x4000x300, and tc05-tc07
 # over 150 s there (H200, 2026-11-24), so the larger shape is raced only for the stream-K steps,
 # in a call of its own (STEPS="racecheck").
-sanitize() {  # tool, shapes ("-s A -s B"), then kernels
-  compute-sanitizer --tool "$1" --print-limit 20 python3 -m gemmlab check $2 "${@:3}" --random 0 2>&1 \
+sanitize() {  # tool, shapes ("-s A -s B"), then kernels; a hazard fails racecheck and synccheck (memcheck
+  # counts the host-side probes among its errors, so it fails only on a wrong result)
+  local exitcode=(); [[ "$1" == memcheck ]] || exitcode=(--error-exitcode 99)
+  compute-sanitizer --tool "$1" "${exitcode[@]}" --print-limit 20 python3 -m gemmlab check $2 "${@:3}" --random 0 2>&1 \
     | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" | tee -a "$LOG"
 }
 if want sanitize; then
@@ -63,6 +74,13 @@ if want sanitize; then
   hopper="-k tc05_tma -k tc06_warp_specialized -k tc07_persistent_cluster -k tc08_tf32 -k tc09_stream_k"
   sanitize memcheck "-s 515x129x67 -s 1500x4000x300 -s 3072x3072x130" $hopper || fail "memcheck"
   sanitize racecheck "-s 515x129x67" $hopper || fail "racecheck"
+  # Several tiles a block with K of one or two stages (the 128 x 192 tile of tc07 at the first, tc09's
+  # whole tiles and stream-K at the second): where the staging race lay (docs/notes/epilogue-staging-race.md)
+  step "compute-sanitizer: racecheck and synccheck where persistent blocks take several tiles with a short K"
+  for tool in racecheck synccheck; do
+    sanitize $tool "-s 2894x3139x45" -k tc07_persistent_cluster || fail "$tool tc07, several tiles a block"
+    sanitize $tool "-s 3072x3072x86" -k tc09_stream_k || fail "$tool tc09, several tiles a block"
+  done
 fi
 
 if want racecheck; then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 import sys
 from typing import Optional
@@ -108,6 +109,7 @@ def compile_cmd(
     arch: Optional[str] = typer.Option(None, help="target, e.g. sm_90a; default: the current GPU's"),
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default all"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="compile in this many processes (0: one a CPU core)"),
 ) -> None:
     """Compile every kernel for an arch (no GPU needed) and print the resource report."""
     if arch is None:
@@ -120,7 +122,7 @@ def compile_cmd(
     from .configs import configs_in_use
 
     ids = _kernel_ids(kernel)
-    jobs = [
+    work = [
         (spec, cfg, dt, od)
         for spec in (registry.get(kid) for kid in ids)
         for cfg in configs_in_use(spec)
@@ -130,19 +132,16 @@ def compile_cmd(
     ]
     rows, failed = [], False
     with _progress() as prog:
-        task = prog.add_task(f"compiling for {arch}", total=len(jobs))
-        for spec, cfg, dt, od in jobs:
-            try:
-                ck = jit.compile_kernel(spec, cfg, arch, dt, od)
-            except jit.CompileError as exc:
-                err_console.print(str(exc))
+        task = prog.add_task(f"compiling for {arch}", total=len(work))
+        for (spec, *_), ck in zip(work, jit.compile_many([(s.id, c, d, o) for s, c, d, o in work], arch, jobs or os.cpu_count())):
+            prog.advance(task)
+            if isinstance(ck, jit.CompileError):
+                err_console.print(str(ck))
                 failed = True
-                prog.advance(task)
                 continue
             bad = spec.spill_free and ck.usage.spills > 0
             failed |= bad
             rows.append((spec, ck, bad))
-            prog.advance(task)
     if as_json:
         print(json.dumps([dict(kernel=s.id, config=c.name_expression, arch=arch, cached=c.from_cache, **c.usage.__dict__) for s, c, _ in rows], indent=1))
     else:
@@ -384,6 +383,76 @@ def overhead_cmd(
 
     console.print(overhead_table({"meta": meta, "records": recs}))
     console.print(f"record: {path}")
+
+
+@app.command("fuzz")
+def fuzz_cmd(
+    seconds: float = typer.Option(60.0, help="stop drawing problems after this many seconds"),
+    cases: Optional[int] = typer.Option(None, help="stop after this many problems"),
+    min_cases: int = typer.Option(0, help="fail (exit 1) if fewer problems than this were tried"),
+    seed: Optional[int] = typer.Option(None, help="case i has seed SEED + i (default: a fresh SEED, printed)"),
+    dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="only these: bf16, fp16, bf16-fp32out, fp16-fp32out, tf32, fp32 (repeatable)"),
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="only these kernels (repeatable); default 'auto' and every kernel"),
+    replay: Optional[str] = typer.Option(None, help="run one case again: the JSON printed after 'replay:'"),
+    repeats: int = typer.Option(1, help="with --replay: how many times"),
+    out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/fuzz-<time>.json"),
+) -> None:
+    """Random GEMMs in each kernel's risky regimes against float64 and cuBLAS; exit 1 on any wrong result."""
+    _require_gpu()
+    import random as _random
+    import time as _time
+
+    from . import fuzz
+    from .bench import environment
+    from .bench.run import results_path, write_run
+
+    def show_wrong(o) -> None:
+        err_console.print(f"WRONG {o.case.label()}: {o.why}\n  chosen: {o.chosen}\n  call: {o.case.call()}\n"
+                          f"  replay: gemmlab fuzz --replay '{o.case.to_json()}'", highlight=False)  # fmt: skip
+
+    if replay is not None:
+        outcomes = fuzz.replay(fuzz.Case.from_json(replay), repeats)
+        for o in outcomes:
+            if o.wrong:
+                show_wrong(o)
+            else:
+                console.print(f"right {o.case.label()} on {o.chosen}: rel_fro {o.ours[0]:.2e} max_scaled {o.ours[1]:.2e} "
+                              f"(cuBLAS {o.cublas[0]:.2e} {o.cublas[1]:.2e})", highlight=False)  # fmt: skip
+        raise typer.Exit(1 if any(o.wrong for o in outcomes) else 0)
+    for d in dtype or ():
+        if d not in fuzz.DTYPES:
+            raise typer.BadParameter(f"--dtype {d!r}: one of {', '.join(fuzz.DTYPES)}")
+    ids = tuple(_kernel_ids(kernel)) if kernel else None
+    seed = seed if seed is not None else _random.randrange(2**40)
+    err_console.print(f"fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} problems" if cases else ""), highlight=False)
+    last = [_time.monotonic()]
+
+    def progress(s) -> None:  # a line every 15 s: readable in a log as on a terminal
+        if _time.monotonic() - last[0] >= 15:
+            last[0] = _time.monotonic()
+            err_console.print(f"fuzz: {s.tried} problems, {len(s.wrong)} wrong, {s.seconds:.0f} s", highlight=False)
+
+    meta = environment.describe(0)
+    meta.update(kind="fuzz", budget_seconds=seconds, max_cases=cases, dtypes=list(dtype or fuzz.DTYPES), kernels=list(ids or ("auto", "every kernel")))
+    summary = fuzz.run(seed, seconds, cases, tuple(dtype) if dtype else None, ids, on_wrong=show_wrong, on_progress=progress)
+    t = Table(title=f"gemmlab fuzz, seed {seed}: {summary.tried} problems in {summary.seconds:.0f} s")
+    for col in ("", "problems"):
+        t.add_column(col, no_wrap=True)
+    for name, counts in (("regime", summary.by_regime), ("dtype", summary.by_dtype)):
+        for k, v in sorted(counts.items()):
+            t.add_row(f"{name} {k}", str(v))
+    console.print(t)
+    console.print(f"kernels that ran: {len(summary.by_kernel)} (kernel and tile); the record lists each")
+    path = results_path(out, meta, "fuzz")
+    write_run(path, meta, [summary.record()])
+    console.print(f"{summary.tried} problems, {len(summary.wrong)} wrong; record: {path}", highlight=False)
+    if summary.crashed:
+        err_console.print(f"the GPU failed with {len(summary.crashed['cases'])} problems in flight: {summary.crashed['error']}")
+    short = summary.tried < min_cases
+    if short:
+        err_console.print(f"fuzz: {summary.tried} problems tried, fewer than --min-cases {min_cases}")
+    if summary.wrong or summary.crashed or short:
+        raise typer.Exit(1)
 
 
 @app.command("sustained")

@@ -52,6 +52,9 @@ class CompileError(RuntimeError):
         self.kernel = kernel
         self.log = log
 
+    def __reduce__(self):  # rebuilt from its fields (compile_many's workers send it back)
+        return CompileError, (self.kernel, self.log)
+
 
 @dataclass(frozen=True)
 class ResourceUsage:
@@ -308,6 +311,32 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
     )
     _write_atomic(path, header, cubin)
     return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False)
+
+
+def _compile_job(job: tuple, arch: str) -> "CompiledKernel | CompileError":
+    from . import registry  # a worker process imports the registry itself
+
+    kernel_id, cfg, dtype, out_dtype = job
+    try:
+        return compile_kernel(registry.get(kernel_id), cfg, arch, dtype, out_dtype)
+    except CompileError as exc:
+        return exc
+
+
+def compile_many(jobs: list[tuple], arch: str, workers: int = 1):
+    """compile_kernel over (kernel id, config, dtype, out dtype) jobs, yielding each result (or its
+    CompileError) in order; with workers > 1 in that many fresh processes (NVRTC runs in the
+    process that calls it, so threads would take turns), filling the same disk cache."""
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield _compile_job(job, arch)
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    from functools import partial
+
+    with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+        yield from pool.map(partial(_compile_job, arch=arch), jobs)
 
 
 def _lower_launch_registers(spec: KernelSpec, name_expression: str, arch: str, cubin: bytes, usage: ResourceUsage,

@@ -90,16 +90,19 @@ class ErrorReport:
         return f"{flag} rel_fro={self.rel_fro:.2e} max_scaled={self.max_scaled:.2e} nonfinite={self.nonfinite}"
 
 
-def compare(d: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, tol: Tolerance,
-            ref_norm: float | None = None) -> ErrorReport:  # fmt: skip
-    """rel_fro is the error's Frobenius norm over ref_norm: by default ||ref||; check_result passes
-    the size of the terms the kernel sums (see terms_norm), so that a result small only because its
-    terms cancel is not held to a relative bound of the difference."""
+def error_terms(d: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, ref_norm) -> torch.Tensor:
+    """[rel_fro, max_scaled, appeared, vanished] of D against the float64 reference, as one float64
+    tensor on D's device, computed without waiting for the GPU (the fuzz harness queues many).
+    appeared: elements of D that are NaN or Inf where the reference is finite; vanished: elements
+    where the reference is NaN or +-Inf and D is not the same (a NaN, the same infinity).
+    ref_norm: the norm rel_fro is taken against (a float or a 0-d tensor)."""
     d64 = d.double()
     finite_ref = torch.isfinite(ref)
-    nonfinite = int((~torch.isfinite(d64) & finite_ref).sum())
+    appeared = (~torch.isfinite(d64) & finite_ref).sum()
+    same = (d64.isnan() & ref.isnan()) | (d64 == ref)  # NaN where NaN, the same infinity
+    vanished = (~finite_ref & ~same).sum()
     if d64.numel() == 0:
-        return ErrorReport(0.0, 0.0, 0, True)
+        return torch.zeros(4, dtype=torch.float64, device=d.device)
     diff = (d64 - ref).where(finite_ref, torch.zeros_like(ref))
     diff = torch.nan_to_num(diff, nan=math.inf)
     # Below the output type's normal range its spacing stops shrinking: a result that lands among
@@ -107,12 +110,25 @@ def compare(d: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, tol: Tolera
     # that spacing is the least error any kernel can have there, so it is not held against it.
     fi = torch.finfo(d.dtype)
     err = (diff.abs() - fi.smallest_normal * fi.eps / 2).clamp_min(0.0)
-    if ref_norm is None:
-        ref_norm = float(torch.linalg.vector_norm(ref.where(finite_ref, torch.zeros_like(ref))))
-    err_norm = float(torch.linalg.vector_norm(err))
-    rel_fro = err_norm / ref_norm if ref_norm > 0 else err_norm
+    err_norm = torch.linalg.vector_norm(err)
+    rel_fro = torch.where(torch.as_tensor(ref_norm, dtype=torch.float64, device=d.device) > 0, err_norm / ref_norm, err_norm)
     floor = torch.finfo(torch.float32).tiny
-    max_scaled = float((err / scale.clamp_min(floor)).max())
+    max_scaled = torch.nan_to_num(err / scale.clamp_min(floor), nan=0.0).max()  # 0 / inf scales of non-finite rows
+    return torch.stack([rel_fro, max_scaled, appeared.double(), vanished.double()])
+
+
+def compare(d: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, tol: Tolerance,
+            ref_norm: float | None = None) -> ErrorReport:  # fmt: skip
+    """rel_fro is the error's Frobenius norm over ref_norm: by default ||ref||; check_result passes
+    the size of the terms the kernel sums (see terms_norm), so that a result small only because its
+    terms cancel is not held to a relative bound of the difference."""
+    if d.numel() == 0:
+        return ErrorReport(0.0, 0.0, 0, True)
+    if ref_norm is None:
+        finite_ref = torch.isfinite(ref)
+        ref_norm = float(torch.linalg.vector_norm(ref.where(finite_ref, torch.zeros_like(ref))))
+    rel_fro, max_scaled, appeared, _ = error_terms(d, ref, scale, ref_norm).tolist()
+    nonfinite = int(appeared)
     passed = nonfinite == 0 and rel_fro <= tol.rel_fro and max_scaled <= tol.max_scaled
     return ErrorReport(rel_fro, max_scaled, nonfinite, passed)
 
@@ -132,10 +148,15 @@ def terms_norm(a, b, c=None, alpha=1.0, beta=0.0) -> float:
     cancel (a 1 x 1 x 64 dot product near zero, or alpha A B against beta C) ||D|| can be far
     smaller than the rounding the sums are entitled to; rel_fro is taken over the larger of the two.
     ||T||^2 = sum_k ||A[:, k]||^2 ||B[k, :]||^2, so no second product is needed."""
+    return float(terms_norm_tensor(a, b, c, alpha, beta))
+
+
+def terms_norm_tensor(a, b, c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
+    """terms_norm as a 0-d float64 tensor on the inputs' device, without waiting for the GPU."""
     a64, b64 = a.double(), b.double()
     cols = torch.nan_to_num(a64, nan=0.0, posinf=0.0, neginf=0.0).square().sum(dim=0)
     rows = torch.nan_to_num(b64, nan=0.0, posinf=0.0, neginf=0.0).square().sum(dim=1)
-    norm = abs(alpha) * float((cols * rows).sum().sqrt())
+    norm = abs(alpha) * (cols * rows).sum().sqrt()
     if c is not None and beta != 0.0:
-        norm += abs(beta) * float(torch.linalg.vector_norm(torch.nan_to_num(c.double(), nan=0.0, posinf=0.0, neginf=0.0)))
+        norm = norm + abs(beta) * torch.linalg.vector_norm(torch.nan_to_num(c.double(), nan=0.0, posinf=0.0, neginf=0.0))
     return norm

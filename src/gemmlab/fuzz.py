@@ -1,0 +1,445 @@
+"""gemmlab fuzz: random GEMMs drawn into each kernel's risky regimes, checked against float64.
+
+A fixed list of shapes only looks where someone has looked before; a wrong result that needs a
+persistent block to take several tiles with a K shorter than its ring, a transposed slice, and
+beta = 0 at once is found by drawing such problems at random, many thousands of them. Every problem
+comes from its own seed (its sizes, layout, scalars, kernel and input values alike), so any one
+can be run again alone from the line printed for it (`gemmlab fuzz --replay '<case>'`).
+
+Each problem: inputs drawn fresh (normal), output poisoned with NaN unless gemm() allocates it or
+it is C itself, C full of NaN where beta = 0 (it must not be read), now and then a NaN or an Inf
+in A or B (it must reach exactly the elements it should). The result is compared with float64
+(reference.error_terms) and so is cuBLAS's (torch.addmm on the same tensors): a problem is wrong
+where NaN or Inf appears or vanishes, C changes though D is elsewhere, or an error exceeds both
+the dtype's stated tolerance (reference.tolerance) and CUBLAS_FACTOR times cuBLAS's own error on
+the same problem. The errors are computed on the GPU without waiting for it and read back in
+batches, so the harness costs about a millisecond a small problem.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+import json
+import math
+import random
+import time
+from typing import Callable
+
+import torch
+
+from . import registry
+from .api import gemm
+from .configs import select
+from .problem import problem_from_tensors
+from .reference import error_terms, terms_norm_tensor, tolerance
+
+CUBLAS_FACTOR = 4.0  # our error may reach this multiple of cuBLAS's on the same problem before it counts
+BATCH = 64  # problems queued on the GPU between reads of their errors
+WRONG_KEPT = 200  # wrong cases kept in a record (all are counted)
+
+# name -> (input dtype, result dtype, precision)
+DTYPES: dict[str, tuple[torch.dtype, torch.dtype, str]] = {
+    "bf16": (torch.bfloat16, torch.bfloat16, "fp32"),
+    "fp16": (torch.float16, torch.float16, "fp32"),
+    "bf16-fp32out": (torch.bfloat16, torch.float32, "fp32"),
+    "fp16-fp32out": (torch.float16, torch.float32, "fp32"),
+    "tf32": (torch.float32, torch.float32, "tf32"),
+    "fp32": (torch.float32, torch.float32, "fp32"),
+}
+DTYPE_WEIGHTS = {"bf16": 0.25, "fp16": 0.2, "bf16-fp32out": 0.1, "fp16-fp32out": 0.1, "tf32": 0.2, "fp32": 0.15}
+
+# Sizes where tiles and stages begin and end (powers of two, the 192-wide tile, and either side).
+EDGES = (1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 45, 63, 64, 65, 86, 127, 128, 129, 191, 192, 193, 207, 208, 209,
+         255, 256, 257, 319, 320, 321, 383, 384, 385, 511, 512, 513)
+PRIMES = (2, 3, 5, 7, 13, 17, 31, 61, 97, 127, 131, 257, 509, 521, 1021, 1031, 2039, 2053, 3137, 4099, 6133, 8191)
+MAX_FLOPS = 2 * 4096**3  # per problem: the float64 reference (two DGEMMs) stays a few milliseconds
+MAX_OUTPUT = 6144 * 6144  # elements of D: each float64 pass over it stays well under a millisecond
+# Named kernels (not 'auto') are drawn only for problems they finish quickly: the early ladder
+# steps run at a few TFLOP/s or less, so they get smaller problems.
+NAMED_MAX_FLOPS = {"sgemm_01_naive": 4e9, "sgemm_02_coalesced": 8e9, "sgemm_03_smem_tile": 2e10,
+                   "tc01_wmma": 5e10, "tc02_mma_sync": 5e10, "tc03_cp_async": 5e10}  # fmt: skip
+NAMED_DEFAULT_MAX_FLOPS = 1e11
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem, every choice of it fixed: run(case) builds it again from these fields alone."""
+
+    seed: int
+    regime: str
+    dtype: str  # a key of DTYPES
+    M: int
+    N: int
+    K: int
+    layout: str  # "nn", "nt", "tn", "tt": A and B row-major (n) or transposed views (t)
+    pad: tuple[int, int, int]  # extra elements in the row stride of A's, B's and C's / D's storage
+    offset: int  # elements between the start of each allocation and the operand (0: aligned)
+    alpha: float
+    beta: float
+    c: str  # "none", "nan" (C full of NaN, beta = 0), "random", "inplace" (out is c)
+    out: str  # "poison" (a NaN-filled D) or "new" (gemm() allocates D)
+    special: str  # "", or a NaN or an Inf placed in A or B: "nan-a", "inf-a", "nan-b", "inf-b"
+    kernel: str  # "auto" or a kernel id
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> "Case":
+        d = json.loads(text)
+        return Case(**{**d, "pad": tuple(d["pad"])})
+
+    def label(self) -> str:
+        return (f"M={self.M} N={self.N} K={self.K} kernel={self.kernel} dtype={self.dtype} layout={self.layout} "
+                f"pad={list(self.pad)} offset={self.offset} alpha={self.alpha:g} beta={self.beta:g} c={self.c} "
+                f"out={self.out}" + (f" special={self.special}" if self.special else "") + f" [{self.regime}]")  # fmt: skip
+
+    def call(self) -> str:
+        """The gemm() call this case makes, as Python."""
+        _, result, precision = DTYPES[self.dtype]
+        args = ["a", "b"] + (["c"] if self.c in ("random", "inplace") else [])
+        kw = [f"alpha={self.alpha!r}", f"beta={self.beta!r}", f"kernel={self.kernel!r}"]
+        if self.c == "inplace":
+            kw.append("out=c")
+        elif self.out == "poison":
+            kw.append("out=out")
+        if precision != "fp32":
+            kw.append(f"precision={precision!r}")
+        if result != DTYPES[self.dtype][0] and self.out == "new" and self.c != "inplace":
+            kw.append("out_dtype=torch.float32")
+        return f"gemmlab.gemm({', '.join(args + kw)})"
+
+
+# ---- Drawing problems ---------------------------------------------------------------------------
+
+
+def _log_int(rng: random.Random, lo: int, hi: int) -> int:
+    return max(lo, min(hi, int(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 1)))))))
+
+
+def _side(rng: random.Random, lo: int, hi: int) -> int:
+    """A size in [lo, hi]: log-uniform, or a tile edge or a prime in range, or odd."""
+    pick = rng.random()
+    near = [v for v in EDGES + PRIMES if lo <= v <= hi]
+    if pick < 0.25 and near:
+        return rng.choice(near)
+    v = _log_int(rng, lo, hi)
+    return v | 1 if pick < 0.5 and v < hi else v
+
+
+def _tile_edge(rng: random.Random, hi: int) -> int:
+    """A whole number of some tile width, or one either side of it."""
+    t = rng.choice((64, 128, 192, 256))
+    return max(1, min(hi, t * rng.randint(1, max(1, hi // t)) + rng.choice((-1, 0, 1))))
+
+
+def _short_k(rng: random.Random) -> int:
+    return rng.choice(EDGES[:29]) if rng.random() < 0.5 else rng.randint(1, 320)
+
+
+# Each regime: (weight, what it aims at, M, N, K drawn from a Random).
+REGIMES: dict[str, tuple[float, str, Callable[[random.Random], tuple[int, int, int]]]] = {
+    "short-k": (0.3, "several tiles a persistent block, K shorter than the ring (one to five stages)",
+                lambda r: (_side(r, 512, 6144), _side(r, 512, 6144), _short_k(r))),
+    "small-odd": (0.2, "sizes no tile divides, below a wave of tiles",
+                  lambda r: (_side(r, 1, 1100), _side(r, 1, 1100), _side(r, 1, 1100))),
+    "tile-edge": (0.15, "whole tiles and one either side, in M, N and K",
+                  lambda r: (_tile_edge(r, 4608), _tile_edge(r, 4608), _short_k(r) if r.random() < 0.5 else _tile_edge(r, 2304))),
+    "skinny": (0.12, "1-160 rows or columns against thousands: the skinny and split paths",
+               lambda r: _skinny(r)),
+    "tall-k": (0.05, "few output tiles, a long K: split-K and stream-K",
+               lambda r: (_side(r, 1, 768), _side(r, 1, 768), _log_int(r, 2048, 65536))),
+    "broad": (0.18, "any size up to 8192 on each side",
+              lambda r: (_log_int(r, 1, 8192), _log_int(r, 1, 8192), _log_int(r, 1, 8192))),
+}  # fmt: skip
+
+
+def _skinny(rng: random.Random) -> tuple[int, int, int]:
+    small = rng.choice(EDGES[:23]) if rng.random() < 0.5 else rng.randint(1, 160)
+    big, k = _side(rng, 256, 16384), _side(rng, 16, 8192)
+    return (small, big, k) if rng.random() < 0.5 else (big, small, k)
+
+
+def _fit(M: int, N: int, K: int) -> tuple[int, int, int]:
+    """The problem shrunk (K first, then M and N alike) to MAX_OUTPUT and MAX_FLOPS."""
+    while M * N > MAX_OUTPUT:
+        M, N = max(1, M * 3 // 4), max(1, N * 3 // 4)
+    K = max(1, min(K, MAX_FLOPS // (2 * M * N)))
+    return M, N, K
+
+
+def _weighted(rng: random.Random, weights: dict[str, float]) -> str:
+    return rng.choices(list(weights), weights=list(weights.values()))[0]
+
+
+def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, ...] | None = None) -> Case:
+    """Case `seed`: every choice but a named kernel's (which needs the tensors: pick_kernel)."""
+    rng = random.Random(seed)
+    regime = _weighted(rng, {k: w for k, (w, _, _) in REGIMES.items()})
+    M, N, K = _fit(*REGIMES[regime][2](rng))
+    dt = _weighted(rng, {k: w for k, w in DTYPE_WEIGHTS.items() if dtypes is None or k in dtypes})
+    layout = rng.choice(("nn", "nn", "nt", "tn", "tt"))
+    pad = tuple(0 if rng.random() < 0.6 else rng.choice((rng.randint(1, 16), 64 * rng.randint(1, 4))) for _ in range(3))
+    offset = 0 if rng.random() < 0.85 else rng.randint(1, 7)
+    alpha = 0.0 if rng.random() < 0.02 else rng.choice((1.0, 1.0, -1.0, 0.5, 2.0, round(rng.uniform(-2, 2), 3)))
+    c = _weighted(rng, {"none": 0.35, "nan": 0.25, "random": 0.25, "inplace": 0.15})
+    beta = 0.0 if c in ("none", "nan") else rng.choice((1.0, -0.75, 0.5, round(rng.uniform(-2, 2), 3) or 1.0))
+    out = "poison" if c == "inplace" or rng.random() < 0.85 else "new"
+    special = "" if alpha == 0.0 or rng.random() >= 0.04 else rng.choice(("nan-a", "inf-a", "nan-b", "inf-b"))
+    kernel = "auto" if kernels is None and rng.random() < 0.6 else "any"
+    return Case(seed, regime, dt, M, N, K, layout, pad, offset, alpha, beta, c, out, special, kernel)
+
+
+def pick_kernel(case: Case, problem, kernels: tuple[str, ...] | None) -> str:
+    """A kernel id for a case drawn with kernel 'any': one of those (of `kernels`, or of the
+    registry) that serve the problem and finish it quickly, drawn from the case's seed; 'auto'
+    where none does."""
+    rng = random.Random(case.seed + 1)
+    dtype, _, precision = DTYPES[case.dtype]
+    specs = [registry.get(k) for k in kernels] if kernels else registry.kernels(dtype)
+    serving = [s.id for s in specs
+               if dtype in s.dtypes and (dtype != torch.float32 or s.math == precision)
+               and problem.flops <= NAMED_MAX_FLOPS.get(s.id, NAMED_DEFAULT_MAX_FLOPS) and _serves(s, problem)]  # fmt: skip
+    return rng.choice(serving) if serving else "auto"
+
+
+def _serves(spec, problem) -> bool:
+    try:
+        spec_, _ = select(problem, spec.id)
+        return spec_.id == spec.id
+    except ValueError:
+        return False
+
+
+# ---- Building and running a case ----------------------------------------------------------------
+
+
+def _storage(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen, fill=None) -> torch.Tensor:
+    """A rows x cols operand: row-major with a row stride of cols + pad, or (trans) the transposed
+    view of a [cols, rows + pad] row-major matrix; `offset` elements into its allocation."""
+    outer, inner = (cols, rows) if trans else (rows, cols)
+    ld = inner + pad
+    n = offset + (outer - 1) * ld + inner
+    if fill is None:
+        flat = torch.randn(n, generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+    else:
+        flat = torch.full((n,), fill, device="cuda", dtype=dtype)
+    m = flat.as_strided((outer, inner), (ld, 1), offset)
+    return m.t() if trans else m
+
+
+@dataclass
+class Built:
+    """A case's tensors and what its check needs."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    c: torch.Tensor | None
+    out: torch.Tensor | None
+    c_before: torch.Tensor | None  # C before the call, where C is read or must stay unchanged
+    problem: object
+
+
+def build(case: Case) -> Built:
+    dtype, result, precision = DTYPES[case.dtype]
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(case.seed)
+    ta, tb = case.layout[0] == "t", case.layout[1] == "t"
+    a = _storage(case.M, case.K, ta, case.pad[0], case.offset, dtype, gen)
+    b = _storage(case.K, case.N, tb, case.pad[1], case.offset, dtype, gen)
+    if case.special:
+        what, side = case.special.split("-")
+        target = a if side == "a" else b
+        i = random.Random(case.seed + 2).randrange(target.shape[0])
+        j = random.Random(case.seed + 3).randrange(target.shape[1])
+        target[i, j] = math.nan if what == "nan" else -math.inf if (i + j) % 2 else math.inf
+    c = out = c_before = None
+    if case.c in ("random", "inplace"):
+        c = _storage(case.M, case.N, False, case.pad[2], case.offset, result, gen)
+    elif case.c == "nan":
+        c = _storage(case.M, case.N, False, case.pad[2], case.offset, result, gen, fill=math.nan)
+    if c is not None:
+        c_before = c.clone()
+    if case.c == "inplace":
+        out = c
+    elif case.out == "poison":
+        out = _storage(case.M, case.N, False, case.pad[2], 0, result, gen, fill=math.nan)
+    problem = problem_from_tensors(a, b, c, out, alpha=case.alpha, beta=case.beta, precision=precision,
+                                   out_dtype=result)  # fmt: skip
+    return Built(a, b, c, out, c_before, problem)
+
+
+def _cublas(case: Case, t: Built) -> torch.Tensor:
+    """cuBLAS on the same problem: torch.addmm in the case's arithmetic (16-bit inputs with an fp32
+    result: fp32 SGEMM on the same values, TF32 off)."""
+    dtype, result, precision = DTYPES[case.dtype]
+    a, b = (t.a.float(), t.b.float()) if result != dtype else (t.a, t.b)
+    c = t.c_before if case.beta != 0 else torch.zeros((), dtype=result, device="cuda")
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        return torch.addmm(c, a, b, beta=case.beta, alpha=case.alpha)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _errors(case: Case, t: Built, d: torch.Tensor) -> torch.Tensor:
+    """[ours: rel_fro, max_scaled, appeared, vanished; cuBLAS's four; C changed] without a sync."""
+    a64, b64 = t.a.double(), t.b.double()
+    ref = case.alpha * (a64 @ b64)
+    scale = abs(case.alpha) * (a64.abs() @ b64.abs())
+    c = t.c_before if case.beta != 0 else None
+    if c is not None:
+        c64 = c.double()
+        ref, scale = ref + case.beta * c64, scale + abs(case.beta) * c64.abs()
+    finite = torch.isfinite(ref)
+    norm = torch.maximum(torch.linalg.vector_norm(ref.where(finite, torch.zeros_like(ref))),
+                         terms_norm_tensor(a64, b64, c, case.alpha, case.beta))  # fmt: skip
+    ours = error_terms(d, ref, scale, norm)
+    theirs = error_terms(_cublas(case, t), ref, scale, norm)
+    changed = torch.zeros((), dtype=torch.float64, device="cuda")
+    if t.c is not None and case.c != "inplace":
+        changed = (~((t.c == t.c_before) | (t.c.isnan() & t.c_before.isnan()))).sum().double()
+    return torch.cat([ours, theirs, changed[None]])
+
+
+@dataclass
+class Outcome:
+    case: Case
+    chosen: str  # the kernel that ran ('auto' resolved) and its tile, for the coverage counts
+    wrong: bool
+    why: str
+    ours: tuple[float, float]  # rel_fro, max_scaled
+    cublas: tuple[float, float]
+    tol: tuple[float, float]
+
+
+def judge(case: Case, chosen: str, v: list[float]) -> Outcome:
+    """The verdict on a case from its nine error terms (_errors)."""
+    dtype, result, precision = DTYPES[case.dtype]
+    tol = tolerance(result, precision, dtype, case.K)
+    rel, ms, appeared, vanished, c_rel, c_ms, _, _, changed = v
+    why = []
+    if appeared:
+        why.append(f"{int(appeared)} NaN/Inf where float64 is finite")
+    if vanished:
+        why.append(f"{int(vanished)} NaN/Inf of float64 missing")
+    if changed:
+        why.append(f"{int(changed)} elements of C changed, though D is elsewhere")
+    if rel > tol.rel_fro and rel > CUBLAS_FACTOR * c_rel:
+        why.append(f"rel_fro {rel:.2e} over {tol.rel_fro:.0e} and {CUBLAS_FACTOR:g}x cuBLAS's {c_rel:.2e}")
+    if ms > tol.max_scaled and ms > CUBLAS_FACTOR * c_ms:
+        why.append(f"max_scaled {ms:.2e} over {tol.max_scaled:.0e} and {CUBLAS_FACTOR:g}x cuBLAS's {c_ms:.2e}")
+    return Outcome(case, chosen, bool(why), "; ".join(why), (rel, ms), (c_rel, c_ms), (tol.rel_fro, tol.max_scaled))
+
+
+def _chosen(problem, kernel: str) -> str:
+    spec, cfg = select(problem, kernel)
+    tile = {k: v for k, v in cfg.as_dict().items() if k in ("BM", "BN", "CM", "NT", "BW", "SPLIT", "SK")}
+    return spec.id + ("" if not tile else " " + ",".join(f"{k}={v}" for k, v in tile.items()))
+
+
+def start(case: Case, kernels: tuple[str, ...] | None = None) -> tuple[Case, str, torch.Tensor]:
+    """Build and launch a case and queue its checks: (the case, its kernel resolved, the error
+    terms, still on the GPU). A gemm() that refuses the problem raises its ValueError."""
+    t = build(case)
+    if case.kernel == "any":
+        case = replace(case, kernel=pick_kernel(case, t.problem, kernels))
+    precision = DTYPES[case.dtype][2]
+    chosen = _chosen(t.problem, case.kernel)
+    d = gemm(t.a, t.b, t.c, alpha=case.alpha, beta=case.beta, kernel=case.kernel, out=t.out, precision=precision,
+             out_dtype=DTYPES[case.dtype][1])  # fmt: skip
+    return case, chosen, _errors(case, t, d)
+
+
+# ---- The run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    seed: int
+    tried: int = 0
+    wrong: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    by_regime: Counter = field(default_factory=Counter)
+    by_dtype: Counter = field(default_factory=Counter)
+    by_kernel: Counter = field(default_factory=Counter)
+    worst: list[dict] = field(default_factory=list)  # the cases closest to failing, per dtype
+    crashed: dict | None = None  # the GPU's error and the cases in flight when it came
+
+    def record(self) -> dict:
+        return dict(seed=self.seed, tried=self.tried, wrong_count=len(self.wrong), seconds=round(self.seconds, 1),
+                    by_regime=dict(self.by_regime), by_dtype=dict(self.by_dtype),
+                    by_kernel=dict(sorted(self.by_kernel.items())), wrong=self.wrong[:WRONG_KEPT], worst=self.worst,
+                    crashed=self.crashed)  # fmt: skip
+
+
+def _as_record(o: Outcome) -> dict:
+    return dict(case=asdict(o.case), chosen=o.chosen, why=o.why, ours=o.ours, cublas=o.cublas, tol=o.tol)
+
+
+def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[str, ...] | None = None,
+        kernels: tuple[str, ...] | None = None, on_wrong: Callable[[Outcome], None] | None = None,
+        on_progress: Callable[[Summary], None] | None = None) -> Summary:  # fmt: skip
+    """Cases seed, seed + 1, ... until `seconds` have passed or max_cases are done. kernels: only
+    these (named) kernels, else 'auto' and every kernel that serves each problem."""
+    s = Summary(seed)
+    worst: dict[str, tuple[float, Outcome]] = {}
+    queued: list[tuple[Case, str, torch.Tensor]] = []
+    t0 = time.monotonic()
+
+    def settle():
+        if not queued:
+            return
+        values = torch.stack([e for _, _, e in queued]).tolist()
+        for (case, chosen, _), v in zip(queued, values):
+            o = judge(case, chosen, v)
+            s.tried += 1
+            s.by_regime[case.regime] += 1
+            s.by_dtype[case.dtype] += 1
+            s.by_kernel[chosen] += 1
+            closeness = max(o.ours[0] / o.tol[0], o.ours[1] / o.tol[1])
+            if case.dtype not in worst or closeness > worst[case.dtype][0]:
+                worst[case.dtype] = (closeness, o)
+            if o.wrong:
+                s.wrong.append(_as_record(o))
+                if on_wrong:
+                    on_wrong(o)
+        queued.clear()
+
+    i = seed
+    try:
+        while (max_cases is None or s.tried + len(queued) < max_cases) and time.monotonic() - t0 < seconds:
+            case = draw(i, dtypes, kernels)
+            i += 1
+            try:
+                queued.append(start(case, kernels))
+            except ValueError as exc:  # gemm() refused a problem a user may pass: a failure too
+                settle()
+                o = Outcome(case, case.kernel, True, f"refused: {exc}", (0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
+                s.tried += 1
+                s.wrong.append(_as_record(o))
+                if on_wrong:
+                    on_wrong(o)
+            if len(queued) >= BATCH:
+                settle()
+                s.seconds = time.monotonic() - t0
+                if on_progress:
+                    on_progress(s)
+        settle()
+    except Exception as exc:  # a launch or the GPU failed: the context may be lost, so stop here
+        in_flight = [c for c, _, _ in queued] + ([case] if not queued or queued[-1][0].seed != case.seed else [])
+        s.crashed = dict(error=f"{type(exc).__name__}: {exc}", cases=[asdict(c) for c in in_flight])
+    s.seconds = time.monotonic() - t0
+    s.worst = [dict(closeness=round(c, 3), **_as_record(o)) for c, o in sorted(worst.values(), key=lambda x: -x[0])]
+    return s
+
+
+def replay(case: Case, repeats: int = 1) -> list[Outcome]:
+    """Run one case again (repeats times, on its same inputs), each checked at once."""
+    out = []
+    for _ in range(repeats):
+        c, chosen, e = start(case)
+        out.append(judge(c, chosen, e.tolist()))
+    return out
