@@ -1,6 +1,8 @@
 """The CLI is thin: each command works without a GPU where it can, and says so in one line where it cannot."""
 
 import json
+from pathlib import Path
+import subprocess
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from gemmlab.registry import KERNELS
 from conftest import HAS_GPU
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_list_shows_every_kernel():
@@ -91,6 +94,31 @@ def test_bench_on_the_cpu_writes_records(tmp_path):
     assert run["meta"]["kind"] == "bench-cpu" and run["meta"]["blas"]
     assert [r["kernel"] for r in run["records"]] == ["cpu02_reordered", "cpu04_parallel"]
     assert all(r["error"]["passed"] and r["reps"] == 3 and r["median_ms"] > 0 for r in run["records"])
+
+
+def test_a_users_bench_leaves_the_repository_as_it_was(tmp_path, monkeypatch):
+    """A run from the repository writes its record to the user's results folder: one under results/
+    would change the README's tables, generated from the project's records there."""
+
+    def tree():
+        return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("GEMMLAB_RESULTS", str(tmp_path))
+    before = tree()
+    res = runner.invoke(app, ["bench", "-d", "cpu", "-s", "8", "-k", "cpu01_naive", "--reps", "1", "--warmup", "0"])
+    assert res.exit_code == 0, res.output
+    (path,) = tmp_path.glob("cpu-*/bench-cpu-*.json")
+    assert f"records: {path}" in res.output
+    assert tree() == before
+
+
+def test_records_go_to_the_user_data_folder_without_gemmlab_results(tmp_path, monkeypatch):
+    from gemmlab.bench.run import user_results_dir
+
+    monkeypatch.delenv("GEMMLAB_RESULTS", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert user_results_dir() == tmp_path / "gemmlab" / "results"
 
 
 def test_auto_is_a_gpu_bench_request():

@@ -71,6 +71,19 @@ PENDING_OPTION = typer.Option(False, "--pending", help="also the GPU kernels not
 DEVICE_OPTION = typer.Option("auto", "--device", "-d", help="auto (GPU if present, else CPU), cuda or cpu")
 
 
+def _user_results() -> Path:
+    from .bench.run import user_results_dir
+
+    return user_results_dir()
+
+
+def _out_option(kind: str):
+    """--out of a command that writes records: by default the user's results folder, so a run never
+    touches the repository's results/ (the project's records, which the README's tables come from)."""
+    return typer.Option(default_factory=_user_results, show_default="$GEMMLAB_RESULTS, else ~/.local/share/gemmlab/results",
+                        help=f"records go to OUT/<machine>/{kind}-<time>.json")  # fmt: skip
+
+
 def _require_gpu() -> None:
     import torch
 
@@ -215,7 +228,7 @@ def bench_cmd(
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the seeds' sizes"),
     reps: int = typer.Option(20, min=1, help="timed runs per kernel and shape (median reported)"),
     warmup: int = typer.Option(2, min=0, help="untimed runs first"),
-    out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu or cpu>/bench-<time>.json"),
+    out: Path = _out_option("bench"),
     device: str = DEVICE_OPTION,
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
     pending: bool = PENDING_OPTION,
@@ -327,7 +340,7 @@ def pad_cmd(
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default step 11"),
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default seed 000's odd sizes"),
     reps: int = typer.Option(20, min=1, help="timed runs per case"),
-    out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu>/pad-<time>.json"),
+    out: Path = _out_option("pad"),
 ) -> None:
     """Padding against predication: pad A and B to tile multiples, run, unpad — timed against the
     same kernel on the odd shape (seeds 000 v4/v7, 003 k5)."""
@@ -360,7 +373,7 @@ def pad_cmd(
 def overhead_cmd(
     kernel: str = typer.Option("auto", help="kernel id or auto"),
     size: int = typer.Option(64, help="M = N = K"),
-    out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/overhead-<time>.json"),
+    out: Path = _out_option("overhead"),
     dtype: Optional[list[str]] = typer.Option(None, help="float32, bf16 or fp16 (repeatable; default float32 and bf16)"),
     staged: bool = typer.Option(True, help="also bf16 at SIZE - 2 on tc07: rows TMA cannot read, copied on every call"),
 ) -> None:
@@ -392,7 +405,7 @@ def sustained_cmd(
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK or N (repeatable); default 4096 and 8192"),
     dtype: str = typer.Option("bf16", help="bf16, fp16 or tf32 (float32 inputs, TF32 math on both sides)"),
     seconds: float = typer.Option(3.0, min=1.5, help="back-to-back running time per kernel and shape"),
-    out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/sustained-<time>.json"),
+    out: Path = _out_option("sustained"),
 ) -> None:
     """Throughput with the card at its power limit: each kernel back to back for seconds, cuBLAS
     before and after it, with the SM clock, board power and clock-event reasons sampled."""
@@ -429,7 +442,7 @@ def sustained_cmd(
 
 
 @app.command("peak")
-def peak_cmd(out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/peak-<time>.json")) -> None:
+def peak_cmd(out: Path = _out_option("peak")) -> None:
     """The GPU's theoretical and measured FP32/tensor/bandwidth ceilings, stored as a record."""
     _require_gpu()
     from .bench import environment, peak
@@ -447,7 +460,7 @@ def peak_cmd(out: Path = typer.Option(Path("results"), help="record goes to OUT/
 
 @app.command("report")
 def report_cmd(
-    results: Path = typer.Option(Path("results"), help="the records' root folder"),
+    results: Path = typer.Option(Path("results"), help="the records' root folder; by default the project's records (pass your results folder for your runs)"),
     write: Optional[list[Path]] = typer.Option(None, help="rewrite the marked sections of this file (repeatable: README.md, docs/ladder.md)"),
 ) -> None:
     """Markdown tables from the newest records of each GPU: printed, or written between markers."""
@@ -541,7 +554,7 @@ def sass_cmd(
 
 @app.command("plot")
 def plot_cmd(
-    results: Path = typer.Option(Path("results"), help="the records' root folder"),
+    results: Path = typer.Option(Path("results"), help="the records' root folder; by default the project's records (pass your results folder for your runs)"),
     out: Path = typer.Option(Path("docs/img"), help="folder for the PNGs"),
     shape: str = typer.Option("4096", help="the shape of the ladder bar chart"),
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernels of the size plot (default: 01, 03, 07, 10, 11)"),
