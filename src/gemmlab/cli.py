@@ -19,6 +19,9 @@ cache_app = typer.Typer(help="The on-disk cubin cache.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
+# a table's kernel ids and shapes, what -k and -s take: never wrapped or cut, other columns wrap
+# (in a terminal too narrow for even that, they fold onto a second line rather than lose characters)
+WHOLE = dict(no_wrap=True, overflow="fold")
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -109,7 +112,7 @@ def list_kernels() -> None:
     """Every registered kernel, in ladder order."""
     t = Table(title="gemmlab kernels")
     for col in ("id", "device", "step", "dtypes", "config", "idea"):
-        t.add_column(col)
+        t.add_column(col, **(WHOLE if col == "id" else dict(overflow="fold")))
     for k in registry.kernels(device="cuda") + registry.kernels(device="cpu"):
         dtypes = ",".join(str(d).removeprefix("torch.") for d in k.dtypes)
         t.add_row(k.id, k.device, str(k.step), dtypes, str(k.default_config().as_dict()), k.idea)
@@ -194,7 +197,7 @@ def check_cmd(
     total = len(check.cases(ids, shapes))
     t = Table(title=f"gemmlab check on {device} (random shapes seed {seed})")
     for col in ("kernel", "dtype", "M x N x K", "variant", "rel_fro", "max_scaled", "result"):
-        t.add_column(col, no_wrap=col == "kernel")
+        t.add_column(col, **(WHOLE if col in ("kernel", "M x N x K") else {}))
     results = []
     with _progress() as prog:
         task = prog.add_task("checking", total=total)
@@ -311,8 +314,9 @@ def bench_cmd(
                                                   **kw)  # fmt: skip
         title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''}{', ' + layout if layout != 'nn' else ''})", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
-    for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):  # a long config folds, the numbers stay
-        t.add_column(col, justify="right", no_wrap=col != "kernel", overflow="fold" if col == "kernel" else "ellipsis")
+    configs = tag != "bench"  # config sweeps: each record's config in a column of its own
+    for col in ("kernel", *(["config"] if configs else []), "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K") else dict(overflow="fold")))
     with _progress() as prog:
         task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
 
@@ -320,9 +324,8 @@ def bench_cmd(
             prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
 
         def on_record(r):
-            config = ",".join(f"{k}={v}" for k, v in r["config"].items())
-            name = r["kernel"] if tag == "bench" else f"{r['kernel']}[{config}]"
-            t.add_row(name, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
+            config = [",".join(f"{k}={v}" for k, v in r["config"].items())] if configs else []
+            t.add_row(r["kernel"], *config, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
             prog.advance(task)
 
         path, _ = runner(on_record=on_record, on_start=on_start)
@@ -351,7 +354,7 @@ def pad_cmd(
     shapes = [parse_shape(s) for s in shape] if shape else list(pad.ODD_SHAPES)
     t = Table(title="padding against predication (ms)")
     for col in ("kernel", "M x N x K", "padded to", "predicated", "padded kernel", "copies", "padded total", "padding pays"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K", "padded to") else {}))
     with _progress() as prog:
         task = prog.add_task("padding", total=len(ids) * len(shapes))
 
