@@ -6,8 +6,10 @@ from pathlib import Path
 import subprocess
 import sys
 
+import click
 import pytest
 import torch
+import typer
 from typer.testing import CliRunner
 
 from gemmlab.cli import app, parse_shape
@@ -26,6 +28,26 @@ def test_list_shows_every_kernel_id_whole_in_80_columns():
     assert max(map(len, res.stdout.splitlines())) == 80
     for k in KERNELS + CPU_LADDER:
         assert k.id in res.stdout
+
+
+def _commands(group, path=()):
+    """(the words that run it, the command) for every command and group under `group`."""
+    for name, cmd in group.commands.items():
+        yield (*path, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*path, name))
+
+
+def test_every_command_says_what_it_does_in_one_line():
+    top = runner.invoke(app, ["--help"])
+    assert top.exit_code == 0
+    for words, cmd in _commands(typer.main.get_command(app)):
+        summary = cmd.help.split("\n\n")[0]
+        assert summary and "\n" not in summary, f"gemmlab {' '.join(words)}: a summary of one line, then a blank line"
+        if len(words) == 1:
+            assert summary in top.output
+        res = runner.invoke(app, [*words, "--help"])
+        assert res.exit_code == 0 and summary in res.output, res.output
 
 
 def test_compile_reports_every_kernel_for_sm90a(tmp_path, monkeypatch):

@@ -241,8 +241,10 @@ def bench_cmd(
     resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
     layout: str = typer.Option("nn", help="GPU: how A and B lie in memory: nn (row-major), nt (B a transposed view, x @ w.t()), tn, tt"),
 ) -> None:
-    """Time kernels against the baseline (GPU: cuBLAS, same inputs, interleaved, L2 flushed;
-    CPU: numpy's BLAS). A kernel may carry a config: -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
+    """Time kernels against cuBLAS (GPU) or numpy's BLAS (CPU) and write the records.
+
+    GPU: cuBLAS on the same inputs, interleaved, L2 flushed. A kernel may carry a config:
+    -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
     if sweep is not None:
         from .bench.run import read_sweep
 
@@ -345,8 +347,9 @@ def pad_cmd(
     reps: int = typer.Option(20, min=1, help="timed runs per case"),
     out: Path = _out_option("pad"),
 ) -> None:
-    """Padding against predication: pad A and B to tile multiples, run, unpad — timed against the
-    same kernel on the odd shape (seeds 000 v4/v7, 003 k5)."""
+    """Padding against predication: pad A and B to tile multiples, run, unpad, timed.
+
+    Timed against the same kernel on the odd shape (seeds 000 v4/v7, 003 k5)."""
     _require_gpu()
     from .bench import pad
 
@@ -410,8 +413,10 @@ def sustained_cmd(
     seconds: float = typer.Option(3.0, min=1.5, help="back-to-back running time per kernel and shape"),
     out: Path = _out_option("sustained"),
 ) -> None:
-    """Throughput with the card at its power limit: each kernel back to back for seconds, cuBLAS
-    before and after it, with the SM clock, board power and clock-event reasons sampled."""
+    """Throughput with the card at its power limit: each kernel back to back for seconds.
+
+    cuBLAS runs before and after each kernel; the SM clock, board power and clock-event reasons
+    are sampled meanwhile."""
     from .bench import sustained
     from .bench.report import sustained_table
     from .bench.run import DTYPES, OUT_DTYPES, PRECISIONS
@@ -562,8 +567,10 @@ def plot_cmd(
     shape: str = typer.Option("4096", help="the shape of the ladder bar chart"),
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernels of the size plot (default: 01, 03, 07, 10, 11)"),
 ) -> None:
-    """PNGs from the newest records of each GPU: the ladder at one size, TFLOP/s against size, gemm() on
-    a model's layers."""
+    """PNGs from the newest records of each GPU: the ladder, TFLOP/s against size, a roofline.
+
+    The ladder at one size, TFLOP/s against size, a roofline where the GPU has a peak record, and
+    gemm() on a model's layers where it has a models sweep."""
     from .bench import plots, report
 
     runs = report.merged_runs(report.find_runs(results, "bench"))
