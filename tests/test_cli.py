@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from gemmlab.cli import app, parse_shape
+from gemmlab import registry
 from gemmlab.registry import CPU_LADDER, KERNELS
 
 from conftest import HAS_GPU
@@ -50,24 +51,30 @@ def test_every_command_says_what_it_does_in_one_line():
         assert res.exit_code == 0 and summary in res.output, res.output
 
 
-def test_compile_reports_every_kernel_for_sm90a(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ids", [
+    pytest.param(["sgemm_11_warp_tile", "tc01_wmma"], id="two-kernels"),  # two configs; two input and two result types
+    pytest.param(None, id="every-kernel", marks=pytest.mark.compile_all),
+])  # fmt: skip
+def test_compile_reports_every_config_for_sm90a(ids, tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path))
-    res = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json"])
+    specs = [registry.get(i) for i in ids] if ids else KERNELS
+    res = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", *(f"--kernel={i}" for i in ids or [])])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout[res.stdout.index("[") :])
     from gemmlab.configs import configs_in_use
 
     # the 16-bit kernels for each input type, writing it or float32
     # (tc07's configs with one staging buffer, OB = 1, only the first: they write 16-bit results)
-    expected = [k.id for k in KERNELS for c in configs_in_use(k) for d in (k.dtypes if k.type_param else [None])
+    expected = [k.id for k in specs for c in configs_in_use(k) for d in (k.dtypes if k.type_param else [None])
                 for od in ((d, torch.float32) if k.type_param else (None,)) if k.builds_for(c, d, od)]  # fmt: skip
     assert [r["kernel"] for r in report] == expected
     assert sum(", float, " in r["config"] for r in report) == sum(
-        sum(k.builds_for(c, torch.float32) for c in configs_in_use(k)) * len(k.dtypes) for k in KERNELS if k.type_param
+        sum(k.builds_for(c, torch.float32) for c in configs_in_use(k)) * len(k.dtypes) for k in specs if k.type_param
     )
     assert all(r["registers"] > 0 and r["arch"] == "sm_90a" and not r["cached"] for r in report)
-    again = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", "-k", "sgemm_01_naive"])
-    assert json.loads(again.stdout[again.stdout.index("[") :])[0]["cached"] is True
+    again = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", "-k", specs[0].id])
+    cached = [r["cached"] for r in json.loads(again.stdout[again.stdout.index("[") :])]
+    assert cached and all(cached)
 
 
 def test_compile_unknown_kernel_is_a_usage_error():
