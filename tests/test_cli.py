@@ -12,8 +12,8 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from gemmlab.cli import app, parse_shape
 from gemmlab import registry
+from gemmlab.cli import app, parse_shape
 from gemmlab.registry import CPU_LADDER, KERNELS
 
 from conftest import HAS_GPU
@@ -146,6 +146,7 @@ def test_a_users_bench_leaves_the_repository_as_it_was(tmp_path, monkeypatch):
     assert tree() == before
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="XDG_DATA_HOME names the user data folder on Linux")
 def test_records_go_to_the_user_data_folder_without_gemmlab_results(tmp_path, monkeypatch):
     from gemmlab.bench.run import user_results_dir
 
