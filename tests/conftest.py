@@ -12,6 +12,9 @@ import torch  # noqa: E402
 # (or pollute) the user's cache.
 os.environ.setdefault("GEMMLAB_CACHE_DIR", tempfile.mkdtemp(prefix="gemmlab-test-cache-"))
 
+# ... and writes records (a command run without --out) into its own folder, never the user's.
+os.environ["GEMMLAB_RESULTS"] = tempfile.mkdtemp(prefix="gemmlab-test-results-")
+
 os.environ.setdefault("COLUMNS", "220")  # rich tables in CLI tests: wide enough not to wrap ids
 
 HAS_GPU = torch.cuda.is_available()

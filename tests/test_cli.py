@@ -1,44 +1,80 @@
 """The CLI is thin: each command works without a GPU where it can, and says so in one line where it cannot."""
 
 import json
+import os
+from pathlib import Path
+import subprocess
+import sys
 
+import click
 import pytest
 import torch
+import typer
 from typer.testing import CliRunner
 
+from gemmlab import registry
 from gemmlab.cli import app, parse_shape
-from gemmlab.registry import KERNELS
+from gemmlab.registry import CPU_LADDER, KERNELS
 
 from conftest import HAS_GPU
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_list_shows_every_kernel():
-    res = runner.invoke(app, ["list"], terminal_width=200)
-    assert res.exit_code == 0
-    for k in KERNELS:
+def test_list_shows_every_kernel_id_whole_in_80_columns():
+    """The ids are what -k and kernel= take: other columns wrap, the ids are never cut."""
+    res = subprocess.run([sys.executable, "-m", "gemmlab", "list"], env=os.environ | {"COLUMNS": "80"}, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert max(map(len, res.stdout.splitlines())) == 80
+    for k in KERNELS + CPU_LADDER:
         assert k.id in res.stdout
 
 
-def test_compile_reports_every_kernel_for_sm90a(tmp_path, monkeypatch):
+def _commands(group, path=()):
+    """(the words that run it, the command) for every command and group under `group`."""
+    for name, cmd in group.commands.items():
+        yield (*path, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*path, name))
+
+
+def test_every_command_says_what_it_does_in_one_line():
+    top = runner.invoke(app, ["--help"])
+    assert top.exit_code == 0
+    for words, cmd in _commands(typer.main.get_command(app)):
+        summary = cmd.help.split("\n\n")[0]
+        assert summary and "\n" not in summary, f"gemmlab {' '.join(words)}: a summary of one line, then a blank line"
+        if len(words) == 1:
+            assert summary in top.output
+        res = runner.invoke(app, [*words, "--help"])
+        assert res.exit_code == 0 and summary in res.output, res.output
+
+
+@pytest.mark.parametrize("ids", [
+    pytest.param(["sgemm_11_warp_tile", "tc01_wmma"], id="two-kernels"),  # two configs; two input and two result types
+    pytest.param(None, id="every-kernel", marks=pytest.mark.compile_all),
+])  # fmt: skip
+def test_compile_reports_every_config_for_sm90a(ids, tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path))
-    res = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json"])
+    specs = [registry.get(i) for i in ids] if ids else KERNELS
+    res = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", *(f"--kernel={i}" for i in ids or [])])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout[res.stdout.index("[") :])
     from gemmlab.configs import configs_in_use
 
     # the 16-bit kernels for each input type, writing it or float32
     # (tc07's configs with one staging buffer, OB = 1, only the first: they write 16-bit results)
-    expected = [k.id for k in KERNELS for c in configs_in_use(k) for d in (k.dtypes if k.type_param else [None])
+    expected = [k.id for k in specs for c in configs_in_use(k) for d in (k.dtypes if k.type_param else [None])
                 for od in ((d, torch.float32) if k.type_param else (None,)) if k.builds_for(c, d, od)]  # fmt: skip
     assert [r["kernel"] for r in report] == expected
     assert sum(", float, " in r["config"] for r in report) == sum(
-        sum(k.builds_for(c, torch.float32) for c in configs_in_use(k)) * len(k.dtypes) for k in KERNELS if k.type_param
+        sum(k.builds_for(c, torch.float32) for c in configs_in_use(k)) * len(k.dtypes) for k in specs if k.type_param
     )
     assert all(r["registers"] > 0 and r["arch"] == "sm_90a" and not r["cached"] for r in report)
-    again = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", "-k", "sgemm_01_naive"])
-    assert json.loads(again.stdout[again.stdout.index("[") :])[0]["cached"] is True
+    again = runner.invoke(app, ["compile", "--arch", "sm_90a", "--json", "-k", specs[0].id])
+    cached = [r["cached"] for r in json.loads(again.stdout[again.stdout.index("[") :])]
+    assert cached and all(cached)
 
 
 def test_compile_unknown_kernel_is_a_usage_error():
@@ -91,6 +127,32 @@ def test_bench_on_the_cpu_writes_records(tmp_path):
     assert run["meta"]["kind"] == "bench-cpu" and run["meta"]["blas"]
     assert [r["kernel"] for r in run["records"]] == ["cpu02_reordered", "cpu04_parallel"]
     assert all(r["error"]["passed"] and r["reps"] == 3 and r["median_ms"] > 0 for r in run["records"])
+
+
+def test_a_users_bench_leaves_the_repository_as_it_was(tmp_path, monkeypatch):
+    """A run from the repository writes its record to the user's results folder: one under results/
+    would change the README's tables, generated from the project's records there."""
+
+    def tree():
+        return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("GEMMLAB_RESULTS", str(tmp_path))
+    before = tree()
+    res = runner.invoke(app, ["bench", "-d", "cpu", "-s", "8", "-k", "cpu01_naive", "--reps", "1", "--warmup", "0"])
+    assert res.exit_code == 0, res.output
+    (path,) = tmp_path.glob("cpu-*/bench-cpu-*.json")
+    assert f"records: {path}" in res.output
+    assert tree() == before
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="XDG_DATA_HOME names the user data folder on Linux")
+def test_records_go_to_the_user_data_folder_without_gemmlab_results(tmp_path, monkeypatch):
+    from gemmlab.bench.run import user_results_dir
+
+    monkeypatch.delenv("GEMMLAB_RESULTS", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert user_results_dir() == tmp_path / "gemmlab" / "results"
 
 
 def test_auto_is_a_gpu_bench_request():

@@ -160,6 +160,7 @@ def test_arch_for_capabilities():
     assert jit.arch_for(8, 6) == "sm_86"
 
 
+@pytest.mark.compile_all
 def test_every_config_auto_can_choose_compiles_without_spills():
     """Size-rule configs, in every type pair the kernel is built for (tc09 with CM=1 and an fp32
     result once spilled 16 bytes where its default config did not), and none with its wgmma

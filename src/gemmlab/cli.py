@@ -20,6 +20,9 @@ cache_app = typer.Typer(help="The on-disk cubin cache.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
+# a table's kernel ids and shapes, what -k and -s take: never wrapped or cut, other columns wrap
+# (in a terminal too narrow for even that, they fold onto a second line rather than lose characters)
+WHOLE = dict(no_wrap=True, overflow="fold")
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -72,6 +75,19 @@ PENDING_OPTION = typer.Option(False, "--pending", help="also the GPU kernels not
 DEVICE_OPTION = typer.Option("auto", "--device", "-d", help="auto (GPU if present, else CPU), cuda or cpu")
 
 
+def _user_results() -> Path:
+    from .bench.run import user_results_dir
+
+    return user_results_dir()
+
+
+def _out_option(kind: str):
+    """--out of a command that writes records: by default the user's results folder, so a run never
+    touches the repository's results/ (the project's records, which the README's tables come from)."""
+    return typer.Option(default_factory=_user_results, show_default="$GEMMLAB_RESULTS, else ~/.local/share/gemmlab/results",
+                        help=f"records go to OUT/<machine>/{kind}-<time>.json")  # fmt: skip
+
+
 def _require_gpu() -> None:
     import torch
 
@@ -97,7 +113,7 @@ def list_kernels() -> None:
     """Every registered kernel, in ladder order."""
     t = Table(title="gemmlab kernels")
     for col in ("id", "device", "step", "dtypes", "config", "idea"):
-        t.add_column(col)
+        t.add_column(col, **(WHOLE if col == "id" else dict(overflow="fold")))
     for k in registry.kernels(device="cuda") + registry.kernels(device="cpu"):
         dtypes = ",".join(str(d).removeprefix("torch.") for d in k.dtypes)
         t.add_row(k.id, k.device, str(k.step), dtypes, str(k.default_config().as_dict()), k.idea)
@@ -180,7 +196,7 @@ def check_cmd(
     total = len(check.cases(ids, shapes))
     t = Table(title=f"gemmlab check on {device} (random shapes seed {seed})")
     for col in ("kernel", "dtype", "M x N x K", "variant", "rel_fro", "max_scaled", "result"):
-        t.add_column(col, no_wrap=col == "kernel")
+        t.add_column(col, **(WHOLE if col in ("kernel", "M x N x K") else {}))
     results = []
     with _progress() as prog:
         task = prog.add_task("checking", total=total)
@@ -214,7 +230,7 @@ def bench_cmd(
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the seeds' sizes"),
     reps: int = typer.Option(20, min=1, help="timed runs per kernel and shape (median reported)"),
     warmup: int = typer.Option(2, min=0, help="untimed runs first"),
-    out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu or cpu>/bench-<time>.json"),
+    out: Path = _out_option("bench"),
     device: str = DEVICE_OPTION,
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
     pending: bool = PENDING_OPTION,
@@ -224,8 +240,10 @@ def bench_cmd(
     resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
     layout: str = typer.Option("nn", help="GPU: how A and B lie in memory: nn (row-major), nt (B a transposed view, x @ w.t()), tn, tt"),
 ) -> None:
-    """Time kernels against the baseline (GPU: cuBLAS, same inputs, interleaved, L2 flushed;
-    CPU: numpy's BLAS). A kernel may carry a config: -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
+    """Time kernels against cuBLAS (GPU) or numpy's BLAS (CPU) and write the records.
+
+    GPU: cuBLAS on the same inputs, interleaved, L2 flushed. A kernel may carry a config:
+    -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
     if sweep is not None:
         from .bench.run import read_sweep
 
@@ -297,8 +315,9 @@ def bench_cmd(
                                                   **kw)  # fmt: skip
         title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''}{', ' + layout if layout != 'nn' else ''})", "TFLOP/s", 1.0, "cuBLAS"
     t = Table(title=title)
-    for col in ("kernel", "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):  # a long config folds, the numbers stay
-        t.add_column(col, justify="right", no_wrap=col != "kernel", overflow="fold" if col == "kernel" else "ellipsis")
+    configs = tag != "bench"  # config sweeps: each record's config in a column of its own
+    for col in ("kernel", *(["config"] if configs else []), "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K") else dict(overflow="fold")))
     with _progress() as prog:
         task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
 
@@ -306,9 +325,8 @@ def bench_cmd(
             prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
 
         def on_record(r):
-            config = ",".join(f"{k}={v}" for k, v in r["config"].items())
-            name = r["kernel"] if tag == "bench" else f"{r['kernel']}[{config}]"
-            t.add_row(name, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
+            config = [",".join(f"{k}={v}" for k, v in r["config"].items())] if configs else []
+            t.add_row(r["kernel"], *config, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
             prog.advance(task)
 
         path, _ = runner(on_record=on_record, on_start=on_start)
@@ -326,10 +344,11 @@ def pad_cmd(
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default step 11"),
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default seed 000's odd sizes"),
     reps: int = typer.Option(20, min=1, help="timed runs per case"),
-    out: Path = typer.Option(Path("results"), help="records go to OUT/<gpu>/pad-<time>.json"),
+    out: Path = _out_option("pad"),
 ) -> None:
-    """Padding against predication: pad A and B to tile multiples, run, unpad — timed against the
-    same kernel on the odd shape (seeds 000 v4/v7, 003 k5)."""
+    """Padding against predication: pad A and B to tile multiples, run, unpad, timed.
+
+    Timed against the same kernel on the odd shape (seeds 000 v4/v7, 003 k5)."""
     _require_gpu()
     from .bench import pad
 
@@ -337,7 +356,7 @@ def pad_cmd(
     shapes = [parse_shape(s) for s in shape] if shape else list(pad.ODD_SHAPES)
     t = Table(title="padding against predication (ms)")
     for col in ("kernel", "M x N x K", "padded to", "predicated", "padded kernel", "copies", "padded total", "padding pays"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K", "padded to") else {}))
     with _progress() as prog:
         task = prog.add_task("padding", total=len(ids) * len(shapes))
 
@@ -359,7 +378,7 @@ def pad_cmd(
 def overhead_cmd(
     kernel: str = typer.Option("auto", help="kernel id or auto"),
     size: int = typer.Option(64, help="M = N = K"),
-    out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/overhead-<time>.json"),
+    out: Path = _out_option("overhead"),
     dtype: Optional[list[str]] = typer.Option(None, help="float32, bf16 or fp16 (repeatable; default float32 and bf16)"),
     staged: bool = typer.Option(True, help="also bf16 at SIZE - 2 on tc07: rows TMA cannot read, copied on every call"),
 ) -> None:
@@ -461,10 +480,12 @@ def sustained_cmd(
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK or N (repeatable); default 4096 and 8192"),
     dtype: str = typer.Option("bf16", help="bf16, fp16 or tf32 (float32 inputs, TF32 math on both sides)"),
     seconds: float = typer.Option(3.0, min=1.5, help="back-to-back running time per kernel and shape"),
-    out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/sustained-<time>.json"),
+    out: Path = _out_option("sustained"),
 ) -> None:
-    """Throughput with the card at its power limit: each kernel back to back for seconds, cuBLAS
-    before and after it, with the SM clock, board power and clock-event reasons sampled."""
+    """Throughput with the card at its power limit: each kernel back to back for seconds.
+
+    cuBLAS runs before and after each kernel; the SM clock, board power and clock-event reasons
+    are sampled meanwhile."""
     from .bench import sustained
     from .bench.report import sustained_table
     from .bench.run import DTYPES, OUT_DTYPES, PRECISIONS
@@ -498,7 +519,7 @@ def sustained_cmd(
 
 
 @app.command("peak")
-def peak_cmd(out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/peak-<time>.json")) -> None:
+def peak_cmd(out: Path = _out_option("peak")) -> None:
     """The GPU's theoretical and measured FP32/tensor/bandwidth ceilings, stored as a record."""
     _require_gpu()
     from .bench import environment, peak
@@ -516,7 +537,7 @@ def peak_cmd(out: Path = typer.Option(Path("results"), help="record goes to OUT/
 
 @app.command("report")
 def report_cmd(
-    results: Path = typer.Option(Path("results"), help="the records' root folder"),
+    results: Path = typer.Option(Path("results"), help="the records' root folder; by default the project's records (pass your results folder for your runs)"),
     write: Optional[list[Path]] = typer.Option(None, help="rewrite the marked sections of this file (repeatable: README.md, docs/ladder.md)"),
 ) -> None:
     """Markdown tables from the newest records of each GPU: printed, or written between markers."""
@@ -610,13 +631,15 @@ def sass_cmd(
 
 @app.command("plot")
 def plot_cmd(
-    results: Path = typer.Option(Path("results"), help="the records' root folder"),
+    results: Path = typer.Option(Path("results"), help="the records' root folder; by default the project's records (pass your results folder for your runs)"),
     out: Path = typer.Option(Path("docs/img"), help="folder for the PNGs"),
     shape: str = typer.Option("4096", help="the shape of the ladder bar chart"),
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernels of the size plot (default: 01, 03, 07, 10, 11)"),
 ) -> None:
-    """PNGs from the newest records of each GPU: the ladder at one size, TFLOP/s against size, gemm() on
-    a model's layers."""
+    """PNGs from the newest records of each GPU: the ladder, TFLOP/s against size, a roofline.
+
+    The ladder at one size, TFLOP/s against size, a roofline where the GPU has a peak record, and
+    gemm() on a model's layers where it has a models sweep."""
     from .bench import plots, report
 
     runs = report.merged_runs(report.find_runs(results, "bench"))

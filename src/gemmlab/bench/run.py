@@ -218,6 +218,18 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
     )
 
 
+def user_results_dir() -> Path:
+    """Where the commands write records unless given --out: $GEMMLAB_RESULTS, else the user's data
+    folder (~/.local/share/gemmlab/results on Linux). Never the repository's results/, the
+    project's records that the README's tables are generated from."""
+    env = os.environ.get("GEMMLAB_RESULTS")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("gemmlab")) / "results"
+
+
 def results_path(root: Path, meta: dict, tag: str = "bench") -> Path:
     stamp = meta["time"].replace(":", "").replace("-", "").replace("+0000", "Z")
     if meta.get("kind") == "bench-cpu":
