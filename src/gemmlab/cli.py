@@ -414,7 +414,7 @@ def fuzz_cmd(
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="only these kernels (repeatable); default 'auto' and every kernel"),
     replay: Optional[str] = typer.Option(None, help="run one case again: the JSON printed after 'replay:'"),
     repeats: int = typer.Option(1, help="with --replay: how many times"),
-    out: Path = typer.Option(Path("results"), help="record goes to OUT/<gpu>/fuzz-<time>.json"),
+    out: Path = _out_option("fuzz"),
 ) -> None:
     """Random GEMMs in each kernel's risky regimes against float64 and cuBLAS; exit 1 on any wrong result."""
     _require_gpu()

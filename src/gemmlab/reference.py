@@ -113,7 +113,7 @@ def error_terms(d: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, ref_nor
     err_norm = torch.linalg.vector_norm(err)
     rel_fro = torch.where(torch.as_tensor(ref_norm, dtype=torch.float64, device=d.device) > 0, err_norm / ref_norm, err_norm)
     floor = torch.finfo(torch.float32).tiny
-    max_scaled = torch.nan_to_num(err / scale.clamp_min(floor), nan=0.0).max()  # 0 / inf scales of non-finite rows
+    max_scaled = torch.nan_to_num(err / scale.clamp_min(floor), nan=0.0, posinf=math.inf).max()  # 0 / inf: non-finite rows
     return torch.stack([rel_fro, max_scaled, appeared.double(), vanished.double()])
 
 

@@ -1,0 +1,113 @@
+"""The fuzz harness's drawing and judging, without a GPU; its runs on one are GPU tests below."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from gemmlab import fuzz
+from gemmlab.reference import error_terms
+
+from conftest import HAS_GPU
+
+SEEDS = range(5000)
+
+
+def test_cases_are_fixed_by_their_seed_and_come_back_from_their_json():
+    for seed in range(0, 5000, 97):
+        case = fuzz.draw(seed)
+        assert fuzz.draw(seed) == case
+        assert fuzz.Case.from_json(case.to_json()) == case
+
+
+def test_drawn_problems_stay_inside_the_limits_and_reach_every_regime():
+    cases = [fuzz.draw(s) for s in SEEDS]
+    for c in cases:
+        assert min(c.M, c.N, c.K) >= 1, c.label()
+        assert c.M * c.N <= fuzz.MAX_OUTPUT and 2 * c.M * c.N * c.K <= max(fuzz.MAX_FLOPS, 2 * c.M * c.N), c.label()
+        assert (c.beta == 0) == (c.c in ("none", "nan")), c.label()
+        assert c.alpha != 0 or not c.special, "no NaN or Inf where alpha = 0 multiplies it away"
+    for field_, values in (("regime", fuzz.REGIMES), ("dtype", fuzz.DTYPES), ("layout", ("nn", "nt", "tn", "tt")),
+                           ("c", ("none", "nan", "random", "inplace")), ("kernel", ("auto", "any"))):  # fmt: skip
+        seen = {getattr(c, field_) for c in cases}
+        assert seen == set(values), f"{field_}: drew {seen}"
+    short = [c for c in cases if c.regime == "short-k"]
+    assert all(c.K <= 320 and min(c.M, c.N) >= 768 for c in short)
+    assert sum(c.M * c.N >= 128 * 192 * 264 for c in short) > len(short) / 3, "several 128 x 192 tiles a block, often"
+    assert any(c.special for c in cases) and any(c.offset for c in cases) and any(any(c.pad) for c in cases)
+
+
+def test_a_dtype_or_kernel_filter_holds():
+    assert {fuzz.draw(s, dtypes=("fp16",)).dtype for s in range(300)} == {"fp16"}
+    assert {fuzz.draw(s, kernels=("tc07_persistent_cluster",)).kernel for s in range(300)} == {"any"}
+
+
+def test_the_printed_call_names_what_the_case_passes():
+    case = fuzz.Case(1, "short-k", "bf16-fp32out", 5, 6, 7, "nt", (0, 0, 0), 0, 1.5, -0.75, "inplace", "poison", "",
+                     "auto")  # fmt: skip
+    assert case.call() == "gemmlab.gemm(a, b, c, alpha=1.5, beta=-0.75, kernel='auto', out=c)"
+    tf = fuzz.Case(1, "broad", "tf32", 5, 6, 7, "nn", (0, 0, 0), 0, 1.0, 0.0, "none", "new", "", "tc08_tf32")
+    assert tf.call() == "gemmlab.gemm(a, b, alpha=1.0, beta=0.0, kernel='tc08_tf32', precision='tf32')"
+
+
+def _case(dtype="bf16", K=64):
+    return fuzz.Case(3, "short-k", dtype, 100, 100, K, "nn", (0, 0, 0), 0, 1.0, 0.0, "nan", "poison", "", "auto")
+
+
+def test_judge_fails_an_error_over_the_tolerance_and_cublas_s():
+    ok = fuzz.judge(_case(), "k", [2e-3, 4e-3, 0, 0, 1.7e-3, 3.8e-3, 0, 0, 0])
+    assert not ok.wrong
+    bad = fuzz.judge(_case(), "k", [0.2, 0.7, 0, 0, 1.7e-3, 3.8e-3, 0, 0, 0])
+    assert bad.wrong and "rel_fro" in bad.why and "max_scaled" in bad.why
+    # over the tolerance, but cuBLAS is as far off on the same problem: not ours to fail
+    shared = fuzz.judge(_case("fp32", K=60000), "k", [2e-5, 1e-5, 0, 0, 1.5e-5, 1e-5, 0, 0, 0])
+    assert not shared.wrong
+
+
+@pytest.mark.parametrize("terms,word", [((1, 0, 0), "appear"), ((0, 1, 0), "missing"), ((0, 0, 3), "C changed")])
+def test_judge_fails_nan_appearing_or_vanishing_and_a_changed_c(terms, word):
+    appeared, vanished, changed = terms
+    o = fuzz.judge(_case(), "k", [0, 0, appeared, vanished, 0, 0, 0, 0, changed])
+    assert o.wrong and word in o.why
+
+
+def test_error_terms_count_nan_and_inf_that_appear_or_vanish():
+    ref = torch.tensor([[1.0, math.nan], [math.inf, 4.0]], dtype=torch.float64)
+    scale = torch.ones_like(ref)
+    right = torch.tensor([[1.0, math.nan], [math.inf, 4.0]])
+    assert error_terms(right, ref, scale, 1.0).tolist() == [0.0, 0.0, 0.0, 0.0]
+    wrong = torch.tensor([[math.nan, 2.0], [-math.inf, 4.0]])  # a NaN appears, a NaN and an Inf vanish
+    rel, ms, appeared, vanished = error_terms(wrong, ref, scale, 1.0).tolist()
+    assert (appeared, vanished) == (1.0, 2.0)
+    assert math.isinf(rel) and math.isinf(ms)
+
+
+@pytest.mark.gpu
+def test_a_short_fuzz_run_finds_nothing_wrong():
+    s = fuzz.run(random.randrange(2**40), seconds=60, max_cases=2000)
+    assert s.tried == 2000 and s.crashed is None, s.crashed
+    assert not s.wrong, s.wrong[:3]
+
+
+@pytest.mark.gpu
+def test_the_harness_sees_a_wrong_result():
+    """A case run right, then the same case with one element of D changed after the kernel ran:
+    the verdict must turn."""
+    case = fuzz.Case(11, "short-k", "bf16", 300, 200, 40, "nt", (3, 0, 0), 0, 1.0, 0.0, "nan", "poison", "", "auto")
+    t = fuzz.build(case)
+    d = fuzz.gemm(t.a, t.b, t.c, alpha=case.alpha, beta=case.beta, out=t.out)
+    assert not fuzz.judge(case, "auto", fuzz._errors(case, t, d).tolist()).wrong
+    d[17, 101] += 0.5
+    o = fuzz.judge(case, "auto", fuzz._errors(case, t, d).tolist())
+    assert o.wrong and "max_scaled" in o.why
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the message of a machine without a GPU")
+def test_the_command_says_it_needs_a_gpu():
+    from typer.testing import CliRunner
+
+    from gemmlab.cli import app
+
+    r = CliRunner().invoke(app, ["fuzz", "--seconds", "1"])
+    assert r.exit_code == 2 and "needs one" in r.output
