@@ -380,12 +380,13 @@ class Summary:
     by_kernel: Counter = field(default_factory=Counter)
     worst: list[dict] = field(default_factory=list)  # the cases closest to failing, per dtype
     crashed: dict | None = None  # the GPU's error and the cases in flight when it came
+    not_reached: list[str] = field(default_factory=list)  # registered kernels of the dtypes drawn that never ran
 
     def record(self) -> dict:
         return dict(seed=self.seed, tried=self.tried, wrong_count=len(self.wrong), seconds=round(self.seconds, 1),
                     by_regime=dict(self.by_regime), by_dtype=dict(self.by_dtype),
                     by_kernel=dict(sorted(self.by_kernel.items())), wrong=self.wrong[:WRONG_KEPT], worst=self.worst,
-                    crashed=self.crashed)  # fmt: skip
+                    crashed=self.crashed, not_reached=self.not_reached)  # fmt: skip
 
 
 def _as_record(o: Outcome) -> dict:
@@ -446,6 +447,10 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
         s.crashed = dict(error=f"{type(exc).__name__}: {exc}", cases=[asdict(c) for c in in_flight])
     s.seconds = time.monotonic() - t0
     s.worst = [dict(closeness=round(c, 3), **_as_record(o)) for c, o in sorted(worst.values(), key=lambda x: -x[0])]
+    ran = {chosen.split()[0] for chosen in s.by_kernel}
+    wanted = kernels or [k.id for dt in (dtypes or DTYPES) for k in registry.kernels(DTYPES[dt][0])
+                         if DTYPES[dt][0] != torch.float32 or k.math == DTYPES[dt][2]]  # fmt: skip
+    s.not_reached = sorted(set(wanted) - ran)
     return s
 
 
