@@ -1,7 +1,7 @@
-"""Probe (not part of the package): tc09's 192 x 256 tile, named, at stream-K and whole-tile shapes
-(beta 0 and not; A or B stored transposed), each result checked against float64 -- a driver for
-compute-sanitizer, which gemmlab check cannot give a config. On the GPU machine:
-    PYTHONPATH=src compute-sanitizer --tool memcheck python3 probes/memcheck_tc09_192.py
+"""Lab tool (not part of the package), a driver for compute-sanitizer: tc09's 192 x 256 tile,
+named, at stream-K and whole-tile shapes (beta 0 and not; A or B stored transposed), each result
+checked against float64 (gemmlab check cannot give compute-sanitizer a config). On the GPU machine:
+    PYTHONPATH=src compute-sanitizer --tool memcheck python3 lab/memcheck_tc09_192.py
 (run at 3f82001: every case ok; 34 errors, all host-side cuGetProcAddress probes of cuda.core)."""
 import torch
 
