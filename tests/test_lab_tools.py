@@ -1,5 +1,10 @@
-"""The lab's tools without a GPU: SASS instruction mix, sweep files, ncu CSV parsing, profile errors."""
+"""The lab's tools without a GPU: SASS instruction mix, sweep files, ncu CSV parsing, profile errors,
+and the tools under lab/ that read stored records."""
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -7,7 +12,7 @@ import torch
 
 from gemmlab import jit, profile, registry, sass
 from gemmlab.bench import report
-from gemmlab.bench.run import read_sweep
+from gemmlab.bench.run import parse_kernel_config, read_sweep
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +82,46 @@ def test_model_sweep_makes_a_shape_for_every_layer_and_token_count():
     assert sweep["tag"] == "models" and sweep["names"]["4096x14336"] == "8B down"
     assert len(sweep["shapes"]) == 6 * len(sweep["names"])  # 1, 16, 64, 512, 2048 and 8192 tokens
     assert (2048, 4096, 14336) in sweep["shapes"] and (16, 57344, 8192) in sweep["shapes"] and (1, 4096, 4096) in sweep["shapes"]
+
+
+SWEEP_FILES = sorted((ROOT / "sweeps").glob("*.toml")) + sorted((ROOT / "lab").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_sweep_file_reads_and_names_configs_the_registry_accepts(path):
+    """A sweep that no longer parses, or names a kernel, parameter or value the registry refuses,
+    fails here rather than on the GPU machine."""
+    sweep = read_sweep(path)
+    assert sweep["shapes"] and sweep["kernels"]
+    for text in sweep["kernels"]:
+        parse_kernel_config(text)  # ValueError on an unknown kernel or parameter, or a refused config
+
+
+def test_lab_readme_names_every_tool():
+    """lab/README.md says what each file under lab/ is for."""
+    readme = (ROOT / "lab" / "README.md").read_text()
+    tools = sorted(p.name for p in (ROOT / "lab").iterdir() if p.is_file() and p.name != "README.md")
+    assert tools and [name for name in tools if f"`{name}`" not in readme] == []
+
+
+def _lab(*args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_paired_ratio_reads_the_stored_bench_records():
+    last = _lab("lab/paired_ratio.py", "bench-*.json", "4096").splitlines()[-1]
+    found = re.fullmatch(r"(\d+) of (\d+) cases differ by more than 1% \(\*\)", last)
+    assert found and int(found[2]) > 0, last
+
+
+def test_ncu_clock_table_of_a_stored_profile():
+    """One line a launch: clock, cycles and the L2 request coalescer's counts (tc07, then cuBLAS)."""
+    lines = _lab("lab/ncu_clock.py", "table", "results/nvidia-h200/ncu-clock-5376x3072x4096-s31-tail.csv").splitlines()
+    assert len(lines) == 2 and "tc_persistent_cluster" in lines[0] and "nvjet_sm90" in lines[1]
+    assert all(re.search(r"\d+ MHz .* k cycles .* LRCs .* to L2", line) for line in lines), lines
 
 
 def test_ncu_csv_of_the_committed_profile():

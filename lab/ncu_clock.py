@@ -1,27 +1,19 @@
-"""Probe (not part of the package): Nsight Compute on one launch of each named config (or "cublas",
-torch.mm), for the SM clock the kernel ran at, its tensor-pipe share and its L2 reads. Under full
-tensor load the card runs far below the 1980 MHz the benchmark's snapshots (taken between launches)
-show, so a kernel's time follows its clock as much as its code. probe_07_* names the copies of tc07
-that smem_probe.py, gpc_probe.py, skew_probe.py, epilogue_probe.py and handover_probe.py write (and
-probe_07_bfirst, below). On the GPU machine, through probes/ncu_clock.sh:
-    PYTHONPATH=src bash probes/ncu_clock.sh 4096x4096x4096 tc07_persistent_cluster probe_07_noload cublas
+"""Nsight Compute on one launch of each named config (or "cublas", torch.mm): the SM clock the
+kernel ran at, its tensor-pipe share, and its L2 reads before and after the L2 request coalescer.
+Under full tensor load the card runs far below the clock the benchmark's snapshots (taken between
+launches) show, so a kernel's time follows its clock as much as its code. On the GPU machine,
+through lab/ncu_clock.sh:
+    PYTHONPATH=src bash lab/ncu_clock.sh 4096x4096x4096 tc07_persistent_cluster 'tc07_persistent_cluster[BN=192]' cublas
 (NCU_DTYPE=tf32 for float32 operands multiplied as TF32: tc08 and cuBLAS TF32; NCU_LAYOUT=nt for
-B a transposed view, x @ w.t()), which runs
-`python3 probes/ncu_clock.py run SHAPE KERNEL...` under ncu and then
-`python3 probes/ncu_clock.py table CSV` (one line a launch)."""
+B a transposed view, x @ w.t()), which runs `python3 lab/ncu_clock.py run SHAPE KERNEL...` under
+ncu and then `python3 lab/ncu_clock.py table CSV` (one line a launch). lab/ncu_compare.sh and
+lab/ncu_sass.sh profile the same launches with other sections."""
 
 import csv
 import os
-import pathlib
 import sys
 
 import torch
-
-
-# probe_07_bfirst: tc07 with each K step's multicast B boxes issued before A's box (the order the
-# requests reach the L2 request coalescer)
-ORDER_TAIL_A = " + stage * STAGE_A * sizeof(T), &tmA, bar, k0, row0, 0);\n"
-ORDER_TAIL_B = " + stage * STAGE_B * sizeof(T), &tmB, bar, k0, col0, rank);\n"
 
 
 def run(shape: str, requests: list[str]) -> None:
@@ -38,31 +30,6 @@ def run(shape: str, requests: list[str]) -> None:
     nt = os.environ.get("NCU_LAYOUT") == "nt"
     b = (torch.rand(N, K, device="cuda") * 2 - 1).to(dtype).t() if nt else (torch.rand(K, N, device="cuda") * 2 - 1).to(dtype)
     out = torch.empty(M, N, device="cuda", dtype=dtype)
-    if any(r.startswith("probe_07_") for r in requests):  # smem_probe.py's copies of tc07
-        sys.path.insert(0, str(pathlib.Path(__file__).parent))
-        import smem_probe
-
-        smem_probe.register()
-        a_then_b = smem_probe.load_a + ORDER_TAIL_A + smem_probe.load_b + ORDER_TAIL_B
-        smem_probe.variant("bfirst", (a_then_b, smem_probe.load_b + ORDER_TAIL_B + smem_probe.load_a + ORDER_TAIL_A))
-        if any(r.startswith("probe_07_gpc") for r in requests):  # gpc_probe.py's copy, from its GPC table
-            import gpc_probe
-
-            gpc_probe.register()
-        import importlib
-
-        # The copies of the other probes. Those whose edits no longer match tc07's text (each was
-        # written against the kernel of its day; epilogue_probe's against the epilogue before OB)
-        # are skipped, not fatal, whether the module's own set-up or its register() finds that out.
-        for module, names in (("skew_probe", ("register",)), ("handover_probe", ("register",)),
-                              ("tall_probe", ("register",)), ("hint_probe", ("register",)), ("group_probe", ("register",)),
-                              ("epilogue_probe", ("register", "register_lean", "register_parts", "register_hints",
-                                                  "register_warpstore"))):
-            for name in names:
-                try:
-                    getattr(importlib.import_module(module), name)()
-                except (AssertionError, ValueError) as exc:
-                    print(f"skipped {module}.{name}: its edit no longer applies ({str(exc)[:60]!r})", file=sys.stderr)
     launches = []
     for req in requests:
         if req == "cublas":

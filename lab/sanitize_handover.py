@@ -1,4 +1,4 @@
-"""Probe (not part of the package): tc07's hand-over (HO = 1), named, where every block takes
+"""Lab tool (not part of the package): tc07's hand-over (HO = 1), named, where every block takes
 several tiles -- the hand-over from tile to tile and the last tile's, whose left-half MMAs read a
 stage nobody refills -- with K of one, two and three stages, clusters of one and two, A or B stored
 transposed, bf16 and fp32 results; each result checked against float64. A driver for
@@ -6,9 +6,9 @@ compute-sanitizer, which gemmlab check cannot give a config. `ob1` instead runs 
 epilogue (OB = 1: each 64-column chunk waits for the last chunk's store to have read the buffer):
 the 128 x 192 tile with five stages (`configs._tile192_deep`'s choice) and the 128 x 256 hand-over,
 with one tile a block and several, bf16 results (OB = 1 has no fp32 build). On the GPU machine:
-    PYTHONPATH=src compute-sanitizer --tool memcheck python3 probes/sanitize_handover.py
-    PYTHONPATH=src compute-sanitizer --tool racecheck python3 probes/sanitize_handover.py small
-    PYTHONPATH=src compute-sanitizer --tool racecheck python3 probes/sanitize_handover.py ob1"""
+    PYTHONPATH=src compute-sanitizer --tool memcheck python3 lab/sanitize_handover.py
+    PYTHONPATH=src compute-sanitizer --tool racecheck python3 lab/sanitize_handover.py small
+    PYTHONPATH=src compute-sanitizer --tool racecheck python3 lab/sanitize_handover.py ob1"""
 import sys
 
 import torch

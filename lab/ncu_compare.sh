@@ -1,10 +1,11 @@
 # Nsight Compute sections side by side (warp stalls, schedulers, memory, compute) for launches of
-# probes/ncu_clock.py: prints the metrics that differ between them.
-# usage: ncu_cmp.sh SHAPE kernels...  (NCU_LAYOUT etc. passed through)
+# lab/ncu_clock.py: prints the metrics that differ between them (and every stall reason).
+# usage: PYTHONPATH=src OUT=dir bash lab/ncu_compare.sh MxNxK kernel-or-cublas...  (NCU_DTYPE,
+# NCU_LAYOUT as for lab/ncu_clock.sh); writes dir/ncu-cmp-MxNxK.csv
 s=$1; shift
 ncu --clock-control none --profile-from-start off --csv --section WarpStateStats --section SchedulerStats --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
   --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,dram__bytes_read.sum \
-  python3 probes/ncu_clock.py run "$s" "$@" > $OUT/ncu-cmp-$s.csv 2>/tmp/ncu-err.txt || tail -5 /tmp/ncu-err.txt
+  python3 lab/ncu_clock.py run "$s" "$@" > $OUT/ncu-cmp-$s.csv 2>/tmp/ncu-err.txt || tail -5 /tmp/ncu-err.txt
 python3 - $OUT/ncu-cmp-$s.csv <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

@@ -1,11 +1,11 @@
-"""Probe (not part of the package): counts from probes/ncu_sass.sh's per-launch CSVs, for the record.
+"""Lab tool (not part of the package): counts from lab/ncu_sass.sh's per-launch CSVs, for the record.
 
 The CSVs list every instruction of a kernel's SASS with Nsight Compute's source counters. For
 cuBLAS's kernels that listing is NVIDIA's code, so it is not stored; this keeps what was measured
 about it: per launch, the warp-level instructions executed by opcode, the warp-state samples by stall
 reason, the shared-memory wavefronts of its loads (and the ideal count), the MMA shapes, and the
 instructions that hold most samples, by opcode and reason only.
-    python3 probes/ncu_sass_summary.py OUT.json CSV...   (one CSV a launch: ncu-sass-TAG-<id>.csv)"""
+    python3 lab/ncu_sass_summary.py OUT.json CSV...   (one CSV a launch: ncu-sass-TAG-<id>.csv)"""
 import csv
 import json
 import sys

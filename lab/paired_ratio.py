@@ -1,4 +1,4 @@
-"""Probe (not part of the package): how much a benchmark ratio depends on when in the run its
+"""Lab tool (not part of the package): how much a benchmark ratio depends on when in the run its
 medians fall.
 
 `gemmlab bench` times the kernel and cuBLAS in rounds (one launch of each a round, L2 flushed before
@@ -8,7 +8,7 @@ come from different sides of the step. This reads stored records and sets beside
 median of the per-round ratios (cuBLAS's best back end over the kernel, round by round), which
 pairs launches made a few hundred microseconds apart, and the largest step between consecutive
 rounds of each.
-    python3 probes/paired_ratio.py [RECORD_GLOB] [MIN_SIZE]   (default: bench-*.json of the H200, squares >= 4096)
+    python3 lab/paired_ratio.py [RECORD_GLOB] [MIN_SIZE]   (default: bench-*.json of the H200, squares >= 4096)
 """
 import sys
 from pathlib import Path

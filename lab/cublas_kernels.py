@@ -4,9 +4,9 @@ memory the trace records, and their durations. The names of cuBLAS's Hopper kern
 tile, stages and cluster shape (e.g. nvjet_sm90_tst_256x128_64x4_1x2_...: a 256 x 128 tile, K
 stages of 64, four of them, clusters of 1 x 2).
 
-  PYTHONPATH=src:probes python3 probes/cublas_kernels.py [--tf32] [--layout nt] SHAPE...
+  PYTHONPATH=src python3 lab/cublas_kernels.py [--tf32] [--layout nt] SHAPE...
 
-SHAPE: 'MxNxK' or one size for a square. Writes $OUT/probe-cublas-kernels-<time>.json."""
+SHAPE: 'MxNxK' or one size for a square. Writes $OUT/probe-cublas-kernels-<dtype>-<layout>-<time>.json."""
 import argparse
 import datetime as dt
 import json

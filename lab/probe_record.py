@@ -1,6 +1,8 @@
-"""What the probes share: time gemmlab kernels (registered variants included) beside cuBLAS in the same
-rounds, each result checked against float64 first (output poisoned with NaN), and write one record
-with the device, clocks under load and versions to $OUT/probe-<name>-<time>.json."""
+"""The harness of a one-off probe: time gemmlab kernels (variants a probe registers included) beside
+cuBLAS in the same rounds, each result checked against float64 first (output poisoned with NaN), and
+write one record with the device, clocks under load and versions to $OUT/probe-<name>-<time>.json.
+A probe that tests one guess is a short script calling run() (lab/README.md); lab/cublas_kernels.py
+uses its shape_of."""
 import datetime as dt
 import json
 import os
