@@ -1,8 +1,9 @@
-"""Reports are generated from the committed records, never typed: the README's tables must be
-exactly what `gemmlab report` makes of results/."""
+"""Reports are generated from the committed records, never typed: the tables of README.md and docs/
+must be exactly what `gemmlab report` makes of results/."""
 
 import json
 from pathlib import Path
+import re
 
 import pytest
 
@@ -42,22 +43,57 @@ def test_table_has_every_kernel_and_shape(path):
         assert f"{r['tflops']:.2f} ({r['ratio']:.2f}x)" in table
 
 
-def test_readme_tables_are_generated_from_records():
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+MARKER = re.compile(r"<!-- gemmlab:([\w-]+):start -->")
+
+
+def test_generated_sections_are_the_records_tables():
+    """Every marked section of README.md and docs/ is exactly what `gemmlab report` makes of the
+    committed records, and every section the report makes has a place in some document."""
+    sections = report.all_sections(RESULTS)
+    placed = set()
+    for doc in DOCS:
+        text = doc.read_text()
+        for name in MARKER.findall(text):
+            assert name in sections, f"{doc.relative_to(ROOT)} has markers for {name!r}, which the report does not make"
+            assert report.replace_between_markers(text, name, sections[name]) == text, (
+                f"{doc.relative_to(ROOT)} section {name!r} is stale: run `gemmlab report --write {doc.relative_to(ROOT)}`"
+            )
+            placed.add(name)
+    assert set(sections) <= placed, f"sections in no document: {sorted(set(sections) - placed)}"
+
+
+def test_the_readme_is_a_front_door_and_results_md_the_database():
+    """The README keeps two short generated tables; the long ones live in docs/results.md."""
     readme = (ROOT / "README.md").read_text()
-    for name, body in report.readme_sections(RESULTS).items():
-        assert report.replace_between_markers(readme, name, body) == readme, (
-            f"README section {name!r} is stale: run `gemmlab report --write README.md`"
-        )
+    assert len(readme.splitlines()) <= 250
+    assert set(MARKER.findall(readme)) == {"summary", "models-summary"}
+    results = set(MARKER.findall((ROOT / "docs" / "results.md").read_text()))
+    assert {"results", "models", "results-cpu", "overhead"} <= results
+    assert {"reorder", "cpu-vs-gpu", "ncu-steps", "diff-sgemm_02_coalesced", "diff-tc10_skinny"} <= set(report.ladder_sections(RESULTS))
+    assert {"padding", "k-sweep", "sustained"} <= set(report.notes_sections(RESULTS))
 
 
-def test_docs_tables_are_generated_from_records():
-    doc = (ROOT / "docs" / "ladder.md").read_text()
-    sections = report.ladder_sections(RESULTS)
-    assert {"fp32-ladder", "cpu-ladder", "reorder", "cpu-vs-gpu", "ncu-steps", "padding"} <= set(sections)
-    for name, body in sections.items():
-        assert report.replace_between_markers(doc, name, body) == doc, (
-            f"docs/ladder.md section {name!r} is stale: run `gemmlab report --write docs/ladder.md`"
-        )
+def test_summary_takes_the_best_step_at_each_square_size():
+    """A cell: the best ratio among the steps at that square shape, and that step's name; shapes
+    that are not squares of the summary's sizes, and dtypes outside its list, stay out."""
+    base = dict(report.load_run(BENCH_RUNS[-1])["records"][0], tflops=1.0, baseline_tflops=1.0)
+    recs = [dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16", M=4096, N=4096, K=4096, ratio=0.98),
+            dict(base, kernel="tc09_stream_k", dtype="bfloat16", M=4096, N=4096, K=4096, ratio=1.01),
+            dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16", M=4096, N=4096, K=1024, ratio=2.0),
+            dict(base, kernel="sgemm_11_warp_tile", dtype="float32", M=3135, N=3135, K=3135, ratio=0.72),
+            dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16-nt", M=4096, N=4096, K=4096, ratio=3.0)]
+    table = report.summary_table([{"meta": {"gpu": "GPU"}, "records": recs}]).splitlines()
+    assert table[0] == "| GPU | dtype | 1024^3 | 2048^3 | 4096^3 | 8192^3 | 3135^3 (odd) | 6132^3 (odd) |"
+    assert table[2] == "| GPU | float32 |  |  |  |  | 0.72x (11) |  |"
+    assert table[3] == "| GPU | bfloat16 |  |  | 1.01x (tc09) |  |  |  |"
+    assert "bfloat16-nt" not in "\n".join(table)
+
+
+def test_models_summary_is_the_models_tables_geometric_means():
+    lines = report.models_summary([_models_run()]).splitlines()
+    assert lines[0] == "| GPU | layers | M = 16 | M = 2048 |"
+    assert lines[2] == f"| NVIDIA H200 | 2 (bfloat16-nt) | {(0.9 * 0.8) ** 0.5:.2f}x | {(1.01 * 0.99) ** 0.5:.2f}x |"
 
 
 def test_lab_doc_is_generated_from_records():

@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .. import registry  # noqa: E402
-from .report import _baseline_tflops  # noqa: E402
-from .report import _title as _label  # noqa: E402
+from .tables import _baseline_tflops  # noqa: E402
+from .tables import _title as _label  # noqa: E402
 
 
 def _of_dtype(run: dict, dtype: str) -> list[dict]:
@@ -110,7 +110,7 @@ def roofline(run: dict, peak: dict, shapes: list[tuple[int, int, int]], path: Pa
 def models_bars(run: dict, path: Path | None = None):
     """A models run (sweeps/models.toml): gemm()'s ratio to cuBLAS for each layer, one bar per
     token count, with parity marked."""
-    from .report import model_layers
+    from .tables import model_layers
 
     layers, tokens, grid = model_layers(run)
     fig, ax = plt.subplots(figsize=(11, 5), layout="constrained")

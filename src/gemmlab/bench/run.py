@@ -3,7 +3,7 @@
 Every record carries the problem, the kernel and its config, all timings, the median, TFLOP/s,
 the cuBLAS medians measured in the same rounds and the ratio, the errors of both against
 float64, and nvidia-smi's SM clock read while the queue is busy (a sample between launches, above
-the clock a kernel at full tensor load runs at: docs/ladder.md, "The clock of a single launch").
+the clock a kernel at full tensor load runs at: docs/notes/clock-of-a-single-launch.md).
 The run's header carries the GPU, driver, versions and commit. The file is rewritten after every
 case, so an interrupted run keeps what it measured.
 """
