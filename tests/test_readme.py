@@ -1,0 +1,39 @@
+"""The README's Python blocks run as written: the CPU block on any machine, the GPU block on a GPU."""
+
+from pathlib import Path
+import re
+
+import pytest
+import torch
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+def test_the_readme_has_a_cpu_block_then_a_gpu_block():
+    blocks = python_blocks()
+    assert len(blocks) == 2, "one block for a machine without a GPU, one for a GPU"
+    assert 'device="cpu"' in blocks[0] and '"cuda"' not in blocks[0]
+    assert 'device="cuda"' in blocks[1]
+
+
+def test_the_cpu_block_runs():
+    scope: dict = {}
+    exec(compile(python_blocks()[0], "README.md (CPU block)", "exec"), scope)
+    a, d = scope["a"], scope["d"]
+    assert d.shape == (300, 300)
+    assert abs(d - a.astype("float64") @ a.T.astype("float64")).max() < 1e-3
+
+
+@pytest.mark.gpu
+def test_the_gpu_block_runs():
+    scope: dict = {}
+    exec(compile(python_blocks()[1], "README.md (GPU block)", "exec"), scope)
+    torch.cuda.synchronize()
+    a, b, c, d = scope["a"], scope["b"], scope["c"], scope["d"]
+    assert d.shape == (3135, 4088) and torch.isfinite(d).all()
+    assert torch.isfinite(c).all(), "the in-place update wrote every element of c"
+    assert a.shape == (3135, 1022) and b.shape == (1022, 4088)
