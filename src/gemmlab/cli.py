@@ -130,9 +130,7 @@ def compile_cmd(
     """Compile every kernel for an arch (no GPU needed) and print the resource report."""
     if arch is None:
         _require_gpu()
-        from .launch import device_arch
-
-        arch = device_arch(0)
+        arch = jit.device_arch(0)
     import torch
 
     from .configs import configs_in_use
@@ -149,7 +147,7 @@ def compile_cmd(
     rows, failed = [], False
     with _progress() as prog:
         task = prog.add_task(f"compiling for {arch}", total=len(work))
-        for (spec, *_), ck in zip(work, jit.compile_many([(s.id, c, d, o) for s, c, d, o in work], arch, jobs or os.cpu_count())):
+        for (spec, *_), ck in zip(work, jit.compile_many([(s.id, c, d, o) for s, c, d, o in work], arch, registry.get, jobs or os.cpu_count())):
             prog.advance(task)
             if isinstance(ck, jit.CompileError):
                 err_console.print(str(ck))
