@@ -681,6 +681,7 @@ def test_default_benchmark_leaves_the_skinny_step_to_its_sweep(monkeypatch, tmp_
     from typer.testing import CliRunner
 
     from gemmlab import cli
+    from gemmlab.cli import lab
     from gemmlab.bench import run as bench_run
 
     asked = []
@@ -691,7 +692,7 @@ def test_default_benchmark_leaves_the_skinny_step_to_its_sweep(monkeypatch, tmp_
         path.write_text('{"meta": {}, "records": []}')
         return path, []
 
-    monkeypatch.setattr(cli, "_pick_device", lambda device: "cuda")
+    monkeypatch.setattr(lab, "_pick_device", lambda device: "cuda")
     monkeypatch.setattr(bench_run, "run_bench", fake_run_bench)
     runner = CliRunner()
     for args in (["bench", "--dtype", "bf16"], ["bench", "--dtype", "bf16", "-s", "16x4096x4096"],
