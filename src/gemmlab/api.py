@@ -121,7 +121,7 @@ class _Plan(NamedTuple):
     tail: tuple  # M, N, K, lda, ldb, ldc, ldd as int32; alpha, beta as float32
     cluster: tuple | None  # blocks per cluster, for kernels launched in clusters
     maps: dict  # (address of a, b, out) -> the TMA maps for them: all else a map encodes is the plan's
-    wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (configs.wide_d), 0: in place
+    wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (configs.rules.wide_d), 0: in place
     copy: tuple = ()  # the inputs ("a", "b") a staged kernel copies on every call, for TMA to read
 
 

@@ -234,7 +234,7 @@ def stream_k_time(tiles: int, slots: int, kt: int) -> float:
     """A stream-K run's time in waves of whole tiles: the tiles spread evenly over the slots, plus
     the cost of splitting. tc09 and tc08's SK = 1 are taken where it is below whole tiles' time."""
     return tiles / slots + stream_k_cost(kt)
-# 'auto' splits only where the model puts tc09 at least 10% ahead of tc07: configs.tile_time
+# 'auto' splits only where the model puts tc09 at least 10% ahead of tc07: tile_time
 # overstates tc07's small one-wave runs (at 512 x 512 x 4096 tc07 took 19.2 us, tc09 split 21.0 us,
 # where the models said 0.56 against 0.51 tile-times)
 SPLIT_MARGIN = 0.9
@@ -242,7 +242,7 @@ SPLIT_MARGIN = 0.9
 
 def stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     """None where tc09 should serve instead of tc07: where tiles / slots + stream_k_cost(kt),
-    tc09's time in units of one 128 x 256 tile, is less than configs.tile_time of tc07's own
+    tc09's time in units of one 128 x 256 tile, is less than tile_time of tc07's own
     choice of tile (waves, with 128 x 256 tiles).
 
     History of the rule. On an H200 (results/nvidia-h200/tune-20261122T052201Z.json,
@@ -255,7 +255,7 @@ def stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     2560^2 (2 waves), 0.55 at 3072^2 (3), 0.32 at 4096^2, 0.33 at 5120^2, 0.23 at 6144^2 and 0.1
     at 8192^2 (16) -- falling with the number of waves, hence 0.1 + 1.2 / waves -- and showed the
     flat cost taking tc09 at 2560^2, where it lost (0.89x against 0.98x). With tc07's narrower
-    tiles (configs.TC07_TILES) tc09 no longer serves 3072^2 (tc07's 128 x 192: 0.86x against 0.83x).
+    tiles (TC07_TILES) tc09 no longer serves 3072^2 (tc07's 128 x 192: 0.86x against 0.83x).
     Refitted on an H200 with the kernels since ceb9d27 (stream_k_cost): the cost follows the K
     steps a tile takes, not the waves -- the fix-up is a fixed time a block -- and is lower at
     2-3 waves than the H100 fit had it (tc09 1.02x-1.04x against tc07's 0.98x-0.99x at 2560^2)."""

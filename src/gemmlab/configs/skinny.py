@@ -52,7 +52,7 @@ def skinny_config(problem: GemmProblem) -> GemmConfig:
 def skinny_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     """'auto' takes tc10 for problems of at most SKINNY_ANY_M rows, and up to SKINNY_M_MAX where its
     blocks (tiles x runs) fill at least SKINNY_FILL_MIN of the block slots of their waves, one block
-    an SM: where it was measured ahead of tc07 and tc09 (configs.SKINNY_M_MAX)."""
+    an SM: where it was measured ahead of tc07 and tc09 (SKINNY_M_MAX)."""
     if problem.M > SKINNY_M_MAX:
         return f"{problem.M} rows: tc10 serves problems of at most {SKINNY_M_MAX} rows"
     if problem.M > SKINNY_ANY_M:
