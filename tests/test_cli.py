@@ -13,7 +13,8 @@ import typer
 from typer.testing import CliRunner
 
 from gemmlab import registry
-from gemmlab.cli import app, parse_shape
+from gemmlab.cli import app
+from gemmlab.cli.common import parse_shape
 from gemmlab.registry import CPU_LADDER, KERNELS
 
 from conftest import HAS_GPU
@@ -169,7 +170,7 @@ def test_default_kernels_follow_the_dtype():
     import torch
 
     from gemmlab import registry
-    from gemmlab.cli import _kernel_ids
+    from gemmlab.cli.common import _kernel_ids
 
     assert _kernel_ids(None, "cuda", False, torch.float32) == [k.id for k in registry.SGEMM_LADDER]
     assert _kernel_ids(None, "cuda", False, torch.bfloat16) == [k.id for k in registry.TC_LADDER if k.math != "tf32"]

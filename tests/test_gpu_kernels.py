@@ -14,7 +14,10 @@ from gemmlab import api, configs, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.check import precision_of
 from gemmlab.configs import configs_in_use, select
+from gemmlab.configs.rules import problem_flags
 from gemmlab.reference import check_result
+from gemmlab.specs.persistent import split_k_ways
+from gemmlab.specs.skinny import skinny_runs
 
 pytestmark = pytest.mark.gpu
 
@@ -237,7 +240,7 @@ def test_the_lean_epilogue_against_float64(kernel, dtype, M, N, K):
             a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
             out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)  # contiguous: N = 3135 goes wide
             problem = problem_from_tensors(a, b, None, out)
-            assert configs.problem_flags(spec, problem, cfg)["EPI"] == 0, f"{problem.shape}: not a lean launch"
+            assert problem_flags(spec, problem, cfg)["EPI"] == 0, f"{problem.shape}: not a lean launch"
             api.prepare(a, b, None, alpha=0.5, out=out, kernel=kernel, config=cfg)()
             assert_ok(out, a, b, None, 0.5, 0.0, f"M={M} N={N} K={K} {cfg.as_dict()} out={out_dtype}", kernel)
 
@@ -261,7 +264,7 @@ def test_tc07_hand_over_from_tile_to_tile_against_float64(dtype, layout, M, N, K
     for out_dtype, c, beta in ((dtype, None, 0.0), (dtype, rand(M, N, dtype=dtype), -1.0), (torch.float32, None, 0.0)):
         out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
         problem = problem_from_tensors(a, b, c, out, beta=beta)
-        flags = configs.problem_flags(registry.TC_07, problem, cfg)
+        flags = problem_flags(registry.TC_07, problem, cfg)
         assert flags["EPI"] == (beta != 0) and (flags["TA"], flags["TB"]) == (layout[0] == "t", layout[1] == "t")
         api.prepare(a, b, c, alpha=0.5, beta=beta, out=out, kernel=kernel, config=cfg)()
         assert_ok(out, a, b, c, 0.5, beta, f"{layout} M={M} N={N} K={K} CM={cm} out={out_dtype} beta={beta}", kernel)
@@ -281,11 +284,11 @@ def test_the_tf32_lean_epilogue_against_float64(M, N, K):
         b = mat(kernel, N, K, torch.float32).t() if cfg["TB"] else mat(kernel, K, N, torch.float32)
         out = mat(kernel, M, N, torch.float32, float("nan"))
         problem = problem_from_tensors(a, b, None, out, precision="tf32")
-        assert configs.problem_flags(spec, problem, cfg)["EPI"] == 0, f"{problem.shape}: not a lean launch"
+        assert problem_flags(spec, problem, cfg)["EPI"] == 0, f"{problem.shape}: not a lean launch"
         api.prepare(a, b, None, alpha=0.5, out=out, kernel=kernel, config=cfg, precision="tf32")()
         assert_ok(out, a, b, None, 0.5, 0.0, f"M={M} N={N} K={K} {cfg.as_dict()}", kernel)
     a, b, c = mat(kernel, M, K, torch.float32), mat(kernel, K, N, torch.float32), mat(kernel, M, N, torch.float32)
-    assert configs.problem_flags(spec, problem_from_tensors(a, b, c, beta=1.0, precision="tf32"), cfgs[0])["EPI"] == 1
+    assert problem_flags(spec, problem_from_tensors(a, b, c, beta=1.0, precision="tf32"), cfgs[0])["EPI"] == 1
 
 
 TC08_SMALL_TILES = [registry.get("tc08_tf32").config(**{**o, "TMA_STORE": ts}) for o, _, _ in configs.TC08_TILES for ts in (1, 0)]
@@ -320,7 +323,7 @@ def transposed(rows, cols, dtype, pad=0):
     return rand(cols, rows + pad, dtype=dtype)[:, :rows].t()
 
 
-# (M, N, K): split along K into 2, 4, 2, 2, 8 and 2 runs on 132 SMs (registry.skinny_runs), and not
+# (M, N, K): split along K into 2, 4, 2, 2, 8 and 2 runs on 132 SMs (specs.skinny.skinny_runs), and not
 # split (2032 column tiles fill the SMs; one K step)
 SKINNY_SHAPES = [(1, 4096, 4096), (16, 1000, 4104), (7, 4104, 20000), (33, 2048, 2077), (64, 300, 8192), (100, 520, 3000),
                  (16, 130000, 64)]
@@ -342,7 +345,7 @@ def test_skinny_splits_k_and_sums_right(dtype, layout, M, N, K):
         c, out = mat(kernel, M, N, out_dtype), mat(kernel, M, N, out_dtype, float("nan"))
         problem = problem_from_tensors(a, b, c, out, beta=-1.0)
         spec, cfg = select(problem, kernel)
-        runs = registry.skinny_runs(problem, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
+        runs = skinny_runs(problem, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
         assert (runs > 1) == (N < 100000), f"{runs} runs along K"
         assert cfg["TB"] == (layout == "nt")
         run = api.prepare(a, b, c, alpha=0.5, beta=-1.0, out=out, kernel=kernel)
@@ -535,7 +538,7 @@ def test_tf32_splits_few_tall_k_tiles_and_sums_them_right(M, N, K, cluster):
     plan = api._make_plan(spec, cfg, problem_from_tensors(a, b, c, out, alpha=0.5, beta=-1.0, precision="tf32"))
     cl = cfg["CM"] * cfg["CN"]
     tiles = -(-M // (cfg["BM"] * cfg["CM"])) * -(-N // (cfg["BN"] * cfg["CN"]))
-    ways = registry.split_k_ways(tiles, plan.grid[0] // cl, -(-K // cfg["BK"]))
+    ways = split_k_ways(tiles, plan.grid[0] // cl, -(-K // cfg["BK"]))
     assert (ways > 0) == (K > 130), f"{M}x{N}x{K}: split over {ways} runs with a grid of {plan.grid}"
     if ways:  # every resident cluster, at least two runs a tile
         assert plan.grid[0] // cl >= 2 * tiles
@@ -643,7 +646,7 @@ def test_bad_input_on_gpu_raises_before_launch_and_writes_nothing():
 
 def test_dynamic_shared_memory_above_48k():
     from gemmlab import jit, launch
-    from gemmlab.registry import KernelSpec, Param
+    from gemmlab.specs.base import KernelSpec, Param
 
     n = 20_000  # 80 KB of floats
     spec = KernelSpec(
@@ -693,7 +696,7 @@ def test_xor_swizzle_is_a_conflict_free_permutation(width):
     chunk land in eight different 16-byte slots of a 128-byte line (no bank conflict); and row
     r + 16 is laid out as row r, 16 rows further on."""
     from gemmlab import jit, launch
-    from gemmlab.registry import KernelSpec, Param
+    from gemmlab.specs.base import KernelSpec, Param
 
     rows, chunks = 64, width // 8
     spec = KernelSpec(

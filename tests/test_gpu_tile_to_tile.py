@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import gemmlab
-from gemmlab import api, configs, registry
+from gemmlab import api, registry
 from gemmlab.configs import configs_in_use
+from gemmlab.configs.rules import problem_flags
 from gemmlab.problem import problem_from_tensors
 from gemmlab.reference import check_result
 
@@ -70,7 +71,7 @@ def test_every_tc07_tile_hands_over_from_tile_to_tile(dtype, K):
             problem = problem_from_tensors(rand(M, K, dtype=dtype), rand(K, N, dtype=dtype),
                                            out=torch.empty((M, N), device="cuda", dtype=out_dtype),
                                            c=torch.empty((M, N), device="cuda", dtype=out_dtype), beta=beta)  # fmt: skip
-            if not spec.builds_for(cfg, dtype, out_dtype) or configs.problem_flags(spec, problem, cfg)["EPI"] != cfg["EPI"]:
+            if not spec.builds_for(cfg, dtype, out_dtype) or problem_flags(spec, problem, cfg)["EPI"] != cfg["EPI"]:
                 continue  # each config with the epilogue it is built for (EPI = 0: beta = 0 alone)
             for _ in range(REPEATS):
                 a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)

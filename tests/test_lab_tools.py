@@ -133,6 +133,8 @@ def test_ncu_csv_of_the_committed_profile():
     conflicts = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
     # the point of step 08, as measured
     assert by["sgemm_bank_conflict_free"][conflicts] < by["sgemm_vectorized"][conflicts] / 100
+    # gemmlab.profile reads its own runs with the same parser and columns as the report
+    assert profile.read_ncu_csv(csv) == rows and profile.NCU_COLUMNS == report.NCU_COLUMNS
 
 
 def test_profile_without_ncu_is_a_clear_error(monkeypatch, tmp_path):

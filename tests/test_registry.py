@@ -7,9 +7,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import gemmlab
 from gemmlab import configs, jit, registry
+from gemmlab.configs.persistent import stream_k_cost
 from gemmlab.problem import problem_from_tensors
 from gemmlab.registry import KERNELS, PENDING
+from gemmlab.specs.base import operands_to_copy
+from gemmlab.specs.persistent import SPLIT_FIXED_STEPS, SPLIT_MIN_STEPS, SPLIT_RUN_STEPS, split_k_ways, split_time, split_ways
+from gemmlab.specs.skinny import skinny_runs
 
 # Registered kernels and those still waiting for a GPU check: both must be complete specs.
 ALL = KERNELS + PENDING
@@ -163,7 +168,7 @@ def test_size_rules_pick_configs_by_the_size_of_c():
 
 
 def test_long_k_problems_get_clusters_of_two_inside_the_single_block_range():
-    """configs._long_k_clusters (H200 records tune-cm-flat-*, tune-cm-check-*): inside SIZE_RULES'
+    """configs.rules._long_k_clusters (H200 records tune-cm-flat-*, tune-cm-check-*): inside SIZE_RULES'
     M x N range tc09 runs clusters of two from K = 4096 where it has more tiles than slots, tc07
     from K = 16384, or 8192 on a flat problem (N >= 4 M); never where the 128-row tiles do not pair
     up along M, nor for tc09's split-K (half a wave or less) or one wave."""
@@ -187,12 +192,13 @@ def test_long_k_problems_get_clusters_of_two_inside_the_single_block_range():
 
 
 def test_the_128_wide_tile_runs_in_pairs_where_its_l2_reads_hold_it_back():
-    """configs._tile128_clusters (H200 records tune-tile128-cm-fit-*, tune-m512-cm-*): where tc07
+    """configs.persistent._tile128_clusters (H200 records tune-tile128-cm-fit-*, tune-m512-cm-*): where tc07
     takes its 128 x 128 tile, clusters of two along M when the tiles pair up and there are more of
     them than SMs, or K >= 16384, or the problem is flat (N >= 4 M) with tiles for 5/6 of the SMs;
     single blocks otherwise. The pair's time in waves is the single blocks', so the tile choice
     does not move."""
-    from gemmlab.configs import config_for, tile_time
+    from gemmlab.configs import config_for
+    from gemmlab.configs.persistent import tile_time
 
     def tile(M, N, K, trans_b=False):
         a = torch.empty((M, K), dtype=torch.bfloat16)
@@ -214,7 +220,7 @@ def test_the_128_wide_tile_runs_in_pairs_where_its_l2_reads_hold_it_back():
 
 
 def test_the_192_wide_tile_runs_in_pairs_past_a_wave_or_on_a_transposed_b():
-    """configs._tile192_clusters (H200 records tune-tile192-cm-*): where tc07 takes its 128 x 192
+    """configs.persistent._tile192_clusters (H200 records tune-tile192-cm-*): where tc07 takes its 128 x 192
     tile, clusters of two along M when the tiles pair up and there are more of them than SMs, or B
     is stored transposed (w.t()) and they fill 5/6 of the SMs; single blocks otherwise."""
     from gemmlab.configs import config_for
@@ -235,7 +241,7 @@ def test_the_192_wide_tile_runs_in_pairs_past_a_wave_or_on_a_transposed_b():
 
 
 def test_the_192_wide_tile_takes_a_fifth_stage_where_each_block_runs_one_tile():
-    """configs._tile192_deep (H200 records probe-onebuf-*): tc07's 128 x 192 tile with five K
+    """configs.persistent._tile192_deep (H200 records probe-onebuf-*): tc07's 128 x 192 tile with five K
     stages and one staging buffer a consumer (OB = 1) where every block runs at most one tile and K
     is at least 4096, for a 16-bit result; four stages and two buffers otherwise. An fp32 result
     is refused to the one-buffer config before anything is compiled."""
@@ -263,16 +269,17 @@ def test_the_192_wide_tile_takes_a_fifth_stage_where_each_block_runs_one_tile():
 
 
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():
-    """configs.tile_time on 132 SMs: 64 x 128 tiles where 128 x 256 ones would leave most SMs idle
+    """configs.persistent.tile_time on 132 SMs: 64 x 128 tiles where 128 x 256 ones would leave most SMs idle
     (one part-full wave), 128 x 192 where they fill the last wave better (1536^2: 96 tiles in one
     wave; 3072^2: 384 tiles in 3 waves against 144 cluster tiles in 3 waves of 66 clusters), 128 x
     256 wherever it loses no wave (H100 tune record, tune-tiles-20261123T152942Z.json); 192 x 256
     where it fills the waves better (2304 x 2816: 66 cluster tiles, one wave, against 99; 5632^2),
-    and where both fill the same waves (6144^2: 6 against 9) below configs.TALL_TILE_MAX_FLOPS, its
+    and where both fill the same waves (6144^2: 6 against 9) below configs.persistent.TALL_TILE_MAX_FLOPS, its
     rate of 1.01 breaking the tie; above it, power-limited, no gain of its own is assumed (H200
     records tune-rate192-*, tune-m192-rate-*); 128 x 128 where 128 x 192 and 64 x 128 leave SMs
     idle that it fills (1280^2)."""
-    from gemmlab.configs import config_for, tile_time
+    from gemmlab.configs import config_for
+    from gemmlab.configs.persistent import tile_time
 
     def tile(M, N, K=512):
         a, b = torch.empty((M, K), dtype=torch.bfloat16), torch.empty((K, N), dtype=torch.bfloat16)
@@ -335,11 +342,11 @@ def test_auto_takes_stream_k_only_where_the_last_wave_idles():
     p = problem_from_tensors(a, a, device_type="cpu")
     spec = registry.get("tc09_stream_k")
     assert spec.why_not(p) is None  # named, it serves
-    assert "idle" in spec.auto_skip(p, spec.default_config())
+    assert "idle" in configs.auto_skip(spec, p, spec.default_config())
     a = torch.empty(3072, 3072, dtype=torch.bfloat16)  # tc07's 128 x 192 tiles beat splitting there
-    assert "128 x 192" in spec.auto_skip(problem_from_tensors(a, a, device_type="cpu"), spec.default_config())
+    assert "128 x 192" in configs.auto_skip(spec, problem_from_tensors(a, a, device_type="cpu"), spec.default_config())
     # in waves: 0.11 + 10.8 K steps of a tile's time -- more of a wave where tiles take few K steps
-    assert [round(registry.stream_k_cost(kt), 2) for kt in (32, 64, 128)] == [0.45, 0.28, 0.19]
+    assert [round(stream_k_cost(kt), 2) for kt in (32, 64, 128)] == [0.45, 0.28, 0.19]
     a, b = torch.empty(3072, 2048, dtype=torch.bfloat16), torch.empty(2048, 3072, dtype=torch.bfloat16)
     assert auto_of(a, b) == "tc07_persistent_cluster"  # 32 K steps: 128 x 192 tiles beat splitting
     a, b = torch.empty(3072, 8192, dtype=torch.bfloat16), torch.empty(8192, 3072, dtype=torch.bfloat16)
@@ -354,10 +361,10 @@ def test_auto_splits_few_tall_k_tiles_along_k():
     1024 x 1024 x 4096 at 0.62x against 0.75x, 512 x 512 x 4096 at 0.59x against 0.63x)."""
     from gemmlab.configs import select
 
-    header = (Path(registry.__file__).parent / "kernels" / "common" / "tma.cuh").read_text()
-    assert f"constexpr int SPLIT_MIN_STEPS = {registry.SPLIT_MIN_STEPS};" in header
-    assert (f"constexpr float SPLIT_FIXED_STEPS = {registry.SPLIT_FIXED_STEPS}f, "
-            f"SPLIT_RUN_STEPS = {registry.SPLIT_RUN_STEPS}f;") in header  # fmt: skip
+    header = (Path(gemmlab.__file__).parent / "kernels" / "common" / "tma.cuh").read_text()
+    assert f"constexpr int SPLIT_MIN_STEPS = {SPLIT_MIN_STEPS};" in header
+    assert (f"constexpr float SPLIT_FIXED_STEPS = {SPLIT_FIXED_STEPS}f, "
+            f"SPLIT_RUN_STEPS = {SPLIT_RUN_STEPS}f;") in header  # fmt: skip
 
     def auto(M, N, K):
         a, b = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(K, N, dtype=torch.bfloat16)
@@ -368,17 +375,17 @@ def test_auto_splits_few_tall_k_tiles_along_k():
     short = [(1024, 1024, 4096), (1024, 1024, 1024), (512, 512, 2048), (512, 512, 4096), (2048, 2048, 8192)]
     assert [auto(*s) for s in short] == ["tc07_persistent_cluster"] * len(short)
     # 2 tiles of 128 x 256 over 66 runs each on 132 SMs; 32 tiles over 4; runs of at least 4 steps
-    assert registry.split_ways(2, 132, 1024) == 66
-    assert registry.split_ways(32, 132, 256) == 4
-    assert registry.split_ways(1, 132, 16) == 4 and registry.split_ways(1, 132, 3) == 2
+    assert split_ways(2, 132, 1024) == 66
+    assert split_ways(32, 132, 256) == 4
+    assert split_ways(1, 132, 16) == 4 and split_ways(1, 132, 3) == 2
     spec = registry.get("tc09_stream_k")
     a, b = torch.empty(1024, 4096, dtype=torch.bfloat16), torch.empty(4096, 1024, dtype=torch.bfloat16)
     p = problem_from_tensors(a, b, device_type="cpu")
-    assert "not clearly faster than tc07" in spec.auto_skip(p, spec.config(CM=1))
+    assert "not clearly faster than tc07" in configs.auto_skip(spec, p, spec.config(CM=1))
     # 1024^3: 32 tiles of 16 K steps would take 2 tile-times split 4 ways: the kernel runs them whole
-    assert registry.split_time(32, 132, 16) > 1
+    assert split_time(32, 132, 16) > 1
     a = torch.empty(1024, 1024, dtype=torch.bfloat16)
-    assert "too few K steps" in spec.auto_skip(problem_from_tensors(a, a, device_type="cpu"), spec.config(CM=1))
+    assert "too few K steps" in configs.auto_skip(spec, problem_from_tensors(a, a, device_type="cpu"), spec.config(CM=1))
 
 
 def test_tc09_192_row_tile_limits():
@@ -401,13 +408,13 @@ def test_tc09_192_row_tile_limits():
 
 
 def test_tf32_splits_few_tall_k_tiles_over_every_sm():
-    """tc08 splits along K by tc09's rule (tma.cuh split_k_ways, mirrored by registry.split_k_ways),
+    """tc08 splits along K by tc09's rule (tma.cuh split_k_ways, mirrored by specs.persistent.split_k_ways),
     counted in its own 256 x 256 cluster tiles and 32-wide K steps. The split is its SPLIT = 1
     instantiation, which config_for takes only where it splits (compiled into every launch, the
     split cost whole tiles 2-4%); gemm() then launches every resident block (spec.splits_k)."""
     from gemmlab.configs import config_for, configs_in_use
 
-    header = (Path(registry.__file__).parent / "kernels" / "common" / "tma.cuh").read_text()
+    header = (Path(gemmlab.__file__).parent / "kernels" / "common" / "tma.cuh").read_text()
     assert "if (KT <= 1 || tiles < 1 || 2 * tiles > slots) return 0;" in header
     spec = registry.get("tc08_tf32")
 
@@ -419,8 +426,8 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
 
     # one cluster tile of 2048 K steps over 66 runs; 16 tiles over 4; 8 x 8 tiles (more than half a wave)
     assert splits(256, 256, 65536) and splits(1024, 1024, 16384) and splits(1, 1, 8192)
-    assert registry.split_k_ways(1, 66, 2048) == 66 and registry.split_k_ways(16, 66, 512) == 4
-    assert not splits(2048, 2048, 65536) and registry.split_k_ways(64, 66, 2048) == 0
+    assert split_k_ways(1, 66, 2048) == 66 and split_k_ways(16, 66, 512) == 4
+    assert not splits(2048, 2048, 65536) and split_k_ways(64, 66, 2048) == 0
     # too few K steps to repay the split: 512^3 is 16 steps a tile, 4 ways would take 4 + 16 + 1.6
     assert not splits(512, 512, 512) and not splits(100, 100, 130)
     assert not spec.splits_k(problem(256, 256, 65536), spec.config(SPLIT=0), 132)
@@ -433,7 +440,7 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
         (*c, tb, epi) for c in [(0, 256, 1, 128, 4, 0), (0, 256, 2, 128, 4, 0), (1, 256, 1, 128, 4, 0), (1, 256, 2, 128, 4, 0),
                                 (0, 256, 2, 128, 4, 1), (0, 256, 1, 64, 5, 0), (0, 128, 1, 64, 8, 0), (0, 128, 2, 64, 8, 0)]
         for tb in (0, 1) for epi in (0, 1))  # TB: w.t(); EPI = 0: beta = 0 and TMA stores; SK = 1: stream-K
-    # small problems: the tile configs.tf32_time puts first -- 128 x 64 single blocks at 512^3 and
+    # small problems: the tile configs.tf32.tf32_time puts first -- 128 x 64 single blocks at 512^3 and
     # 1024^3, 128 x 64 pairs at 1024^2 x 2048, 256 x 64 at 1280^3 and 2048 x 1024 x 1024, the
     # 256 x 128 pairs from 1536^3 on and where few tiles have a tall K (split, SPLIT = 1)
     # (beta = 0 and D's rows whole 16-byte units: the lean epilogue, EPI = 0)
@@ -477,7 +484,7 @@ def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():
 
     def copied(M, N, K):
         a, b = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16)
-        return registry.operands_to_copy(problem_from_tensors(a, b, device_type="cpu"))
+        return operands_to_copy(problem_from_tensors(a, b, device_type="cpu"))
 
     # what gemm() copies, decided once per plan: rows of K (a) and of N (b) elements
     assert [copied(64, 64, 1022), copied(64, 1022, 64), copied(1022, 1022, 1022), copied(64, 64, 64)] == [
@@ -488,7 +495,7 @@ def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():
     for kernel in ("tc07_persistent_cluster", "tc09_stream_k"):
         spec = registry.get(kernel)
         assert spec.staged and spec.why_not(p) is None  # named, they serve it
-        assert "padded copy" in spec.auto_skip(p, spec.default_config())
+        assert "padded copy" in configs.auto_skip(spec, p, spec.default_config())
 
 
 def test_staged_steps_write_odd_d_through_a_padded_buffer():
@@ -496,7 +503,7 @@ def test_staged_steps_write_odd_d_through_a_padded_buffer():
     3135 bf16), tc07/tc09 write a buffer N rounded up to 16 bytes wide with TMA stores and gemm()
     copies N columns out; even rows (6132) keep the paired register stores, aligned ones TMA stores
     in place; tc08 and the unstaged steps never pad."""
-    from gemmlab.configs import wide_d as _wide_d
+    from gemmlab.configs.rules import wide_d as _wide_d
 
     def wide(kernel, N, dtype=torch.bfloat16, out_dtype=None, **kw):
         a, b = torch.empty(64, 32, dtype=dtype), torch.empty(32, N, dtype=dtype)
@@ -566,11 +573,12 @@ def test_transposed_operands_are_read_in_place_or_copied():
 
 
 def test_the_lean_epilogue_is_chosen_where_beta_is_zero_and_d_takes_tma_stores():
-    """configs.epilogue_for: tc07, tc09 and tc08 launch EPI = 0 (TMA stores, no C) only with beta = 0 and a
+    """configs.rules.epilogue_for: tc07, tc09 and tc08 launch EPI = 0 (TMA stores, no C) only with beta = 0 and a
     D whose rows are whole, aligned 16-byte units -- or that a staged step writes through its padded
     buffer -- and EPI = 1 (every epilogue) otherwise; prepare() takes the problem's EPI whatever
     config it is given, and a config with EPI = 0 but TMA_STORE = 0 is refused."""
-    from gemmlab.configs import config_for, epilogue_for, problem_flags
+    from gemmlab.configs import config_for
+    from gemmlab.configs.rules import epilogue_for, problem_flags
 
     tc07, tc09 = registry.get("tc07_persistent_cluster"), registry.get("tc09_stream_k")
 
@@ -618,7 +626,7 @@ def test_the_lean_epilogue_is_chosen_where_beta_is_zero_and_d_takes_tma_stores()
 
 
 def test_auto_takes_the_skinny_step_for_a_few_rows_only():
-    """tc10 (the few rows on the MMA's N side) serves 'auto' up to configs.SKINNY_ANY_M = 32 rows,
+    """tc10 (the few rows on the MMA's N side) serves 'auto' up to configs.skinny.SKINNY_ANY_M = 32 rows,
     with the MMA's N the rows rounded up to 16 or 32, B read in place whether row-major or w.t();
     from 33 to 64 rows (N = 64) where its blocks fill at least 80% of their waves' block slots
     (tune-skinny-rows-*, probe-skinny-waves-*); past 64 rows, or with rows TMA cannot take, the
@@ -659,7 +667,7 @@ def test_auto_takes_the_skinny_step_for_a_few_rows_only():
 
     def runs(M, N, K):
         _, cfg, problem = choice(M, N, K)
-        return registry.skinny_runs(problem, spec.config(**cfg), 132)
+        return skinny_runs(problem, spec.config(**cfg), 132)
 
     grid = (64, 2, 1)
     assert spec.workspace(spec.default_config(), grid) == (64 * 2 * 64 * 16, 64)
@@ -673,6 +681,7 @@ def test_default_benchmark_leaves_the_skinny_step_to_its_sweep(monkeypatch, tmp_
     from typer.testing import CliRunner
 
     from gemmlab import cli
+    from gemmlab.cli import lab
     from gemmlab.bench import run as bench_run
 
     asked = []
@@ -683,7 +692,7 @@ def test_default_benchmark_leaves_the_skinny_step_to_its_sweep(monkeypatch, tmp_
         path.write_text('{"meta": {}, "records": []}')
         return path, []
 
-    monkeypatch.setattr(cli, "_pick_device", lambda device: "cuda")
+    monkeypatch.setattr(lab, "_pick_device", lambda device: "cuda")
     monkeypatch.setattr(bench_run, "run_bench", fake_run_bench)
     runner = CliRunner()
     for args in (["bench", "--dtype", "bf16"], ["bench", "--dtype", "bf16", "-s", "16x4096x4096"],

@@ -4,7 +4,7 @@ and benchmarked against cuBLAS."""
 from .api import gemm, kernels, select
 from .jit import CompileError
 from .problem import GemmProblem
-from .registry import GemmConfig, KernelSpec
+from .specs.base import GemmConfig, KernelSpec
 
 __all__ = ["gemm", "kernels", "select", "CompileError", "GemmProblem", "GemmConfig", "KernelSpec"]
 __version__ = "0.1.0"

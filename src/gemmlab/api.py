@@ -8,9 +8,11 @@ from typing import Callable, NamedTuple
 import torch
 
 from . import jit, launch, registry, tma
-from .configs import _choice_key, problem_flags, select, wide_d
+from .configs import _choice_key, select
+from .configs.rules import problem_flags, wide_d
+from .device import sm_count
 from .problem import GemmProblem, problem_from_tensors
-from .registry import GemmConfig, KernelSpec
+from .specs.base import GemmConfig, KernelSpec, operands_to_copy
 
 __all__ = ["gemm", "kernels", "select", "prepare"]
 
@@ -119,7 +121,7 @@ class _Plan(NamedTuple):
     tail: tuple  # M, N, K, lda, ldb, ldc, ldd as int32; alpha, beta as float32
     cluster: tuple | None  # blocks per cluster, for kernels launched in clusters
     maps: dict  # (address of a, b, out) -> the TMA maps for them: all else a map encodes is the plan's
-    wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (configs.wide_d), 0: in place
+    wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (configs.rules.wide_d), 0: in place
     copy: tuple = ()  # the inputs ("a", "b") a staged kernel copies on every call, for TMA to read
 
 
@@ -161,8 +163,8 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
         split = spec.splits_k is not None and spec.splits_k(problem, cfg, resident)  # every SM takes a run
         grid = (resident if split else min(grid[0], resident), grid[1], grid[2])
     if spec.k_runs is not None:  # K split into gridDim.y runs (tc10)
-        grid = (grid[0], spec.k_runs(problem, cfg, launch.sm_count(device_id)), grid[2])
-    copy = registry.operands_to_copy(problem) if spec.staged and spec.tma else ()
+        grid = (grid[0], spec.k_runs(problem, cfg, sm_count(device_id)), grid[2])
+    copy = operands_to_copy(problem) if spec.staged and spec.tma else ()
     return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy)
 
 
@@ -221,7 +223,7 @@ def _workspace(plan: _Plan) -> tuple[torch.Tensor, torch.Tensor] | None:
     ws = _WORKSPACES.get(key)
     if ws is None or ws[0].numel() < floats or ws[1].numel() < flags:
         # at least a block on every SM, so that problems of growing size do not reallocate it each time
-        most = plan.spec.workspace(plan.config, (launch.sm_count(plan.device_id), 1, 1))
+        most = plan.spec.workspace(plan.config, (sm_count(plan.device_id), 1, 1))
         floats, flags = max(floats, most[0]), max(flags, most[1])
         if ws is not None:
             have_floats, have_flags = ws[0].numel(), ws[1].numel()

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 import hashlib
 import io
 import json
@@ -23,10 +24,12 @@ import re
 import struct
 import tempfile
 import threading
+from typing import Callable
 import warnings
 from importlib import metadata, resources
 
-from .registry import GemmConfig, KernelSpec
+from . import launch
+from .specs.base import GemmConfig, KernelSpec
 
 CACHE_FORMAT = b"GEMMLAB1"
 
@@ -313,30 +316,30 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
     return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False)
 
 
-def _compile_job(job: tuple, arch: str) -> "CompiledKernel | CompileError":
-    from . import registry  # a worker process imports the registry itself
-
+def _compile_job(job: tuple, arch: str, find: Callable[[str], KernelSpec]) -> "CompiledKernel | CompileError":
     kernel_id, cfg, dtype, out_dtype = job
     try:
-        return compile_kernel(registry.get(kernel_id), cfg, arch, dtype, out_dtype)
+        return compile_kernel(find(kernel_id), cfg, arch, dtype, out_dtype)
     except CompileError as exc:
         return exc
 
 
-def compile_many(jobs: list[tuple], arch: str, workers: int = 1):
+def compile_many(jobs: list[tuple], arch: str, find: Callable[[str], KernelSpec], workers: int = 1):
     """compile_kernel over (kernel id, config, dtype, out dtype) jobs, yielding each result (or its
     CompileError) in order; with workers > 1 in that many fresh processes (NVRTC runs in the
-    process that calls it, so threads would take turns), filling the same disk cache."""
+    process that calls it, so threads would take turns), filling the same disk cache. find gives
+    the spec of a kernel id (registry.get): a worker looks its specs up itself, as they do not
+    pickle."""
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
-            yield _compile_job(job, arch)
+            yield _compile_job(job, arch, find)
         return
     import concurrent.futures as cf
     import multiprocessing as mp
     from functools import partial
 
     with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-        yield from pool.map(partial(_compile_job, arch=arch), jobs)
+        yield from pool.map(partial(_compile_job, arch=arch, find=find), jobs)
 
 
 def _lower_launch_registers(spec: KernelSpec, name_expression: str, arch: str, cubin: bytes, usage: ResourceUsage,
@@ -367,6 +370,14 @@ def arch_for(major: int, minor: int) -> str:
     target, which wgmma, setmaxnreg and TMA multicast need."""
     suffix = "a" if major >= 9 else ""
     return f"sm_{major}{minor}{suffix}"
+
+
+@lru_cache(maxsize=None)
+def device_arch(device_id: int) -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device_id)
+    return arch_for(major, minor)
 
 
 @dataclass
@@ -401,9 +412,7 @@ _lock = threading.Lock()
 
 def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None, out_dtype=None) -> LoadedKernel:
     """Compile (or fetch) and load a kernel for a device; cached for the life of the process."""
-    from . import launch
-
-    arch = launch.device_arch(device_id)
+    arch = device_arch(device_id)
     types = (dtype, out_dtype if out_dtype != dtype else None) if spec.type_param else None
     key = (spec.id, cfg.values, arch, types)
     hit = _loaded.get(key)

@@ -9,19 +9,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from .device import sm_count
+
 STATIC_SMEM_LIMIT = 48 * 1024
 
 _tls = threading.local()
-
-
-@lru_cache(maxsize=None)
-def device_arch(device_id: int) -> str:
-    import torch
-
-    from .jit import arch_for
-
-    major, minor = torch.cuda.get_device_capability(device_id)
-    return arch_for(major, minor)
 
 
 def ensure_current(device_id: int) -> None:
@@ -90,13 +82,6 @@ def max_dynamic_smem(device_id: int) -> int:
 
     props = torch.cuda.get_device_properties(device_id)
     return int(getattr(props, "shared_memory_per_block_optin", STATIC_SMEM_LIMIT))
-
-
-@lru_cache(maxsize=None)
-def sm_count(device_id: int) -> int:
-    import torch
-
-    return int(torch.cuda.get_device_properties(device_id).multi_processor_count)
 
 
 def _function_handle(loaded, device_id: int):

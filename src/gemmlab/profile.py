@@ -3,6 +3,9 @@ for every step, parsed from ncu's CSV (never its screen text), with the delta be
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import os
 from pathlib import Path
 import shutil
@@ -10,7 +13,22 @@ import subprocess
 import sys
 import tempfile
 
-from .bench.report import NCU_COLUMNS, read_ncu_csv
+# What every step is read for: the time, the instructions and bank conflicts of each memory space,
+# registers, occupancy and the stalls.
+NCU_COLUMNS = (
+    ("gpu__time_duration.sum", "time (us)", 1e-3),
+    ("smsp__inst_executed_op_global_ld.sum", "global ld inst", 1),
+    ("smsp__inst_executed_op_shared_ld.sum", "shared ld inst", 1),
+    ("smsp__inst_executed_op_shared_st.sum", "shared st inst", 1),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "ld bank conflicts", 1),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "st bank conflicts", 1),
+    ("launch__registers_per_thread", "regs", 1),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "warps active %", 1),
+    ("smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", "stall long sb", 1),
+    ("smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio", "stall short sb", 1),
+    ("smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio", "stall MIO", 1),
+    ("smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", "stall barrier", 1),
+)
 
 # What seed 001 reads per step, beyond NCU_COLUMNS: pipe utilisation and memory throughput.
 EXTRA_METRICS = (
@@ -47,6 +65,22 @@ def markdown(rows: list[tuple[str, dict[str, float]]], names: list[str]) -> str:
         cells = ["" if v is None else f"{v:,.2f}" for v in vals] + ([delta] if len(names) == 2 else [])
         lines.append(f"| {header} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def read_ncu_csv(path: Path) -> list[tuple[str, dict[str, float]]]:
+    """[(kernel name, {metric: value})] in launch order, from ncu's --csv output (its banner
+    lines before the header are skipped), as written or compressed (NAME.csv.gz)."""
+    raw = Path(path).read_bytes()
+    lines = (gzip.decompress(raw) if Path(path).name.endswith(".gz") else raw).decode().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError(f"{path}: no ncu CSV header")
+    kernels: dict[str, tuple[str, dict[str, float]]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        name = row["Kernel Name"].split("(")[0].removeprefix("void ").strip()
+        entry = kernels.setdefault(row["ID"], (name, {}))
+        entry[1][row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
+    return [kernels[k] for k in sorted(kernels, key=int)]
 
 
 class ProfileError(RuntimeError):

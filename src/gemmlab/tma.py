@@ -3,7 +3,7 @@
 A tensor map describes one row-major operand to the Tensor Memory Accelerator: its address,
 rows x cols, row stride, the box (tile) one copy moves and the shared-memory swizzle. The kernels
 take them by value (`const __grid_constant__ gemmlab::TensorMap`). The hardware asks for a 16-byte
-aligned address and a row stride that is a multiple of 16 bytes; registry.tma_constraints turns
+aligned address and a row stride that is a multiple of 16 bytes; specs.base.tma_constraints turns
 that into a reason 'auto' reads, so other operands go to a kernel without TMA.
 
 Encoding costs microseconds, so maps are memoised on everything they encode (address, shape,

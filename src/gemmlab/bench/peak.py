@@ -15,7 +15,7 @@ import statistics
 import torch
 
 from .. import jit, launch
-from ..registry import KernelSpec, Param
+from ..specs.base import KernelSpec, Param
 from . import environment
 
 FP32_LANES_PER_SM = {9: 128, 8: 64}  # by compute-capability major (Hopper 128; A100 64)

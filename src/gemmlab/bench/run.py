@@ -213,7 +213,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
         clocks_mid=mid,
         reps=reps,
         warmup=warmup,
-        # the grid launched: tc10's runs along K are its second extent, chosen at launch (registry.skinny_runs)
+        # the grid launched: tc10's runs along K are its second extent, chosen at launch (specs.skinny.skinny_runs)
         extra=dict(bitwise_equal_cublas=bitwise, grid=list(api._make_plan(spec, cfg, problem).grid)),
     )
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .. import jit, launch
-from ..registry import KernelSpec
+from ..specs.base import KernelSpec
 
 
 HOLD_CYCLES = 200_000  # ~100 us at the H100/H200's 1.6-2 GHz: several times a launch's host time

@@ -1,0 +1,101 @@
+"""What the commands share: consoles, option defaults, and the parsing and checks of their arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .. import registry
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
+# a table's kernel ids and shapes, what -k and -s take: never wrapped or cut, other columns wrap
+# (in a terminal too narrow for even that, they fold onto a second line rather than lose characters)
+WHOLE = dict(no_wrap=True, overflow="fold")
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    parts = text.lower().split("x")
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        raise typer.BadParameter(f"shape {text!r} is not MxNxK or N") from None
+    if len(dims) == 1:
+        dims *= 3
+    if len(dims) != 3 or min(dims) < 0:
+        raise typer.BadParameter(f"shape {text!r} is not MxNxK or N (non-negative integers)")
+    return tuple(dims)
+
+
+def _kernel_ids(names: Optional[list[str]], device: str = "cuda", pending: bool = False, dtype=None,
+                precision: str = "fp32") -> list[str]:  # fmt: skip
+    """The named kernels (checked), or by default every kernel of the device taking dtype; for
+    float32, those of the given arithmetic (fp32 FFMA, or tf32)."""
+    if not names:
+        specs = registry.kernels(dtype, device=device, pending=pending)
+        return [k.id for k in specs if dtype is None or str(dtype) != "torch.float32" or getattr(k, "math", "fp32") == precision]
+    try:
+        specs = [registry.get(n) for n in names]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    for s in specs:
+        if s.device != device:
+            raise typer.BadParameter(f"{s.id} runs on {s.device}, not {device}; pass --device {s.device}")
+    return [s.id for s in specs]
+
+
+def _pick_device(device: str) -> str:
+    """'auto' -> the GPU if there is one, else the CPU ladder (said in one line)."""
+    import torch
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise typer.BadParameter(f"--device must be auto, cuda or cpu, got {device!r}")
+    if device == "cuda":
+        _require_gpu()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        err_console.print("gemmlab: no CUDA GPU visible; running the CPU ladder (--device cuda insists on a GPU).")
+        return "cpu"
+    return device
+
+
+PENDING_OPTION = typer.Option(False, "--pending", help="also the GPU kernels not yet checked on a GPU")
+DEVICE_OPTION = typer.Option("auto", "--device", "-d", help="auto (GPU if present, else CPU), cuda or cpu")
+
+
+def _user_results() -> Path:
+    from ..bench.run import user_results_dir
+
+    return user_results_dir()
+
+
+def _out_option(kind: str):
+    """--out of a command that writes records: by default the user's results folder, so a run never
+    touches the repository's results/ (the project's records, which the README's tables come from)."""
+    return typer.Option(default_factory=_user_results, show_default="$GEMMLAB_RESULTS, else ~/.local/share/gemmlab/results",
+                        help=f"records go to OUT/<machine>/{kind}-<time>.json")  # fmt: skip
+
+
+def _require_gpu() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        err_console.print("gemmlab: no CUDA GPU is visible on this machine; this command needs one.")
+        raise typer.Exit(2)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+    )

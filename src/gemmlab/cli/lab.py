@@ -1,0 +1,320 @@
+"""Commands that measure on a device and write records: bench, pad, overhead, fuzz, sustained, peak."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .. import registry
+from .common import (
+    DEVICE_OPTION, PENDING_OPTION, WHOLE, _kernel_ids, _out_option, _pick_device, _progress, _require_gpu, console,
+    err_console, parse_shape,
+)
+
+def bench_cmd(
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable), or auto (what gemm() chooses, case by case); default all"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the seeds' sizes"),
+    reps: int = typer.Option(20, min=1, help="timed runs per kernel and shape (median reported)"),
+    warmup: int = typer.Option(2, min=0, help="untimed runs first"),
+    out: Path = _out_option("bench"),
+    device: str = DEVICE_OPTION,
+    budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
+    pending: bool = PENDING_OPTION,
+    tag: str = typer.Option("bench", help="file name prefix; reports read 'bench' runs only (use 'tune' for config sweeps)"),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16), float16 (fp16), tf32 (float32 tensors multiplied as TF32; cuBLAS with TF32 on), or bf16-fp32out / fp16-fp32out (16-bit inputs, fp32 result)"),
+    sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes or a model's layers, dtype, layout, tag (reps, warmup): sweeps/*.toml"),
+    resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
+    layout: str = typer.Option("nn", help="GPU: how A and B lie in memory: nn (row-major), nt (B a transposed view, x @ w.t()), tn, tt"),
+) -> None:
+    """Time kernels against cuBLAS (GPU) or numpy's BLAS (CPU) and write the records.
+
+    GPU: cuBLAS on the same inputs, interleaved, L2 flushed. A kernel may carry a config:
+    -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
+    if sweep is not None:
+        from ..bench.run import read_sweep
+
+        try:
+            spec = read_sweep(sweep)
+        except (ValueError, OSError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+        kernel = (kernel or []) + spec["kernels"] or None
+        shape = (shape or []) + ["x".join(map(str, s)) for s in spec["shapes"]] or None
+        reps = spec["reps"] or reps
+        warmup = spec["warmup"] if spec["warmup"] is not None else warmup
+        dtype, layout, tag = spec["dtype"], spec["layout"], spec["tag"] or tag  # the file's, over the options'
+        names = spec["names"]
+    else:
+        names = None
+    device = _pick_device(device)
+    if resume is not None and device != "cuda":
+        raise typer.BadParameter("--resume works for GPU runs")
+    if kernel and any("[" in k or k == "auto" for k in kernel):
+        from ..bench.run import parse_kernel_config
+
+        try:
+            for k in kernel:
+                parse_kernel_config(k)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        ids = list(kernel)
+    else:
+        from ..bench.run import DTYPES, PRECISIONS
+
+        if dtype not in DTYPES:
+            raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
+        ids = _kernel_ids(kernel, device, pending, DTYPES[dtype] if device == "cuda" else None, PRECISIONS.get(dtype, "fp32"))
+        if not kernel and device == "cuda":
+            # steps for a few rows (tc10) only where a shape has that few: not the default squares
+            # (sweeps/models.toml times tc10), nor a -s 3072 that refreshes one row of the tables
+            from ..configs import SKINNY_M_MAX
+
+            few = shape and any(parse_shape(s)[0] <= SKINNY_M_MAX for s in shape)
+            ids = [k for k in ids if few or "skinny" not in registry.get(k).tags]
+    if device == "cpu":
+        from ..bench import cpu as bench_cpu
+
+        if "auto" in ids:
+            raise typer.BadParameter("-k auto times gemm()'s GPU choice; on the CPU name the kernels")
+
+        shapes = [parse_shape(s) for s in shape] if shape else list(bench_cpu.CPU_SHAPES)
+        runner = lambda **kw: bench_cpu.run_cpu_bench(ids, shapes, out, reps=reps, warmup=min(warmup, 1), budget_s=budget, **kw)
+        title, unit, scale, base = "gemmlab bench on the CPU (FP32)", "GFLOP/s", 1e3, "numpy"
+    else:
+        import torch
+
+        from ..bench import run as bench_run
+
+        shapes = [parse_shape(s) for s in shape] if shape else list(bench_run.DEFAULT_SHAPES)
+        if dtype not in bench_run.DTYPES:
+            raise typer.BadParameter(f"--dtype {dtype!r}: one of {', '.join(bench_run.DTYPES)}")
+        if layout not in bench_run.LAYOUTS:
+            raise typer.BadParameter(f"--layout {layout!r}: one of {', '.join(bench_run.LAYOUTS)}")
+        torch_dtype = bench_run.DTYPES[dtype]
+        precision = bench_run.PRECISIONS.get(dtype, "fp32")
+        for k in (k for k in ids if k != "auto"):  # 'auto': gemm()'s choice for each case
+            spec = registry.get(k.split("[")[0])
+            if torch_dtype not in spec.dtypes or (torch_dtype == torch.float32 and spec.math != precision):
+                raise typer.BadParameter(f"{spec.id} does not take {dtype}; it takes {spec.dtypes} ({spec.math} math for float32)")
+        runner = lambda **kw: bench_run.run_bench(ids, shapes, out, reps=reps, warmup=warmup, tag=tag, resume=resume,
+                                                  dtype=torch_dtype, precision=precision,
+                                                  out_dtype=bench_run.OUT_DTYPES.get(dtype), layout=layout, names=names,
+                                                  **kw)  # fmt: skip
+        title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''}{', ' + layout if layout != 'nn' else ''})", "TFLOP/s", 1.0, "cuBLAS"
+    t = Table(title=title)
+    configs = tag != "bench"  # config sweeps: each record's config in a column of its own
+    for col in ("kernel", *(["config"] if configs else []), "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K") else dict(overflow="fold")))
+    with _progress() as prog:
+        task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
+
+        def on_start(kid, s):
+            prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
+
+        def on_record(r):
+            config = [",".join(f"{k}={v}" for k, v in r["config"].items())] if configs else []
+            t.add_row(r["kernel"], *config, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
+            prog.advance(task)
+
+        path, _ = runner(on_record=on_record, on_start=on_start)
+    console.print(t)
+    console.print(f"records: {path}")
+    failures = json.loads(Path(path).read_text())["meta"].get("failures", [])
+    for f in failures:
+        err_console.print(f"FAILED M={f['M']} N={f['N']} K={f['K']} kernel={f['kernel']}: {f['error']}")
+    if failures:
+        raise typer.Exit(1)
+
+
+def pad_cmd(
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default step 11"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default seed 000's odd sizes"),
+    reps: int = typer.Option(20, min=1, help="timed runs per case"),
+    out: Path = _out_option("pad"),
+) -> None:
+    """Padding against predication: pad A and B to tile multiples, run, unpad, timed.
+
+    Timed against the same kernel on the odd shape (seeds 000 v4/v7, 003 k5)."""
+    _require_gpu()
+    from ..bench import pad
+
+    ids = _kernel_ids(kernel or ["sgemm_11_warp_tile"], "cuda")
+    shapes = [parse_shape(s) for s in shape] if shape else list(pad.ODD_SHAPES)
+    t = Table(title="padding against predication (ms)")
+    for col in ("kernel", "M x N x K", "padded to", "predicated", "padded kernel", "copies", "padded total", "padding pays"):
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K", "padded to") else {}))
+    with _progress() as prog:
+        task = prog.add_task("padding", total=len(ids) * len(shapes))
+
+        def on_start(kid, s):
+            prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
+
+        def on_record(r):
+            m = r["median_ms"]
+            t.add_row(r["kernel"], f"{r['M']}x{r['N']}x{r['K']}", "x".join(map(str, r["padded"])), f"{m['predicated']:.3f}",
+                      f"{m['padded_kernel']:.3f}", f"{r['copies_ms']:.3f}", f"{m['padded_total']:.3f}", f"{r['padding_speedup']:.2f}x")
+            prog.advance(task)
+
+        path, _ = pad.run_pad_bench(ids, shapes, out, reps=reps, on_record=on_record, on_start=on_start)
+    console.print(t)
+    console.print(f"records: {path}", highlight=False)
+
+
+def overhead_cmd(
+    kernel: str = typer.Option("auto", help="kernel id or auto"),
+    size: int = typer.Option(64, help="M = N = K"),
+    out: Path = _out_option("overhead"),
+    dtype: Optional[list[str]] = typer.Option(None, help="float32, bf16 or fp16 (repeatable; default float32 and bf16)"),
+    staged: bool = typer.Option(True, help="also bf16 at SIZE - 2 on tc07: rows TMA cannot read, copied on every call"),
+) -> None:
+    """Measure the per-call host overhead of gemm() on a cached kernel."""
+    _require_gpu()
+    from ..bench import environment, overhead
+    from ..bench.run import DTYPES, PRECISIONS, results_path, write_run
+
+    names = dtype or ["float32", "bf16"]
+    bad = [d for d in names if d not in DTYPES or d in PRECISIONS]
+    if bad:
+        raise typer.BadParameter(f"--dtype {bad[0]!r}: one of float32, bf16, fp16")
+    meta = environment.describe(0)
+    meta["kind"] = "overhead"
+    recs = [overhead.measure(kernel=kernel, n=size, dtype=DTYPES[d]) for d in names]
+    if staged and size > 2:
+        recs.append(overhead.measure(kernel="tc07_persistent_cluster", n=size - 2, dtype=DTYPES["bf16"]))
+    path = results_path(out, meta, "overhead")
+    write_run(path, meta, recs)
+    from ..bench.report import overhead_table
+
+    console.print(overhead_table({"meta": meta, "records": recs}))
+    console.print(f"record: {path}")
+
+
+def fuzz_cmd(
+    seconds: float = typer.Option(60.0, help="stop drawing problems after this many seconds"),
+    cases: Optional[int] = typer.Option(None, help="stop after this many problems"),
+    min_cases: int = typer.Option(0, help="fail (exit 1) if fewer problems than this were tried"),
+    seed: Optional[int] = typer.Option(None, help="case i has seed SEED + i (default: a fresh SEED, printed)"),
+    dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="only these: bf16, fp16, bf16-fp32out, fp16-fp32out, tf32, fp32 (repeatable)"),
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="only these kernels (repeatable); default 'auto' and every kernel"),
+    replay: Optional[str] = typer.Option(None, help="run one case again: the JSON printed after 'replay:'"),
+    repeats: int = typer.Option(1, help="with --replay: how many times"),
+    out: Path = _out_option("fuzz"),
+) -> None:
+    """Random GEMMs in each kernel's risky regimes against float64 and cuBLAS; exit 1 on any wrong result."""
+    _require_gpu()
+    import random as _random
+    import time as _time
+
+    from .. import fuzz
+    from ..bench import environment
+    from ..bench.run import results_path, write_run
+
+    def show_wrong(o) -> None:
+        err_console.print(f"WRONG {o.case.label()}: {o.why}\n  chosen: {o.chosen}\n  call: {o.case.call()}\n"
+                          f"  replay: gemmlab fuzz --replay '{o.case.to_json()}'", highlight=False)  # fmt: skip
+
+    if replay is not None:
+        outcomes = fuzz.replay(fuzz.Case.from_json(replay), repeats)
+        for o in outcomes:
+            if o.wrong:
+                show_wrong(o)
+            else:
+                console.print(f"right {o.case.label()} on {o.chosen}: rel_fro {o.ours[0]:.2e} max_scaled {o.ours[1]:.2e} "
+                              f"(cuBLAS {o.cublas[0]:.2e} {o.cublas[1]:.2e})", highlight=False)  # fmt: skip
+        raise typer.Exit(1 if any(o.wrong for o in outcomes) else 0)
+    for d in dtype or ():
+        if d not in fuzz.DTYPES:
+            raise typer.BadParameter(f"--dtype {d!r}: one of {', '.join(fuzz.DTYPES)}")
+    ids = tuple(_kernel_ids(kernel)) if kernel else None
+    seed = seed if seed is not None else _random.randrange(2**40)
+    err_console.print(f"fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} problems" if cases else ""), highlight=False)
+    last = [_time.monotonic()]
+
+    def progress(s) -> None:  # a line every 15 s: readable in a log as on a terminal
+        if _time.monotonic() - last[0] >= 15:
+            last[0] = _time.monotonic()
+            err_console.print(f"fuzz: {s.tried} problems, {len(s.wrong)} wrong, {s.seconds:.0f} s", highlight=False)
+
+    meta = environment.describe(0)
+    meta.update(kind="fuzz", budget_seconds=seconds, max_cases=cases, dtypes=list(dtype or fuzz.DTYPES), kernels=list(ids or ("auto", "every kernel")))
+    summary = fuzz.run(seed, seconds, cases, tuple(dtype) if dtype else None, ids, on_wrong=show_wrong, on_progress=progress)
+    t = Table(title=f"gemmlab fuzz, seed {seed}: {summary.tried} problems in {summary.seconds:.0f} s")
+    for col in ("", "problems"):
+        t.add_column(col, no_wrap=True)
+    for name, counts in (("regime", summary.by_regime), ("dtype", summary.by_dtype)):
+        for k, v in sorted(counts.items()):
+            t.add_row(f"{name} {k}", str(v))
+    console.print(t)
+    console.print(f"kernels that ran: {len(summary.by_kernel)} (kernel and tile); the record lists each")
+    path = results_path(out, meta, "fuzz")
+    write_run(path, meta, [summary.record()])
+    console.print(f"{summary.tried} problems, {len(summary.wrong)} wrong; record: {path}", highlight=False)
+    if summary.crashed:
+        err_console.print(f"the GPU failed with {len(summary.crashed['cases'])} problems in flight: {summary.crashed['error']}")
+    short = summary.tried < min_cases
+    if short:
+        err_console.print(f"fuzz: {summary.tried} problems tried, fewer than --min-cases {min_cases}")
+    if summary.wrong or summary.crashed or short:
+        raise typer.Exit(1)
+
+
+def sustained_cmd(
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id or id[NAME=VALUE,...] (repeatable); default auto"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK or N (repeatable); default 4096 and 8192"),
+    dtype: str = typer.Option("bf16", help="bf16, fp16 or tf32 (float32 inputs, TF32 math on both sides)"),
+    seconds: float = typer.Option(3.0, min=1.5, help="back-to-back running time per kernel and shape"),
+    out: Path = _out_option("sustained"),
+) -> None:
+    """Throughput with the card at its power limit: each kernel back to back for seconds.
+
+    cuBLAS runs before and after each kernel; the SM clock, board power and clock-event reasons
+    are sampled meanwhile."""
+    from ..bench import sustained
+    from ..bench.report import sustained_table
+    from ..bench.run import DTYPES, OUT_DTYPES, PRECISIONS
+
+    if dtype not in DTYPES or dtype in OUT_DTYPES or (DTYPES[dtype] == DTYPES["float32"] and dtype not in PRECISIONS):
+        raise typer.BadParameter(f"--dtype {dtype!r}: one of bf16, fp16, tf32")
+    ids = list(kernel or ["auto"])
+    try:
+        sustained.check_kernels(ids, DTYPES[dtype], PRECISIONS.get(dtype, "fp32"))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    shapes = [parse_shape(s) for s in shape] if shape else [(4096, 4096, 4096), (8192, 8192, 8192)]
+    _require_gpu()
+    with _progress() as prog:
+        task = prog.add_task("sustained", total=len(shapes))
+
+        started = []
+
+        def on_start(s):  # called as each shape begins: the ones before it are done
+            prog.update(task, completed=len(started), description=f"{s[0]}x{s[1]}x{s[2]}: {len(ids) + 2} windows of {seconds:g} s")
+            started.append(s)
+
+        path, recs = sustained.run_sustained(ids, shapes, out, DTYPES[dtype], PRECISIONS.get(dtype, "fp32"), dtype,
+                                             seconds, on_start=on_start)  # fmt: skip
+        prog.update(task, completed=len(shapes))
+    meta = json.loads(Path(path).read_text())["meta"]
+    console.print(sustained_table({"meta": meta, "records": recs}), markup=False, highlight=False)
+    if meta.get("sampling"):
+        err_console.print(meta["sampling"])
+    console.print(f"record: {path}")
+
+
+def peak_cmd(out: Path = _out_option("peak")) -> None:
+    """The GPU's theoretical and measured FP32/tensor/bandwidth ceilings, stored as a record."""
+    _require_gpu()
+    from ..bench import environment, peak
+    from ..bench.report import peak_table
+    from ..bench.run import results_path, write_run
+
+    meta = environment.describe(0)
+    meta["kind"] = "peak"
+    rec = peak.measure(0)
+    path = results_path(out, meta, "peak")
+    write_run(path, meta, [rec])
+    console.print(peak_table({"meta": meta, "records": [rec]}), markup=False, highlight=False)
+    console.print(f"record: {path}", highlight=False)

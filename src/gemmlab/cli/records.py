@@ -1,0 +1,114 @@
+"""Commands that read records and profiles: report tables, Nsight Compute metrics, plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .. import registry
+from .common import _kernel_ids, _require_gpu, console, err_console, parse_shape
+
+def report_cmd(
+    results: Path = typer.Option(Path("results"), help="the records' root folder; by default the project's records (pass your results folder for your runs)"),
+    write: Optional[list[Path]] = typer.Option(None, help="rewrite the marked sections of this file (repeatable: README.md, docs/ladder.md)"),
+) -> None:
+    """Markdown tables from the newest records of each GPU: printed, or written between markers."""
+    from ..bench import report
+
+    sections = report.all_sections(results)
+    if write is None:
+        for name, body in sections.items():
+            console.print(f"## {name}\n\n{body}\n", markup=False, highlight=False)
+        return
+    for path in write:
+        try:
+            names = report.update_present_sections(path, sections)
+        except ValueError as exc:
+            err_console.print(f"gemmlab: {exc}")
+            raise typer.Exit(1)
+        console.print(f"{path}: sections {', '.join(names)} regenerated")
+
+
+def profile_cmd(
+    kernels: list[str] = typer.Argument(..., help="one or two kernel ids; 'cublas' is torch.mm in the other's dtype"),
+    shape: str = typer.Option("2048", "--shape", "-s", help="MxNxK or N"),
+    csv: Optional[Path] = typer.Option(None, help="keep ncu's CSV here"),
+) -> None:
+    """Nsight Compute metrics of one launch per kernel (ncu --clock-control none), and their delta."""
+    from .. import profile
+
+    if not 1 <= len(kernels) <= 2:
+        raise typer.BadParameter("give one kernel, or two to compare")
+    ids = [k if k == "cublas" else _kernel_ids([k], "cuda", pending=True)[0] for k in kernels]
+    _require_gpu()
+    path = csv or profile.default_csv_path()
+    try:
+        rows = profile.run_ncu(ids, parse_shape(shape), path)
+    except profile.ProfileError as exc:
+        err_console.print(f"gemmlab: {exc}")
+        raise typer.Exit(2)
+    t = Table(title=f"Nsight Compute, {shape} (clocks not locked)")
+    t.add_column("metric")
+    for kid in ids:
+        t.add_column(kid, justify="right")
+    if len(ids) == 2:
+        t.add_column("delta", justify="right")
+    for header, vals, delta in profile.compare_rows(rows):
+        cells = ["" if v is None else f"{v:,.2f}" for v in vals]
+        t.add_row(header, *cells, *([delta] if len(ids) == 2 else []))
+    console.print(t)
+    console.print(f"ncu CSV: {path}", highlight=False)
+
+
+def plot_cmd(
+    results: Path = typer.Option(Path("results"), help="the records' root folder; by default the project's records (pass your results folder for your runs)"),
+    out: Path = typer.Option(Path("docs/img"), help="folder for the PNGs"),
+    shape: str = typer.Option("4096", help="the shape of the ladder bar chart"),
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernels of the size plot (default: 01, 03, 07, 10, 11)"),
+) -> None:
+    """PNGs from the newest records of each GPU: the ladder, TFLOP/s against size, a roofline.
+
+    The ladder at one size, TFLOP/s against size, a roofline where the GPU has a peak record, and
+    gemm() on a model's layers where it has a models sweep."""
+    from ..bench import plots, report
+
+    runs = report.merged_runs(report.find_runs(results, "bench"))
+    if not runs:
+        err_console.print(f"gemmlab: no bench records under {results}")
+        raise typer.Exit(1)
+    out.mkdir(parents=True, exist_ok=True)
+    ids = kernel or ["sgemm_01_naive", "sgemm_03_smem_tile", "sgemm_07_vectorized", "sgemm_10_smem_double_buffer", "sgemm_11_warp_tile"]
+    for run in runs:
+        slug = run["meta"]["gpu_slug"]
+        written = [out / f"{slug}-ladder-{shape}.png", out / f"{slug}-vs-size.png"]
+        plots.ladder_bars(run, parse_shape(shape), written[0])
+        # the default kernels a GPU's records hold (a run may have timed only some of the FP32
+        # ladder); kernels asked for by name must be there
+        fp32 = {r["kernel"] for r in run["records"] if r.get("dtype", "float32") == "float32" and r["M"] == r["N"] == r["K"]}
+        size_ids = ids if kernel else [k for k in ids if k in fp32]
+        if size_ids:
+            plots.versus_size(run, size_ids, written[1])
+        else:
+            written.remove(written[1])
+            console.print(f"{slug}: no square float32 records of {', '.join(ids)}; no size plot")
+        import torch
+
+        tc = [k.id for k in registry.kernels(torch.bfloat16) if "skinny" not in k.tags]  # (tc10: no squares)
+        if tc and any(r.get("dtype") == "bfloat16" for r in run["records"]):
+            written.append(out / f"{slug}-vs-size-bfloat16.png")
+            plots.versus_size(run, tc, written[-1], dtype="bfloat16")
+            written.append(out / f"{slug}-ladder-{shape}-bfloat16.png")
+            plots.ladder_bars(run, parse_shape(shape), written[-1], dtype="bfloat16")
+        models = [p for p in report._newest_per_gpu(report.find_runs(results, "models")) if p.parent.name == slug]
+        if models:  # gemmlab bench --sweep sweeps/models.toml
+            written.append(out / f"{slug}-models.png")
+            plots.models_bars(report.load_run(models[0]), written[-1])
+        peak = report.newest_peak(results, slug)
+        if peak is not None:
+            written.append(out / f"{slug}-roofline.png")
+            plots.roofline(run, peak, [(1024, 1024, 1024), (8192, 8192, 8192)], written[-1])
+        for p in written:
+            console.print(f"wrote {p}")
