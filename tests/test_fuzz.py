@@ -24,7 +24,7 @@ def test_cases_are_fixed_by_their_seed_and_come_back_from_their_json():
 def test_drawn_problems_stay_inside_the_limits_and_reach_every_regime():
     cases = [fuzz.draw(s) for s in SEEDS]
     for c in cases:
-        assert min(c.M, c.N, c.K) >= 1, c.label()
+        assert min(c.M, c.N) >= 1 and c.K >= 0, c.label()
         assert c.M * c.N <= fuzz.MAX_OUTPUT and 2 * c.M * c.N * c.K <= max(fuzz.MAX_FLOPS, 2 * c.M * c.N), c.label()
         assert (c.beta == 0) == (c.c in ("none", "nan")), c.label()
         assert c.alpha != 0 or not c.special, "no NaN or Inf where alpha = 0 multiplies it away"
@@ -36,6 +36,7 @@ def test_drawn_problems_stay_inside_the_limits_and_reach_every_regime():
     assert all(c.K <= 320 and min(c.M, c.N) >= 768 for c in short)
     assert sum(c.M * c.N >= 128 * 192 * 264 for c in short) > len(short) / 3, "several 128 x 192 tiles a block, often"
     assert any(c.special for c in cases) and any(c.offset for c in cases) and any(any(c.pad) for c in cases)
+    assert any(c.K == 0 for c in cases) and not any(c.K == 0 and c.special for c in cases)
 
 
 def test_a_dtype_or_kernel_filter_holds():

@@ -703,3 +703,15 @@ def test_default_benchmark_leaves_the_skinny_step_to_its_sweep(monkeypatch, tmp_
     assert "tc10_skinny" not in default_ids and "tc09_stream_k" in default_ids and default_shapes == list(bench_run.DEFAULT_SHAPES)
     assert "tc10_skinny" in shaped_ids
     assert "tc10_skinny" not in square_ids and "tc07_persistent_cluster" in square_ids
+
+
+def test_auto_serves_16_bit_problems_without_k_at_any_size():
+    """K = 0 (D = beta * C) where tiles outnumber the SMs: tc09's stream-K rule has no K steps to
+    split and says so (it divided by the K steps)."""
+    from gemmlab.configs import select
+
+    for dtype in (torch.bfloat16, torch.float16):
+        for M, N in ((8192, 8192), (5000, 7001)):
+            a, b = torch.empty(M, 0, dtype=dtype), torch.empty(0, N, dtype=dtype)
+            spec, _ = select(problem_from_tensors(a, b, device_type="cpu"), "auto", device="cuda")
+            assert spec.id == "tc07_persistent_cluster", f"{dtype} {M}x{N}x0: {spec.id}"

@@ -178,6 +178,8 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, .
     rng = random.Random(seed)
     regime = _weighted(rng, {k: w for k, (w, _, _) in REGIMES.items()})
     M, N, K = _fit(*REGIMES[regime][2](rng))
+    if rng.random() < 0.01:  # no K at all: D = beta * C (alpha times an empty sum)
+        K = 0
     dt = _weighted(rng, {k: w for k, w in DTYPE_WEIGHTS.items() if dtypes is None or k in dtypes})
     layout = rng.choice(("nn", "nn", "nt", "tn", "tt"))
     pad = tuple(0 if rng.random() < 0.6 else rng.choice((rng.randint(1, 16), 64 * rng.randint(1, 4))) for _ in range(3))
@@ -186,7 +188,7 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, .
     c = _weighted(rng, {"none": 0.35, "nan": 0.25, "random": 0.25, "inplace": 0.15})
     beta = 0.0 if c in ("none", "nan") else rng.choice((1.0, -0.75, 0.5, round(rng.uniform(-2, 2), 3) or 1.0))
     out = "poison" if c == "inplace" or rng.random() < 0.85 else "new"
-    special = "" if alpha == 0.0 or rng.random() >= 0.04 else rng.choice(("nan-a", "inf-a", "nan-b", "inf-b"))
+    special = "" if alpha == 0.0 or K == 0 or rng.random() >= 0.04 else rng.choice(("nan-a", "inf-a", "nan-b", "inf-b"))
     kernel = "auto" if kernels is None and rng.random() < 0.6 else "any"
     if kernel == "any" and rng.random() < 0.4:  # rows TMA can read in place: the unstaged TMA steps serve too
         pad, offset = _aligned_pads(M, N, K, layout, DTYPES[dt][0].itemsize, DTYPES[dt][1].itemsize, rng), 0

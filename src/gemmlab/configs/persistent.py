@@ -273,6 +273,8 @@ def stream_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
                 f"clearly faster than tc07's {tc07_cfg['BM']} x {tc07_cfg['BN']} tiles ({tc07_time:.2f})")
     if slots == 0 or tiles <= slots:
         return "one wave of tiles or less, too many to split each (more than half a wave)"
+    if kt < 2:
+        return f"{kt} K step{'s' * (kt != 1)}: stream-K needs two to split a tile"
     tc07_cfg, tc07_time = tc07_tile(problem)
     if stream_k_time(tiles, slots, kt) < tc07_time:
         return None
