@@ -86,24 +86,6 @@ def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
     return load_run(paths[-1]) if paths else None
 
 
-def read_ncu_csv(path: Path) -> list[tuple[str, dict[str, float]]]:
-    """[(kernel name, {metric: value})] in launch order, from ncu's --csv output (its banner
-    lines before the header are skipped)."""
-    import csv
-    import io
-
-    lines = stored_bytes(path).decode().splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if start is None:
-        raise ValueError(f"{path}: no ncu CSV header")
-    kernels: dict[str, tuple[str, dict[str, float]]] = {}
-    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
-        name = row["Kernel Name"].split("(")[0].removeprefix("void ").strip()
-        entry = kernels.setdefault(row["ID"], (name, {}))
-        entry[1][row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
-    return [kernels[k] for k in sorted(kernels, key=int)]
-
-
 def _sidecar(csv_path: Path) -> dict:
     """The header a profile's CSV has beside it (same name, .json or .json.gz); {} if none."""
     stem = Path(csv_path).name.removesuffix(".gz").removesuffix(".csv")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import registry
 from .records import (  # noqa: F401  (re-exported: the CLI, plots, profile and tests read them here)
-    _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_peak, read_ncu_csv, read_record,
+    _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_peak, read_record,
     record_paths, short_commit, stored_bytes, _commits,
 )
 from .tables import (  # noqa: F401
@@ -121,7 +121,7 @@ def lab_sections(results_root: Path, sass_listing: Path | None = None) -> dict[s
     if profiles:
         csv_path = profiles[-1]
         meta = _sidecar(csv_path)
-        rows = read_ncu_csv(csv_path)
+        rows = profile.read_ncu_csv(csv_path)
         names = [n.split("<")[0] for n, _ in rows]
         sections["profile"] = profile.markdown(rows, names) + (
             f"\n\n`{meta.get('command', '')}` on {meta.get('gpu', '?')}, commit `{short_commit(str(meta.get('commit', '?')))}`, {meta.get('time', '?')}."

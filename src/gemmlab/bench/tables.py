@@ -9,7 +9,8 @@ import statistics
 import torch
 
 from .. import registry
-from .records import _commits, _sidecar, _step, read_ncu_csv, short_commit
+from ..profile import NCU_COLUMNS, read_ncu_csv
+from .records import _commits, _sidecar, _step, short_commit
 
 
 def _title(kernel_id: str) -> str:
@@ -349,22 +350,6 @@ def k_sweep_table(runs: list[dict], min_k: int = 1024) -> str:
         f"\n\n{gpu}, runs {', '.join(notes)}; medians of event-timed runs with L2 flushed, cuBLAS timed in the same "
         "rounds (its time = kernel time x ratio); least-squares fits over the K listed."
     )
-
-
-NCU_COLUMNS = (
-    ("gpu__time_duration.sum", "time (us)", 1e-3),
-    ("smsp__inst_executed_op_global_ld.sum", "global ld inst", 1),
-    ("smsp__inst_executed_op_shared_ld.sum", "shared ld inst", 1),
-    ("smsp__inst_executed_op_shared_st.sum", "shared st inst", 1),
-    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "ld bank conflicts", 1),
-    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "st bank conflicts", 1),
-    ("launch__registers_per_thread", "regs", 1),
-    ("sm__warps_active.avg.pct_of_peak_sustained_active", "warps active %", 1),
-    ("smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", "stall long sb", 1),
-    ("smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio", "stall short sb", 1),
-    ("smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio", "stall MIO", 1),
-    ("smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", "stall barrier", 1),
-)
 
 
 def ncu_table(csv_path: Path) -> str:
