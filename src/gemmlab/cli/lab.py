@@ -248,7 +248,8 @@ def fuzz_cmd(
         for k, v in sorted(counts.items()):
             t.add_row(f"{name} {k}", str(v))
     console.print(t)
-    console.print(f"kernels that ran: {len(summary.by_kernel)} (kernel and tile); the record lists each")
+    console.print(f"kernels that ran: {len(summary.by_kernel)} (kernel and tile); the record lists each"
+                  + (f"; never drawn: {', '.join(summary.not_reached)}" if summary.not_reached else ""), highlight=False)
     path = results_path(out, meta, "fuzz")
     write_run(path, meta, [summary.record()])
     console.print(f"{summary.tried} problems, {len(summary.wrong)} wrong; record: {path}", highlight=False)
