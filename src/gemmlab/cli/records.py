@@ -13,7 +13,7 @@ from .common import _kernel_ids, _require_gpu, console, err_console, parse_shape
 
 def report_cmd(
     results: Path = typer.Option(Path("results"), help="the records' root folder; by default the project's records (pass your results folder for your runs)"),
-    write: Optional[list[Path]] = typer.Option(None, help="rewrite the marked sections of this file (repeatable: README.md, docs/ladder.md)"),
+    write: Optional[list[Path]] = typer.Option(None, help="rewrite the marked sections of this file (repeatable: README.md, docs/results.md, docs/ladder/*.md)"),
 ) -> None:
     """Markdown tables from the newest records of each GPU: printed, or written between markers."""
     from ..bench import report

@@ -118,7 +118,7 @@ constexpr float SPLIT_FIXED_STEPS = 16.0f, SPLIT_RUN_STEPS = 0.1f;
 // SPLIT_FIXED_STEPS + SPLIT_RUN_STEPS x runs K steps of a whole tile's time (writing, counting and
 // adding the parts; fitted on an H100 with tc09's 128 x 256 bf16 tiles, whose K step takes as long
 // as one of tc08's 256 x 128 TF32 tiles), so tiles are split only where their runs end sooner than
-// a whole tile would. 0: no split. gemmlab.registry.split_ways and split_time mirror this rule,
+// a whole tile would. 0: no split. gemmlab.specs.persistent.split_ways and split_time mirror this rule,
 // with the same constants.
 __device__ __forceinline__ int split_k_ways(int tiles, int slots, int KT) {
     if (KT <= 1 || tiles < 1 || 2 * tiles > slots) return 0;

@@ -169,7 +169,7 @@ GEMMLAB_WGMMA_SS(wgmma_m64n256k16, m64n256k16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_
 //
 // The layout of m64n128k16 over 24 column blocks of 8. A 128 x 192 block tile (two of these a k16
 // step) fills waves of tiles where 128 x 256 leaves the last one part-empty: 3072^2 is 2.9 waves of
-// it on 132 SMs, 2.2 of 128 x 256 (configs.TC07_TILES).
+// it on 132 SMs, 2.2 of 128 x 256 (configs.persistent.TC07_TILES).
 #define GEMMLAB_WGMMA_D96 "{" GEMMLAB_WGMMA_R0_63 ", " GEMMLAB_WGMMA_R64_95 "}"
 #define GEMMLAB_WGMMA_D96_OPERANDS(d) GEMMLAB_WGMMA_OPS0_63(d), GEMMLAB_WGMMA_OPS64_95(d)
 // After d: %96 descriptor of A, %97 descriptor of B, the same scales, %98 and %99 the trans flags.

@@ -93,7 +93,7 @@ __device__ __forceinline__ void tf32_pieces(const gemmlab::StreamK& sched, int f
 // the split left out (compiled in, it cost the whole tiles 2-4%: gemmlab launches SPLIT = 1 only
 // where it splits). TB: 0 for a row-major B ([K][N]); 1 for a B stored transposed ([N][K] rows),
 // whose tile is the MMA's shared-memory A operand as it lands. EPI: 0 only the TMA-store epilogue
-// without C (a launch with beta = 0 and a D TMA can store to: configs.epilogue_for), 1 every
+// without C (a launch with beta = 0 and a D TMA can store to: configs.rules.epilogue_for), 1 every
 // epilogue -- as tc07's: code a launch never runs still costs. SK: 1 stream-K over the last waves
 // (with SPLIT = 0 only; FLAGS then hold one flag a consumer warpgroup and block), 0 whole tiles.
 //

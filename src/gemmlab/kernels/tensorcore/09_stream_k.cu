@@ -121,7 +121,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
         constexpr int E16 = 16 / sizeof(TD);
         const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
                                reinterpret_cast<unsigned long long>(D) % 16 == 0;
-        // EPI = 0 has only the epilogue of a launch with beta = 0 and TMA stores (configs.epilogue_for
+        // EPI = 0 has only the epilogue of a launch with beta = 0 and TMA stores (configs.rules.epilogue_for
         // chooses it); a launch it cannot serve stops here rather than write a wrong D.
         if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
         // This warpgroup's part buffer and flag in block b of the grid.

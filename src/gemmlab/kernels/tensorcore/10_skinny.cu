@@ -8,7 +8,7 @@
 // B^T's rows (D's columns) are the MMA's M side, 64 a consumer warpgroup, and A's rows the N side,
 // NT = 16, 32, 64 or 128 wide (m64nNTk16). A's tile is NT x 64 elements a stage, B's BW x 64. Few
 // column tiles leave SMs idle, so the grid also splits K (gridDim.y runs of equal length, chosen
-// by gemmlab.registry.skinny_runs): each run writes its fp32 part to a workspace and counts
+// by gemmlab.specs.skinny.skinny_runs): each run writes its fp32 part to a workspace and counts
 // itself in, and the last run of a tile to arrive adds the parts up, in run order (the same sum
 // whoever comes last), and writes the tile. A producer warp keeps STAGES stages of TMA loads in
 // flight. The ring is sized so that two blocks fit an SM: where the grid has more blocks than SMs
