@@ -176,3 +176,22 @@ def test_default_kernels_follow_the_dtype():
     assert _kernel_ids(None, "cuda", False, torch.bfloat16) == [k.id for k in registry.TC_LADDER if k.math != "tf32"]
     assert _kernel_ids(None, "cuda", False, torch.float32, "tf32") == ["tc08_tf32"]  # TF32 only when asked
     assert _kernel_ids(None, "cpu") == [k.id for k in registry.CPU_LADDER]
+
+
+def test_progress_writes_lines_into_a_log(monkeypatch):
+    """Where stderr is no terminal the bar cannot redraw: a plain line every LOG_EVERY_S instead."""
+    import io
+
+    from rich.console import Console
+
+    from gemmlab.cli import common
+
+    monkeypatch.setattr(common, "LOG_EVERY_S", 0.0)
+    log = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=log, force_terminal=False, width=120))
+    with common._progress() as prog:
+        task = prog.add_task("checking", total=3)
+        for _ in range(3):
+            prog.advance(task)
+    lines = [line for line in log.getvalue().splitlines() if line.startswith("checking: ")]
+    assert lines[:3] == ["checking: 1/3 after 0 s", "checking: 2/3 after 0 s", "checking: 3/3 after 0 s"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+import time
 from typing import Optional
 
 import typer
@@ -89,8 +90,28 @@ def _require_gpu() -> None:
         raise typer.Exit(2)
 
 
+LOG_EVERY_S = 15.0  # where stderr is no terminal (a log), a progress line this often
+
+
+class _LogProgress(Progress):
+    """A rich progress bar that, where stderr is no terminal and the bar cannot redraw, writes a
+    plain line every LOG_EVERY_S seconds instead: a long run shows it is alive in a log too."""
+
+    def __init__(self, *columns, **kw):
+        super().__init__(*columns, **kw)
+        self._last_line = time.monotonic()
+
+    def advance(self, task_id, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        if not self.console.is_terminal and time.monotonic() - self._last_line >= LOG_EVERY_S:
+            self._last_line = time.monotonic()
+            task = self._tasks[task_id]
+            total = f"/{task.total:g}" if task.total is not None else ""
+            self.console.print(f"{task.description}: {task.completed:g}{total} after {task.elapsed or 0:.0f} s", highlight=False)
+
+
 def _progress() -> Progress:
-    return Progress(
+    return _LogProgress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
