@@ -94,12 +94,15 @@ if want overhead; then
 fi
 
 if want bench; then
-  step "bench"
-  python3 -m gemmlab bench --pending --out "$OUT/results" ${FP32_BENCH_ARGS:-} "$@" 2>&1 | tee -a "$LOG" || fail "bench float32"
+  step "bench: gemm()'s choice in each dtype against cuBLAS (the README's main job)"
+  python3 -m gemmlab bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench overview"
+
+  step "bench, FP32 ladder"
+  python3 -m gemmlab bench --ladder --pending --out "$OUT/results" ${FP32_BENCH_ARGS:-} "$@" 2>&1 | tee -a "$LOG" || fail "bench float32"
 
   step "bench, tensor-core ladder (bf16, fp16, float32 as TF32, and 16-bit inputs with fp32 output)"
   for dt in bf16 fp16 tf32 bf16-fp32out fp16-fp32out; do
-    python3 -m gemmlab bench --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench $dt"
+    python3 -m gemmlab bench --ladder --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench $dt"
   done
 fi
 

@@ -25,15 +25,18 @@ def bench_cmd(
     budget: float = typer.Option(20.0, help="CPU only: seconds a case may take; slow loops get fewer reps (>= 3)"),
     pending: bool = PENDING_OPTION,
     tag: str = typer.Option("bench", help="file name prefix; reports read 'bench' runs only (use 'tune' for config sweeps)"),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 (bf16), float16 (fp16), tf32 (float32 tensors multiplied as TF32; cuBLAS with TF32 on), or bf16-fp32out / fp16-fp32out (16-bit inputs, fp32 result)"),
+    dtype: Optional[str] = typer.Option(None, help="float32 (the default with -k, -s or --ladder), bfloat16 (bf16), float16 (fp16), tf32 (float32 tensors multiplied as TF32; cuBLAS with TF32 on), or bf16-fp32out / fp16-fp32out (16-bit inputs, fp32 result)"),
     sweep: Optional[Path] = typer.Option(None, help="a TOML file with kernels, shapes or a model's layers, dtype, layout, tag (reps, warmup): sweeps/*.toml"),
     resume: Optional[Path] = typer.Option(None, help="a results file of an interrupted run: skip its cases, append the rest"),
     layout: str = typer.Option("nn", help="GPU: how A and B lie in memory: nn (row-major), nt (B a transposed view, x @ w.t()), tn, tt"),
+    ladder: bool = typer.Option(False, "--ladder", help="GPU: every step of the --dtype's ladder at the seeds' sizes, not gemm()'s choice in each dtype"),
 ) -> None:
     """Time kernels against cuBLAS (GPU) or numpy's BLAS (CPU) and write the records.
 
-    GPU: cuBLAS on the same inputs, interleaved, L2 flushed. A kernel may carry a config:
-    -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
+    GPU, with nothing named: what gemm() chooses in fp32, TF32, bf16 and fp16 at a few squares,
+    seed 000's odd sizes and Llama 3 8B's layers (gemmlab.bench.overview); --ladder, -k, -s,
+    --dtype or --sweep time what they name. cuBLAS runs on the same inputs, interleaved, L2
+    flushed. A kernel may carry a config: -k 'sgemm_11_warp_tile[BK=16,WN=64]'."""
     if sweep is not None:
         from ..bench.run import read_sweep
 
@@ -50,6 +53,11 @@ def bench_cmd(
     else:
         names = None
     device = _pick_device(device)
+    named = kernel or shape or sweep or dtype or resume or ladder or pending or layout != "nn" or tag != "bench"
+    if device == "cuda" and not named:
+        _bench_overview(out, reps, warmup)
+        return
+    dtype = dtype or "float32"
     if resume is not None and device != "cuda":
         raise typer.BadParameter("--resume works for GPU runs")
     if kernel and any("[" in k or k == "auto" for k in kernel):
@@ -126,6 +134,41 @@ def bench_cmd(
     for f in failures:
         err_console.print(f"FAILED M={f['M']} N={f['N']} K={f['K']} kernel={f['kernel']}: {f['error']}")
     if failures:
+        raise typer.Exit(1)
+
+
+def _bench_overview(out: Path, reps: int, warmup: int) -> None:
+    """gemm()'s choice in each dtype against cuBLAS (bench.overview): a table as it runs, then each
+    part's geometric mean."""
+    from ..bench import overview
+
+    t = Table(title="gemmlab bench: gemm() (kernel='auto') against cuBLAS, same rounds")
+    for col in ("dtype", "M x N x K", "layer", "kernel", "TFLOP/s", "cuBLAS TFLOP/s", "ratio"):
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K") else dict(overflow="fold")))
+    with _progress() as prog:
+        task = prog.add_task("benchmarking", total=overview.cases())
+
+        def on_start(part, s):
+            prog.update(task, description=f"{part.label} {s[0]}x{s[1]}x{s[2]}")
+
+        def on_record(part, r):
+            layer = (part.names or {}).get(f"{r['N']}x{r['K']}", "")
+            t.add_row(part.label, f"{r['M']}x{r['N']}x{r['K']}", layer, r["kernel"], f"{r['tflops']:.1f}",
+                      f"{r['baseline_tflops']:.1f}", f"{r['ratio']:.2f}x")  # fmt: skip
+            prog.advance(task)
+
+        done = overview.run_overview(out, reps=reps, warmup=warmup, on_record=on_record, on_start=on_start)
+    console.print(t)
+    failed = False
+    for part, path, records in done:
+        ratios = [r["ratio"] for r in records if r.get("ratio")]
+        console.print(f"{part.label}: geometric mean {overview.geomean(ratios):.2f}x cuBLAS over {len(ratios)} "
+                      f"problems; record: {path}", highlight=False)  # fmt: skip
+        for f in json.loads(Path(path).read_text())["meta"].get("failures", []):
+            err_console.print(f"FAILED M={f['M']} N={f['N']} K={f['K']} {part.label}: {f['error']}")
+            failed = True
+    console.print("every step of a ladder: gemmlab bench --ladder [--dtype bf16|fp16|tf32]")
+    if failed:
         raise typer.Exit(1)
 
 
