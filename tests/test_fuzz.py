@@ -112,3 +112,15 @@ def test_the_command_says_it_needs_a_gpu():
 
     r = CliRunner().invoke(app, ["fuzz", "--seconds", "1"])
     assert r.exit_code == 2 and "needs one" in r.output
+
+
+@pytest.mark.parametrize("rows,cols,trans,pad,offset", [(5, 7, False, 0, 0), (5, 7, True, 3, 2), (5, 0, False, 4, 1),
+                                                         (5, 0, True, 9, 0), (0, 5, True, 2, 3), (1, 1, True, 0, 7)])  # fmt: skip
+def test_operands_have_the_shape_strides_and_offset_asked(rows, cols, trans, pad, offset):
+    gen = torch.Generator()
+    m = fuzz._storage(rows, cols, trans, pad, offset, torch.bfloat16, gen, device="cpu")
+    assert m.shape == (rows, cols) and m.storage_offset() == offset
+    if rows and cols:
+        inner = rows if trans else cols
+        assert m.stride() == ((1, inner + pad) if trans else (inner + pad, 1))
+        assert m.untyped_storage().nbytes() == (offset + (m.numel() // inner - 1) * (inner + pad) + inner) * 2

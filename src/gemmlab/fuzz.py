@@ -230,16 +230,18 @@ def _serves(spec, problem) -> bool:
 # ---- Building and running a case ----------------------------------------------------------------
 
 
-def _storage(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen, fill=None) -> torch.Tensor:
+def _storage(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen, fill=None,
+             device: str = "cuda") -> torch.Tensor:  # fmt: skip
     """A rows x cols operand: row-major with a row stride of cols + pad, or (trans) the transposed
-    view of a [cols, rows + pad] row-major matrix; `offset` elements into its allocation."""
+    view of a [cols, rows + pad] row-major matrix; `offset` elements into its allocation. An empty
+    one (K = 0) has a row stride of at least 1, as torch gives one."""
     outer, inner = (cols, rows) if trans else (rows, cols)
-    ld = inner + pad
-    n = offset + (outer - 1) * ld + inner
+    ld = max(inner + pad, 1)
+    n = offset + ((outer - 1) * ld + inner if outer and inner else 0)
     if fill is None:
-        flat = torch.randn(n, generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+        flat = torch.randn(n, generator=gen, device=device, dtype=torch.float32).to(dtype)
     else:
-        flat = torch.full((n,), fill, device="cuda", dtype=dtype)
+        flat = torch.full((n,), fill, device=device, dtype=dtype)
     m = flat.as_strided((outer, inner), (ld, 1), offset)
     return m.t() if trans else m
 
