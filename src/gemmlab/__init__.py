@@ -1,7 +1,8 @@
 """gemmlab: hand-written CUDA GEMM kernels, compiled at run time, verified against float64
 and benchmarked against cuBLAS."""
 
-from .api import gemm, kernels, select
+from .api import kernels, select
+from .ops import gemm
 from .jit import CompileError
 from .problem import GemmProblem
 from .specs.base import GemmConfig, KernelSpec

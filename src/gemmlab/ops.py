@@ -1,0 +1,74 @@
+"""gemmlab's GEMM as a PyTorch operator: `torch.ops.gemmlab.gemm`, with a shape-only (fake)
+implementation for torch.compile and FakeTensorMode, and its gradients.
+
+`gemmlab.gemm()` calls the operator where PyTorch needs one -- an input that requires grad (with
+grad mode on), or a trace under torch.compile -- and otherwise `api.gemm` directly, which is the
+same launch without the dispatcher's cost. The operator never writes into a given tensor: `out=`
+is for eager calls only.
+
+Gradients of D = alpha A B + beta C, with dD the incoming gradient: dA = alpha dD B^T and
+dB = alpha A^T dD, computed by the operator itself (so by gemmlab's kernels, which read the
+transposed views B^T and A^T in place where they can), and dC = beta dD. A 16-bit problem with an
+fp32 result takes dD rounded to its inputs' type for dA and dB, the type they are in.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import api
+
+
+@torch.library.custom_op("gemmlab::gemm", mutates_args=(), device_types=("cpu", "cuda"))
+def gemm_op(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float, kernel: str, precision: str,
+            out_dtype: Optional[torch.dtype]) -> Tensor:  # fmt: skip
+    """D = alpha a @ b + beta c: the CUDA kernels for CUDA tensors, the CPU ladder for CPU tensors."""
+    return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, precision=precision, out_dtype=out_dtype,
+                    device="cpu" if a.device.type == "cpu" else None)  # fmt: skip
+
+
+@gemm_op.register_fake
+def _gemm_fake(a, b, c, alpha, beta, kernel, precision, out_dtype):
+    torch._check(a.dim() == 2 and b.dim() == 2, lambda: f"a and b must be matrices, got {a.dim()}-D and {b.dim()}-D")
+    torch._check(a.shape[1] == b.shape[0], lambda: f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, c, alpha, beta, kernel, precision, out_dtype = inputs
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+    ctx.alpha, ctx.beta, ctx.precision, ctx.input_dtype = alpha, beta, precision, a.dtype
+
+
+def _backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    g = grad.to(ctx.input_dtype).contiguous()  # (an expanded gradient, as sum() gives, has stride 0)
+    da = gemm_op(g, b.t(), None, ctx.alpha, 0.0, "auto", ctx.precision, None) if ctx.needs_input_grad[0] else None
+    db = gemm_op(a.t(), g, None, ctx.alpha, 0.0, "auto", ctx.precision, None) if ctx.needs_input_grad[1] else None
+    dc = grad * ctx.beta if ctx.needs_input_grad[2] else None
+    return da, db, dc, None, None, None, None, None
+
+
+gemm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _needs_operator(*tensors) -> bool:
+    """Under a torch.compile trace, or where autograd would record the call."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+
+
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",
+         out_dtype=None):  # fmt: skip
+    """D = alpha * a @ b + beta * c: api.gemm's arguments and result (its docstring says what each
+    takes), through the operator torch.ops.gemmlab.gemm where autograd or torch.compile needs it,
+    so the result has a grad_fn and a compiled function keeps the call in its graph."""
+    if not _needs_operator(a, b, c) or not (isinstance(a, Tensor) and (a.device.type == "cuda" or device == "cpu")):
+        return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out, device=device, precision=precision,
+                        out_dtype=out_dtype)  # fmt: skip
+    if out is not None:
+        raise ValueError("out= writes in place, which autograd and torch.compile cannot follow: "
+                         "use the returned tensor (d = gemmlab.gemm(a, b, ...))")  # fmt: skip
+    return gemm_op(a, b, c, float(alpha), float(beta), kernel, precision, out_dtype)

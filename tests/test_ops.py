@@ -1,0 +1,137 @@
+"""torch.ops.gemmlab.gemm: registration, fake shapes, gradients and torch.compile. The CPU ladder
+runs the operator here; the GPU tests (marker `gpu`) run the CUDA kernels through it."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.library import opcheck
+
+import gemmlab
+from gemmlab import ops
+
+SHAPES = [(1, 1, 1), (7, 5, 3), (17, 1, 127), (127, 33, 1)]
+
+
+def _leaf(*shape, dtype=torch.float32, device="cpu", transposed=False):
+    """A random leaf that requires grad: row-major, or the transposed view of a row-major matrix."""
+    t = torch.randn(*(shape[::-1] if transposed else shape), dtype=dtype, device=device)
+    return (t.t() if transposed else t).detach().requires_grad_()
+
+
+def _torch_grads(a, b, c, alpha, beta, weight):
+    a2, b2 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    c2 = c.detach().double().requires_grad_() if c is not None else None
+    d = alpha * a2 @ b2 + (beta * c2 if c2 is not None else 0)
+    (d * weight.double()).sum().backward()
+    return d, a2.grad, b2.grad, c2.grad if c2 is not None else None
+
+
+def test_the_operator_is_registered_with_its_schema():
+    schema = str(torch.ops.gemmlab.gemm.default._schema)
+    assert schema == ("gemmlab::gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str kernel, str precision, "
+                      "ScalarType? out_dtype) -> Tensor")  # fmt: skip
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+def test_opcheck_on_the_cpu_ladder(with_c):
+    a, b = _leaf(7, 5), _leaf(5, 3, transposed=True)
+    c = _leaf(7, 3) if with_c else None
+    opcheck(torch.ops.gemmlab.gemm.default, (a, b, c, 1.5, -0.5 if with_c else 0.0, "auto", "fp32", None))
+
+
+def test_fake_shapes_on_cuda_tensors_without_a_gpu():
+    with FakeTensorMode():
+        a = torch.empty(300, 200, device="cuda", dtype=torch.bfloat16)
+        b = torch.empty(100, 200, device="cuda", dtype=torch.bfloat16).t()
+        d = torch.ops.gemmlab.gemm(a, b, None, 1.0, 0.0, "auto", "fp32", torch.float32)
+        assert (d.shape, d.dtype, d.device.type) == ((300, 100), torch.float32, "cuda")
+        assert torch.ops.gemmlab.gemm(a, b, None, 1.0, 0.0, "auto", "fp32", None).dtype == torch.bfloat16
+        with pytest.raises(RuntimeError, match="inner dimensions differ"):
+            torch.ops.gemmlab.gemm(a, a, None, 1.0, 0.0, "auto", "fp32", None)
+
+
+@pytest.mark.parametrize("M,K,N", SHAPES)
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_gradients_match_torch_on_the_cpu(M, K, N, layout):
+    a, b = _leaf(M, K, transposed=layout[0] == "t"), _leaf(K, N, transposed=layout[1] == "t")
+    c = _leaf(M, N)
+    weight = torch.randn(M, N)
+    d = gemmlab.gemm(a, b, c, alpha=1.5, beta=-0.75, device="cpu")
+    assert d.grad_fn is not None
+    (d * weight).sum().backward()
+    ref, ga, gb, gc = _torch_grads(a, b, c, 1.5, -0.75, weight)
+    torch.testing.assert_close(d.double(), ref, rtol=1e-5, atol=1e-5)
+    for ours, theirs, name in ((a.grad, ga, "a"), (b.grad, gb, "b"), (c.grad, gc, "c")):
+        torch.testing.assert_close(ours.double(), theirs, rtol=1e-5, atol=1e-5, msg=lambda m: f"d{name}: {m}")
+
+
+def test_only_the_inputs_that_require_grad_get_one():
+    a, b = _leaf(7, 5), torch.randn(5, 3)
+    gemmlab.gemm(a, b, device="cpu").sum().backward()
+    assert a.grad is not None and a.grad.shape == (7, 5) and b.grad is None
+
+
+def test_torch_compile_keeps_the_call_in_one_graph():
+    f = torch.compile(lambda x, y: torch.relu(gemmlab.gemm(x, y, device="cpu")) + 1, fullgraph=True)
+    a, b = torch.randn(33, 17), torch.randn(17, 9)
+    torch.testing.assert_close(f(a, b), torch.relu(a @ b) + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_eager_calls_without_grad_skip_the_operator(monkeypatch):
+    called = []
+    monkeypatch.setattr(ops, "gemm_op", lambda *args: called.append(args))
+    a, b = torch.randn(7, 5), torch.randn(5, 3)
+    d = gemmlab.gemm(a, b, device="cpu")
+    with torch.no_grad():
+        gemmlab.gemm(a.requires_grad_(), b, device="cpu")
+    assert not called and d.grad_fn is None
+
+
+def test_out_with_autograd_is_a_clear_error():
+    a, b = _leaf(7, 5), torch.randn(5, 3)
+    with pytest.raises(ValueError, match="use the returned tensor"):
+        gemmlab.gemm(a, b, device="cpu", out=torch.empty(7, 3))
+
+
+def test_cpu_tensors_without_device_cpu_still_get_the_gpu_s_error():
+    with pytest.raises((TypeError, ValueError), match="(?i)cuda|gpu|device"):
+        gemmlab.gemm(_leaf(7, 5), torch.randn(5, 3))
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------
+
+CUDA_CASES = [(torch.bfloat16, "fp32", 2e-2), (torch.float16, "fp32", 1e-2), (torch.float32, "fp32", 1e-4),
+              (torch.float32, "tf32", 5e-3)]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,precision,tol", CUDA_CASES)
+def test_opcheck_on_cuda(dtype, precision, tol):
+    a, b = _leaf(127, 65, dtype=dtype, device="cuda"), _leaf(65, 33, dtype=dtype, device="cuda", transposed=True)
+    opcheck(torch.ops.gemmlab.gemm.default, (a, b, None, 1.0, 0.0, "auto", precision, None))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,precision,tol", CUDA_CASES)
+@pytest.mark.parametrize("M,K,N", [(1, 7, 127), (1000, 3135, 7), (129, 257, 1000)])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
+def test_gradients_match_torch_on_cuda(dtype, precision, tol, M, K, N, layout):
+    a = _leaf(M, K, dtype=dtype, device="cuda", transposed=layout[0] == "t")
+    b = _leaf(K, N, dtype=dtype, device="cuda", transposed=layout[1] == "t")
+    c = _leaf(M, N, dtype=dtype, device="cuda")
+    weight = torch.randn(M, N, device="cuda")
+    d = gemmlab.gemm(a, b, c, alpha=0.5, beta=-1.0, precision=precision)
+    (d.float() * weight).sum().backward()
+    ref, ga, gb, gc = _torch_grads(a, b, c, 0.5, -1.0, weight)
+    scale = lambda t: tol * max(1.0, float(t.abs().max()))  # noqa: E731
+    for ours, theirs, name in ((d, ref, "d"), (a.grad, ga, "da"), (b.grad, gb, "db"), (c.grad, gc, "dc")):
+        err = float((ours.double() - theirs).abs().max())
+        assert err <= scale(theirs), f"{name} {layout} M={M} K={K} N={N} {dtype} {precision}: max error {err:.3g}"
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph_on_cuda():
+    f = torch.compile(lambda x, y: torch.relu(gemmlab.gemm(x, y)) + 1, fullgraph=True)
+    a = torch.randn(1000, 3135, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3135, 257, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(f(a, b), torch.relu(a @ b) + 1, rtol=2e-2, atol=2e-2)
