@@ -26,6 +26,8 @@ def test_the_cpu_block_runs():
     a, d = scope["a"], scope["d"]
     assert d.shape == (300, 300)
     assert abs(d - a.astype("float64") @ a.T.astype("float64")).max() < 1e-3
+    layer = scope["layer"]
+    assert layer.weight.grad is not None and layer.weight.grad.shape == (64, 200), "the backward reached the layer"
 
 
 @pytest.mark.gpu

@@ -1,0 +1,56 @@
+"""gemmlab in a model: `linear(x, weight, bias, activation)` and `Linear`, a drop-in for
+torch.nn.Linear whose product runs on gemmlab.gemm (so on gemmlab's kernels, with autograd and
+torch.compile through torch.ops.gemmlab.gemm).
+
+The product is gemmlab's; the bias and the activation are applied after it by torch's own
+operations, not yet in the kernels' epilogue.
+"""
+
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .ops import gemm
+
+ACTIVATIONS = {
+    None: None,
+    "relu": torch.relu,
+    "gelu": F.gelu,  # the erf form, as torch.nn.GELU()
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None) -> Tensor:
+    """activation(x @ weight.t() + bias), as torch.nn.functional.linear takes them: x [..., in]
+    with any leading dimensions, weight [out, in] (read in place as the transposed view), bias
+    [out] or None. activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu". CPU tensors run
+    the CPU ladder (float32)."""
+    if activation not in ACTIVATIONS:
+        names = ", ".join(repr(k) for k in ACTIVATIONS)
+        raise ValueError(f"activation {activation!r} is not one of {names}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be [out_features, in_features], got shape {tuple(weight.shape)}")
+    if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"x's last dimension must be in_features = {weight.shape[1]}, got shape {tuple(x.shape)}")
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.shape[0] > 1 and x2.shape[1] > 1 and 1 not in x2.stride():  # a view gemm cannot read
+        x2 = x2.contiguous()
+    d = gemm(x2, weight.t(), device="cpu" if x.device.type == "cpu" else None)
+    if bias is not None:
+        d = d + bias
+    act = ACTIVATIONS[activation]
+    if act is not None:
+        d = act(d)
+    return d.reshape(*x.shape[:-1], weight.shape[0])
+
+
+class Linear(torch.nn.Linear):
+    """torch.nn.Linear with its product on gemmlab: the same constructor (in_features,
+    out_features, bias, device, dtype), parameters, initialisation and state_dict keys, so either
+    module loads the other's state_dict."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)

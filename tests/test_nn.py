@@ -1,0 +1,126 @@
+"""gemmlab.linear and gemmlab.nn.Linear against torch's own, on the CPU ladder here and on the
+CUDA kernels where a GPU is present (marker `gpu`)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gemmlab
+from gemmlab.nn import ACTIVATIONS
+
+
+def _swap_linears(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of model with every torch.nn.Linear replaced by gemmlab.nn.Linear, same weights."""
+    twin = copy.deepcopy(model)
+    for name, child in list(twin.named_modules()):
+        for attr, sub in list(child.named_children()):
+            if type(sub) is torch.nn.Linear:
+                new = gemmlab.nn.Linear(sub.in_features, sub.out_features, bias=sub.bias is not None,
+                                        device=sub.weight.device, dtype=sub.weight.dtype)  # fmt: skip
+                new.load_state_dict(sub.state_dict())
+                setattr(child, attr, new)
+    return twin
+
+
+def _mlp(device="cpu", dtype=torch.float32):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(17, 64), torch.nn.GELU(), torch.nn.Linear(64, 31), torch.nn.SiLU(),
+                               torch.nn.Linear(31, 5, bias=False)).to(device, dtype)  # fmt: skip
+
+
+def test_the_module_is_a_drop_in_and_state_dicts_load_both_ways():
+    ref = torch.nn.Linear(7, 3)
+    ours = gemmlab.nn.Linear(7, 3)
+    assert isinstance(ours, torch.nn.Linear) and set(ours.state_dict()) == {"weight", "bias"}
+    ours.load_state_dict(ref.state_dict())
+    ref2 = torch.nn.Linear(7, 3)
+    ref2.load_state_dict(ours.state_dict())
+    assert torch.equal(ref2.weight, ref.weight) and torch.equal(ref2.bias, ref.bias)
+    assert gemmlab.nn.Linear(7, 3, bias=False).bias is None
+    assert gemmlab.nn.Linear(7, 3, dtype=torch.float64).weight.dtype == torch.float64
+
+
+@pytest.mark.parametrize("shape", [(5,), (1, 5), (3, 5), (2, 4, 5), (2, 0, 5)])
+def test_any_leading_dimensions(shape):
+    ref = torch.nn.Linear(5, 3)
+    ours = gemmlab.nn.Linear(5, 3)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(*shape)
+    y = ours(x)
+    assert y.shape == shape[:-1] + (3,)
+    torch.testing.assert_close(y, ref(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_linear_with_each_activation_matches_torch(activation):
+    x, w, b = torch.randn(6, 9, requires_grad=True), torch.randn(4, 9, requires_grad=True), torch.randn(4, requires_grad=True)
+    torch_act = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+                 "silu": F.silu}[activation]  # fmt: skip
+    y = gemmlab.linear(x, w, b, activation=activation)
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    y2 = torch_act(F.linear(x2, w2, b2))
+    torch.testing.assert_close(y, y2, rtol=1e-5, atol=1e-5)
+    y.square().sum().backward()
+    y2.square().sum().backward()
+    for ours, theirs in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_bad_arguments_are_clear_errors():
+    x, w = torch.randn(6, 9), torch.randn(4, 9)
+    with pytest.raises(ValueError, match="activation 'tanh' is not one of"):
+        gemmlab.linear(x, w, activation="tanh")
+    with pytest.raises(ValueError, match="last dimension must be in_features = 9"):
+        gemmlab.linear(torch.randn(6, 8), w)
+    with pytest.raises(ValueError, match=r"weight must be \[out_features, in_features\]"):
+        gemmlab.linear(x, torch.randn(9))
+
+
+def test_an_mlp_trains_as_torch_s_does():
+    """The same MLP, seed and batches: 30 steps of SGD with every Linear on gemmlab, against
+    torch's own; the losses and the final weights agree to fp32 rounding."""
+    ref = _mlp()
+    ours = _swap_linears(ref)
+    opt_ref, opt_ours = torch.optim.SGD(ref.parameters(), lr=0.05), torch.optim.SGD(ours.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(30):
+        x, target = torch.randn(32, 17, generator=gen), torch.randn(32, 5, generator=gen)
+        losses = []
+        for model, opt in ((ref, opt_ref), (ours, opt_ours)):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), target)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_a_compiled_mlp_is_one_graph():
+    model = _swap_linears(_mlp())
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(8, 17)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 5e-2)])
+def test_an_mlp_trains_as_torch_s_does_on_cuda(dtype, tol):
+    ref = _mlp("cuda", dtype)
+    ours = _swap_linears(ref)
+    opt_ref, opt_ours = torch.optim.SGD(ref.parameters(), lr=0.05), torch.optim.SGD(ours.parameters(), lr=0.05)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for _ in range(30):
+        x = torch.randn(257, 17, generator=gen, device="cuda").to(dtype)
+        target = torch.randn(257, 5, generator=gen, device="cuda").to(dtype)
+        losses = []
+        for model, opt in ((ref, opt_ref), (ours, opt_ours)):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x).float(), target.float())
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=tol)
