@@ -117,10 +117,32 @@ def test_the_command_says_it_needs_a_gpu():
 @pytest.mark.parametrize("rows,cols,trans,pad,offset", [(5, 7, False, 0, 0), (5, 7, True, 3, 2), (5, 0, False, 4, 1),
                                                          (5, 0, True, 9, 0), (0, 5, True, 2, 3), (1, 1, True, 0, 7)])  # fmt: skip
 def test_operands_have_the_shape_strides_and_offset_asked(rows, cols, trans, pad, offset):
-    gen = torch.Generator()
-    m = fuzz._storage(rows, cols, trans, pad, offset, torch.bfloat16, gen, device="cpu")
+    m = fuzz._storage(rows, cols, trans, pad, offset, torch.bfloat16, torch.Generator(), device="cpu")
     assert m.shape == (rows, cols) and m.storage_offset() == offset
     if rows and cols:
         inner = rows if trans else cols
         assert m.stride() == ((1, inner + pad) if trans else (inner + pad, 1))
         assert m.untyped_storage().nbytes() == (offset + (m.numel() // inner - 1) * (inner + pad) + inner) * 2
+
+
+def test_the_cases_reach_every_gpu_kernel_and_every_tc07_tile():
+    """What the first 3,000 cases run, worked out on the CPU from their shapes, strides and
+    offsets (the choice looks at nothing else): every registered GPU kernel by name, and each of
+    tc07's tiles through 'auto'. A kernel or tile the harness never draws is one it never checks."""
+    from collections import Counter
+
+    from gemmlab import registry
+    from gemmlab.configs import select
+
+    named, tiles = Counter(), Counter()
+    for seed in range(3000):
+        case = fuzz.draw(seed)
+        problem = fuzz.build(case, device="cpu").problem
+        if case.kernel == "any":
+            named[fuzz.pick_kernel(case, problem, None)] += 1
+        else:
+            spec, cfg = select(problem, "auto", device="cuda")
+            if spec.id == "tc07_persistent_cluster":
+                tiles[cfg["BM"], cfg["BN"]] += 1
+    assert {k.id for k in registry.KERNELS} <= set(named), f"never drawn by name: {set(k.id for k in registry.KERNELS) - set(named)}"
+    assert {(128, 256), (128, 192), (128, 128), (64, 128), (192, 256)} <= set(tiles), f"tc07 tiles through auto: {tiles}"

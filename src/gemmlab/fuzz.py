@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 import json
 import math
 import random
@@ -221,7 +222,7 @@ def pick_kernel(case: Case, problem, kernels: tuple[str, ...] | None) -> str:
 
 def _serves(spec, problem) -> bool:
     try:
-        spec_, _ = select(problem, spec.id)
+        spec_, _ = select(problem, spec.id, device="cuda")  # (a problem built on the CPU asks the same)
         return spec_.id == spec.id
     except ValueError:
         return False
@@ -230,7 +231,7 @@ def _serves(spec, problem) -> bool:
 # ---- Building and running a case ----------------------------------------------------------------
 
 
-def _storage(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen, fill=None,
+def _storage(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen=None, fill=None,
              device: str = "cuda") -> torch.Tensor:  # fmt: skip
     """A rows x cols operand: row-major with a row stride of cols + pad, or (trans) the transposed
     view of a [cols, rows + pad] row-major matrix; `offset` elements into its allocation. An empty
@@ -238,7 +239,9 @@ def _storage(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, ge
     outer, inner = (cols, rows) if trans else (rows, cols)
     ld = max(inner + pad, 1)
     n = offset + ((outer - 1) * ld + inner if outer and inner else 0)
-    if fill is None:
+    if fill is None and gen is None:
+        flat = torch.empty(n, device=device, dtype=dtype)  # shapes only (build on the CPU)
+    elif fill is None:
         flat = torch.randn(n, generator=gen, device=device, dtype=torch.float32).to(dtype)
     else:
         flat = torch.full((n,), fill, device=device, dtype=dtype)
@@ -258,13 +261,19 @@ class Built:
     problem: object
 
 
-def build(case: Case) -> Built:
+def build(case: Case, device: str = "cuda") -> Built:
+    """The case's tensors on the GPU. device="cpu": the same shapes, strides and offsets, their
+    values left unset -- all a kernel choice looks at -- to see on a machine without a GPU which
+    kernels the cases reach."""
     dtype, result, precision = DTYPES[case.dtype]
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(case.seed)
+    gen = None
+    if device == "cuda":
+        gen = torch.Generator(device=device)
+        gen.manual_seed(case.seed)
     ta, tb = case.layout[0] == "t", case.layout[1] == "t"
-    a = _storage(case.M, case.K, ta, case.pad[0], case.offset, dtype, gen)
-    b = _storage(case.K, case.N, tb, case.pad[1], case.offset, dtype, gen)
+    store = partial(_storage, gen=gen, device=device)
+    a = store(case.M, case.K, ta, case.pad[0], case.offset, dtype)
+    b = store(case.K, case.N, tb, case.pad[1], case.offset, dtype)
     if case.special:
         what, side = case.special.split("-")
         target = a if side == "a" else b
@@ -273,17 +282,17 @@ def build(case: Case) -> Built:
         target[i, j] = math.nan if what == "nan" else -math.inf if (i + j) % 2 else math.inf
     c = out = c_before = None
     if case.c in ("random", "inplace"):
-        c = _storage(case.M, case.N, False, case.pad[2], case.offset, result, gen)
+        c = store(case.M, case.N, False, case.pad[2], case.offset, result)
     elif case.c == "nan":
-        c = _storage(case.M, case.N, False, case.pad[2], case.offset, result, gen, fill=math.nan)
+        c = store(case.M, case.N, False, case.pad[2], case.offset, result, fill=math.nan)
     if c is not None:
         c_before = c.clone()
     if case.c == "inplace":
         out = c
     elif case.out == "poison":
-        out = _storage(case.M, case.N, False, case.pad[2], 0, result, gen, fill=math.nan)
+        out = store(case.M, case.N, False, case.pad[2], 0, result, fill=math.nan)
     problem = problem_from_tensors(a, b, c, out, alpha=case.alpha, beta=case.beta, precision=precision,
-                                   out_dtype=result)  # fmt: skip
+                                   out_dtype=result, device_type=device)  # fmt: skip
     return Built(a, b, c, out, c_before, problem)
 
 
