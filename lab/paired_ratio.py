@@ -15,7 +15,7 @@ from pathlib import Path
 from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from gemmlab.bench.report import read_record, record_paths  # noqa: E402
+from gemmlab.bench.records import read_record, record_paths  # noqa: E402
 
 
 def largest_step(times: list[float]) -> float:

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from gemmlab import jit, profile, registry, sass
-from gemmlab.bench import report
 from gemmlab.bench.run import parse_kernel_config, read_sweep
 
 DATA = Path(__file__).parent / "data"

@@ -5,11 +5,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from gemmlab.bench import plots, report
+from gemmlab.bench import plots, records
 from gemmlab.registry import SGEMM_LADDER
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-RUNS = report.merged_runs(report.find_runs(RESULTS, "bench"))
+RUNS = records.merged_runs(records.find_runs(RESULTS, "bench"))
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r["meta"]["gpu_slug"])
@@ -40,7 +40,7 @@ def test_missing_shape_is_a_clear_error():
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r["meta"]["gpu_slug"])
 def test_roofline_from_the_committed_peak(run, tmp_path):
-    peak = report.newest_peak(RESULTS, run["meta"]["gpu_slug"])
+    peak = records.newest_peak(RESULTS, run["meta"]["gpu_slug"])
     if peak is None:
         pytest.skip("no peak record for this GPU")
     fig = plots.roofline(run, peak, [(1024, 1024, 1024), (8192, 8192, 8192)], tmp_path / "roof.png")

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from gemmlab.bench import report
+from gemmlab.bench import records, report, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-BENCH_RUNS = report.find_runs(RESULTS, "bench")
+BENCH_RUNS = records.find_runs(RESULTS, "bench")
 
 
 def test_there_are_committed_records():
@@ -20,7 +20,7 @@ def test_there_are_committed_records():
 
 @pytest.mark.parametrize("path", BENCH_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_records_are_complete(path):
-    run = report.load_run(path)
+    run = records.load_run(path)
     meta = run["meta"]
     for key in ("gpu", "driver", "commit", "time", "versions", "sm_count"):
         assert meta.get(key), key
@@ -34,10 +34,10 @@ def test_records_are_complete(path):
 
 @pytest.mark.parametrize("path", BENCH_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_table_has_every_kernel_and_shape(path):
-    run = report.load_run(path)
-    table = report.bench_table(run)
+    run = records.load_run(path)
+    table = tables.bench_table(run)
     for r in run["records"]:
-        if report._off_its_problems(r):  # tc10 timed at a square: measured, not tabled
+        if tables._off_its_problems(r):  # tc10 timed at a square: measured, not tabled
             continue
         assert f"{r['M']} x {r['N']} x {r['K']}" in table
         assert f"{r['tflops']:.2f} ({r['ratio']:.2f}x)" in table
@@ -77,13 +77,13 @@ def test_the_readme_is_a_front_door_and_results_md_the_database():
 def test_summary_takes_the_best_step_at_each_square_size():
     """A cell: the best ratio among the steps at that square shape, and that step's name; shapes
     that are not squares of the summary's sizes, and dtypes outside its list, stay out."""
-    base = dict(report.load_run(BENCH_RUNS[-1])["records"][0], tflops=1.0, baseline_tflops=1.0)
+    base = dict(records.load_run(BENCH_RUNS[-1])["records"][0], tflops=1.0, baseline_tflops=1.0)
     recs = [dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16", M=4096, N=4096, K=4096, ratio=0.98),
             dict(base, kernel="tc09_stream_k", dtype="bfloat16", M=4096, N=4096, K=4096, ratio=1.01),
             dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16", M=4096, N=4096, K=1024, ratio=2.0),
             dict(base, kernel="sgemm_11_warp_tile", dtype="float32", M=3135, N=3135, K=3135, ratio=0.72),
             dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16-nt", M=4096, N=4096, K=4096, ratio=3.0)]
-    table = report.summary_table([{"meta": {"gpu": "GPU"}, "records": recs}]).splitlines()
+    table = tables.summary_table([{"meta": {"gpu": "GPU"}, "records": recs}]).splitlines()
     assert table[0] == "| GPU | dtype | 1024^3 | 2048^3 | 4096^3 | 8192^3 | 3135^3 (odd) | 6132^3 (odd) |"
     assert table[2] == "| GPU | float32 |  |  |  |  | 0.72x (11) |  |"
     assert table[3] == "| GPU | bfloat16 |  |  | 1.01x (tc09) |  |  |  |"
@@ -91,7 +91,7 @@ def test_summary_takes_the_best_step_at_each_square_size():
 
 
 def test_models_summary_is_the_models_tables_geometric_means():
-    lines = report.models_summary([_models_run()]).splitlines()
+    lines = tables.models_summary([_models_run()]).splitlines()
     assert lines[0] == "| GPU | layers | M = 16 | M = 2048 |"
     assert lines[2] == f"| NVIDIA H200 | 2 (bfloat16-nt) | {(0.9 * 0.8) ** 0.5:.2f}x | {(1.01 * 0.99) ** 0.5:.2f}x |"
 
@@ -118,15 +118,15 @@ def test_not_a_results_file(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text(json.dumps({"foo": 1}))
     with pytest.raises(ValueError, match="not a gemmlab results file"):
-        report.load_run(bad)
+        records.load_run(bad)
 
 
-CPU_RUNS = report.find_runs(RESULTS, "bench-cpu")
+CPU_RUNS = records.find_runs(RESULTS, "bench-cpu")
 
 
 @pytest.mark.parametrize("path", CPU_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_cpu_records_are_complete(path):
-    run = report.load_run(path)
+    run = records.load_run(path)
     assert run["meta"]["blas"] and run["meta"]["cores"] >= 1
     for r in run["records"]:
         assert r["error"]["passed"] and len(r["times_ms"]) == r["reps"] >= 3
@@ -141,15 +141,15 @@ def test_k_sweep_fit_recovers_a_line():
         for k in (512, 1024, 2048, 4096, 8192)
     ]  # fmt: skip
     run = {"meta": {"gpu": "GPU", "gpu_slug": "gpu", "commit": "abc", "time": "t"}, "records": recs}
-    assert report.k_sweep_shape(run) == ("tc07_persistent_cluster", 4096, 4096)
-    row = report.k_sweep_table([run]).splitlines()[2]
+    assert tables.k_sweep_shape(run) == ("tc07_persistent_cluster", 4096, 4096)
+    row = tables.k_sweep_table([run]).splitlines()[2]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3] == "1024-8192"  # K below 1024 left out of the fit
     assert float(cells[4]) == pytest.approx(10.0) and float(cells[5]) == pytest.approx(8.0)
     assert float(cells[6]) == pytest.approx(0.04 * 1024) and float(cells[7]) == pytest.approx(0.02 * 1024)
     assert float(cells[8]) == pytest.approx(0.5)
     mixed = {"meta": run["meta"], "records": recs + [dict(recs[0], M=2048)]}
-    assert report.k_sweep_shape(mixed) is None  # not one M x N: no sweep
+    assert tables.k_sweep_shape(mixed) is None  # not one M x N: no sweep
 
 
 def test_fp32_output_runs_get_their_own_name_and_note():
@@ -163,39 +163,39 @@ def test_fp32_output_runs_get_their_own_name_and_note():
     assert bench_run.dtype_name(torch.bfloat16) == "bfloat16"
     assert bench_run.dtype_name(torch.float32, "tf32") == "tf32"
     assert bench_run.DTYPES["fp16-fp32out"] is torch.float16 and bench_run.OUT_DTYPES["fp16-fp32out"] is torch.float32
-    assert "fp32 accumulation and output" in report._arithmetic("bfloat16-fp32out")
+    assert "fp32 accumulation and output" in tables._arithmetic("bfloat16-fp32out")
 
 
 def test_columns_follow_the_ladder_not_the_first_shape():
     """tc05/tc06 cannot serve 1022^3 (rows TMA cannot read) while tc07 can, so a run that starts
     there meets tc07 first; the columns must still read 04, 05, 06, 07."""
-    run = report.load_run(BENCH_RUNS[-1])
+    run = records.load_run(BENCH_RUNS[-1])
     base = dict(run["records"][0], tflops=1.0, ratio=1.0, baseline_tflops=1.0, dtype="bfloat16")
     recs = [dict(base, kernel=k, M=m, N=m, K=m) for m, ks in
             ((1022, ("tc04_wgmma", "tc07_persistent_cluster")),
              (1024, ("tc04_wgmma", "tc05_tma", "tc06_warp_specialized", "tc07_persistent_cluster")))
             for k in ks]  # fmt: skip
-    header = report.bench_table({"meta": run["meta"], "records": recs}).splitlines()[2]
+    header = tables.bench_table({"meta": run["meta"], "records": recs}).splitlines()[2]
     assert header.index("04 wgmma") < header.index("05 TMA") < header.index("06 warp") < header.index("07 persistent")
 
 
 def test_steps_for_a_few_rows_stay_out_of_the_square_tables():
     """tc10 timed at 3072^3 (a bench at -s 3072 before the CLI left it out there) is no column of
     the ladder's tables; at 16 rows, its problems, it is."""
-    run = report.load_run(BENCH_RUNS[-1])
+    run = records.load_run(BENCH_RUNS[-1])
     base = dict(run["records"][0], tflops=1.0, ratio=1.0, baseline_tflops=1.0, dtype="bfloat16")
     square = [dict(base, kernel=k, M=3072, N=3072, K=3072) for k in ("tc07_persistent_cluster", "tc10_skinny")]
-    header = report.bench_table({"meta": run["meta"], "records": square}).splitlines()[2]
+    header = tables.bench_table({"meta": run["meta"], "records": square}).splitlines()[2]
     assert "07 persistent" in header and "10 skinny" not in header
     few = square + [dict(base, kernel="tc10_skinny", M=16, N=4096, K=4096)]
-    assert "10 skinny" in report.bench_table({"meta": run["meta"], "records": few}).splitlines()[2]
+    assert "10 skinny" in tables.bench_table({"meta": run["meta"], "records": few}).splitlines()[2]
 
 
 def test_layout_notes_name_the_steps_that_read_the_views_in_place():
     """A table of transposed views says which steps of its dtype read them where they lie
     (KernelSpec.layouts) and that the others copy them: tc07/tc09 for 16-bit nt/tn/tt and tc10 for
     nt, tc08 for TF32 nt only, none for TF32 tn or plain fp32."""
-    from gemmlab.bench.report import _arithmetic
+    from gemmlab.bench.tables import _arithmetic
 
     for dtype in ("float16-tn", "bfloat16-tt", "bfloat16-fp32out-tn"):
         assert "tc07 and tc09 read the transposed operands in place" in _arithmetic(dtype), dtype
@@ -211,16 +211,16 @@ def test_tables_say_when_a_record_came_from_an_uncommitted_tree():
     """A record made on a tree with uncommitted changes carries "+dirty" after its commit; the
     tables keep the mark rather than name the bare commit, which measured something else."""
     sha = "9e503e9ec600c5eb74b959d2f9141122df153da5"
-    assert report.short_commit(sha) == "9e503e9ec600"
-    assert report.short_commit(sha + "+dirty") == "9e503e9ec600+dirty"
-    note = report._commits({"commits": {sha: "2026-11-24T09:44", sha + "+dirty": "2026-11-24T10:24"}})
+    assert records.short_commit(sha) == "9e503e9ec600"
+    assert records.short_commit(sha + "+dirty") == "9e503e9ec600+dirty"
+    note = records._commits({"commits": {sha: "2026-11-24T09:44", sha + "+dirty": "2026-11-24T10:24"}})
     assert "`9e503e9ec600` (2026-11-24T09:44), `9e503e9ec600+dirty` (2026-11-24T10:24)" in note
 
 
 def test_cpu_vs_gpu_names_the_run_its_gpu_row_came_from(tmp_path):
     """The GPU row is the best record at 2048 x 2048 x 1024 across the merged runs; the note names
     that record's run, not the newest run of the folder (a later layouts run measured other shapes)."""
-    base = report.read_record(BENCH_RUNS[-1])
+    base = records.read_record(BENCH_RUNS[-1])
     rec = dict(base["records"][0], M=2048, N=2048, K=1024, tflops=400.0, ratio=1.0, baseline_tflops=400.0)
     older = {"meta": dict(base["meta"], commit="a" * 40, time="2026-11-24T01:00:00"), "records": [rec]}
     newer = {"meta": dict(base["meta"], commit="b" * 40, time="2026-11-24T02:00:00"),
@@ -229,11 +229,11 @@ def test_cpu_vs_gpu_names_the_run_its_gpu_row_came_from(tmp_path):
     folder.mkdir()
     for name, run in (("bench-20261124T010000Z.json", older), ("bench-20261124T020000Z.json", newer)):
         (folder / name).write_text(json.dumps(run))
-    (merged,) = report.merged_runs(report.find_runs(tmp_path, "bench"))
+    (merged,) = records.merged_runs(records.find_runs(tmp_path, "bench"))
     cpu_rec = {"M": 2048, "N": 2048, "K": 1024, "kernel": "cpu04_parallel", "tflops": 0.5, "median_ms": 16.0,
                "ratio": 2.0, "baseline_tflops": 1.0}
     cpu = {"meta": {"cpu": "a CPU", "cores": 16, "commit": "c" * 40, "time": "2026-11-22T00:00:00"}, "records": [cpu_rec]}
-    note = report.cpu_vs_gpu_table(cpu, merged)
+    note = tables.cpu_vs_gpu_table(cpu, merged)
     assert f"GPU run: commit `{'a' * 12}`, 2026-11-24T01:00:00." in note, note
 
 
@@ -250,7 +250,7 @@ def _models_run():
 def test_models_table_lays_out_layers_by_tokens():
     """A models run (sweeps/models.toml): a row a layer in the sweep's order, a column a token count,
     the chosen kernel and tile in each cell, geometric means underneath."""
-    lines = report.models_table(_models_run()).splitlines()
+    lines = tables.models_table(_models_run()).splitlines()
     assert lines[0] == "| layer (N x K) | M = 16 | M = 2048 |"
     assert lines[2] == "| qkv (6144 x 4096) | 0.90x (07: 128 x 256) | 1.01x (07: 128 x 256, pairs) |"
     assert lines[3].startswith("| down (4096 x 14336) | 0.80x")
@@ -258,7 +258,7 @@ def test_models_table_lays_out_layers_by_tokens():
     bare = _models_run()
     bare["meta"].pop("names")
     with pytest.raises(ValueError, match="names its layers"):
-        report.models_table(bare)
+        tables.models_table(bare)
 
 
 def test_models_table_names_the_skinny_steps_tile_and_runs():
@@ -269,7 +269,7 @@ def test_models_table_names_the_skinny_steps_tile_and_runs():
         if r["M"] == 16:
             r.update(kernel="tc10_skinny", config=dict(BW=64, NT=16, BK=64, STAGES=8, TB=1),
                      extra=dict(grid=[64, 2 if r["N"] == 4096 else 1, 1]))
-    lines = report.models_table(run).splitlines()
+    lines = tables.models_table(run).splitlines()
     assert lines[2].startswith("| qkv (6144 x 4096) | 0.90x (10: 16 x 64) |")
     assert lines[3].startswith("| down (4096 x 14336) | 0.80x (10: 16 x 64, K / 2) |")
 
@@ -288,7 +288,7 @@ def test_compressed_records_are_read_in_their_place(tmp_path):
     the plain ones in time order, load_run reads them, and a merge treats them alike."""
     import gzip
 
-    base = report.read_record(BENCH_RUNS[-1])
+    base = records.read_record(BENCH_RUNS[-1])
     rec = base["records"][0]
     runs = [{"meta": dict(base["meta"], commit=c * 40, time=f"2026-11-24T0{i}:00:00"),
              "records": [dict(rec, median_ms=float(i + 1))]} for i, c in enumerate("abc")]
@@ -297,11 +297,11 @@ def test_compressed_records_are_read_in_their_place(tmp_path):
     (folder / "bench-20261124T000000Z.json.gz").write_bytes(gzip.compress(json.dumps(runs[0]).encode()))
     (folder / "bench-20261124T010000Z.json").write_text(json.dumps(runs[1]))
     (folder / "bench-20261124T020000Z.json.gz").write_bytes(gzip.compress(json.dumps(runs[2]).encode()))
-    paths = report.find_runs(tmp_path, "bench")
+    paths = records.find_runs(tmp_path, "bench")
     assert [p.name for p in paths] == ["bench-20261124T000000Z.json.gz", "bench-20261124T010000Z.json",
                                        "bench-20261124T020000Z.json.gz"]
-    assert report.load_run(paths[0]) == runs[0]
-    (merged,) = report.merged_runs(paths)
+    assert records.load_run(paths[0]) == runs[0]
+    (merged,) = records.merged_runs(paths)
     assert merged["meta"]["commit"] == "c" * 40 and merged["records"][0]["median_ms"] == 3.0  # the newest wins
 
 

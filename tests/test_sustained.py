@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gemmlab.bench import sustained
-from gemmlab.bench.report import sustained_table
+from gemmlab.bench.tables import sustained_table
 from gemmlab.cli import app
 
 from conftest import HAS_GPU

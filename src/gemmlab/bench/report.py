@@ -7,14 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
-from .records import (  # noqa: F401  (re-exported: the CLI, plots, profile and tests read them here)
-    _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_peak, read_record,
-    record_paths, short_commit, stored_bytes, _commits,
+from .records import (
+    _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_peak, record_paths, short_commit,
 )
-from .tables import (  # noqa: F401
-    NCU_COLUMNS, _arithmetic, _baseline_tflops, _off_its_problems, _title, bench_table, cpu_vs_gpu_table,
-    k_sweep_shape, k_sweep_table, model_layers, models_table, ncu_table, overhead_table, pad_table, peak_table,
-    models_summary, reorder_table, summary_table, sustained_table,
+from .tables import (
+    bench_table, cpu_vs_gpu_table, k_sweep_shape, k_sweep_table, models_summary, models_table, ncu_table,
+    overhead_table, pad_table, peak_table, reorder_table, summary_table, sustained_table,
 )
 
 

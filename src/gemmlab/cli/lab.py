@@ -229,7 +229,7 @@ def overhead_cmd(
         recs.append(overhead.measure(kernel="tc07_persistent_cluster", n=size - 2, dtype=DTYPES["bf16"]))
     path = results_path(out, meta, "overhead")
     write_run(path, meta, recs)
-    from ..bench.report import overhead_table
+    from ..bench.tables import overhead_table
 
     console.print(overhead_table({"meta": meta, "records": recs}))
     console.print(f"record: {path}")
@@ -317,7 +317,7 @@ def sustained_cmd(
     cuBLAS runs before and after each kernel; the SM clock, board power and clock-event reasons
     are sampled meanwhile."""
     from ..bench import sustained
-    from ..bench.report import sustained_table
+    from ..bench.tables import sustained_table
     from ..bench.run import DTYPES, OUT_DTYPES, PRECISIONS
 
     if dtype not in DTYPES or dtype in OUT_DTYPES or (DTYPES[dtype] == DTYPES["float32"] and dtype not in PRECISIONS):
@@ -352,7 +352,7 @@ def peak_cmd(out: Path = _out_option("peak")) -> None:
     """The GPU's theoretical and measured FP32/tensor/bandwidth ceilings, stored as a record."""
     _require_gpu()
     from ..bench import environment, peak
-    from ..bench.report import peak_table
+    from ..bench.tables import peak_table
     from ..bench.run import results_path, write_run
 
     meta = environment.describe(0)

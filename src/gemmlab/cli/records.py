@@ -16,7 +16,7 @@ def report_cmd(
     write: Optional[list[Path]] = typer.Option(None, help="rewrite the marked sections of this file (repeatable: README.md, docs/results.md, docs/ladder/*.md)"),
 ) -> None:
     """Markdown tables from the newest records of each GPU: printed, or written between markers."""
-    from ..bench import report
+    from ..bench import records, report
 
     sections = report.all_sections(results)
     if write is None:
@@ -73,9 +73,9 @@ def plot_cmd(
 
     The ladder at one size, TFLOP/s against size, a roofline where the GPU has a peak record, and
     gemm() on a model's layers where it has a models sweep."""
-    from ..bench import plots, report
+    from ..bench import plots, records
 
-    runs = report.merged_runs(report.find_runs(results, "bench"))
+    runs = records.merged_runs(records.find_runs(results, "bench"))
     if not runs:
         err_console.print(f"gemmlab: no bench records under {results}")
         raise typer.Exit(1)
@@ -102,11 +102,11 @@ def plot_cmd(
             plots.versus_size(run, tc, written[-1], dtype="bfloat16")
             written.append(out / f"{slug}-ladder-{shape}-bfloat16.png")
             plots.ladder_bars(run, parse_shape(shape), written[-1], dtype="bfloat16")
-        models = [p for p in report._newest_per_gpu(report.find_runs(results, "models")) if p.parent.name == slug]
+        models = [p for p in records._newest_per_gpu(records.find_runs(results, "models")) if p.parent.name == slug]
         if models:  # gemmlab bench --sweep sweeps/models.toml
             written.append(out / f"{slug}-models.png")
-            plots.models_bars(report.load_run(models[0]), written[-1])
-        peak = report.newest_peak(results, slug)
+            plots.models_bars(records.load_run(models[0]), written[-1])
+        peak = records.newest_peak(results, slug)
         if peak is not None:
             written.append(out / f"{slug}-roofline.png")
             plots.roofline(run, peak, [(1024, 1024, 1024), (8192, 8192, 8192)], written[-1])
