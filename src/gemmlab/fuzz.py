@@ -33,7 +33,7 @@ from . import registry
 from .api import gemm
 from .configs import select
 from .problem import problem_from_tensors
-from .reference import error_terms, terms_norm_tensor, tolerance
+from .reference import error_terms, reference, reference_norm, tolerance
 
 CUBLAS_FACTOR = 4.0  # our error may reach this multiple of cuBLAS's on the same problem before it counts
 BATCH = 64  # problems queued on the GPU between reads of their errors
@@ -313,15 +313,8 @@ def _cublas(case: Case, t: Built) -> torch.Tensor:
 def _errors(case: Case, t: Built, d: torch.Tensor) -> torch.Tensor:
     """[ours: rel_fro, max_scaled, appeared, vanished; cuBLAS's four; C changed] without a sync."""
     a64, b64 = t.a.double(), t.b.double()
-    ref = case.alpha * (a64 @ b64)
-    scale = abs(case.alpha) * (a64.abs() @ b64.abs())
-    c = t.c_before if case.beta != 0 else None
-    if c is not None:
-        c64 = c.double()
-        ref, scale = ref + case.beta * c64, scale + abs(case.beta) * c64.abs()
-    finite = torch.isfinite(ref)
-    norm = torch.maximum(torch.linalg.vector_norm(ref.where(finite, torch.zeros_like(ref))),
-                         terms_norm_tensor(a64, b64, c, case.alpha, case.beta))  # fmt: skip
+    ref, scale = reference(a64, b64, t.c_before, case.alpha, case.beta)
+    norm = reference_norm(ref, a64, b64, t.c_before, case.alpha, case.beta)
     ours = error_terms(d, ref, scale, norm)
     theirs = error_terms(_cublas(case, t), ref, scale, norm)
     changed = torch.zeros((), dtype=torch.float64, device="cuda")
