@@ -3,7 +3,8 @@ checks its static_asserts make, said in Python before compiling."""
 
 from __future__ import annotations
 
-from .base import STATIC_SMEM_MAX, GemmConfig, KernelSpec, Param, _first_failure, cdiv
+from ..problem import GemmProblem
+from .base import GRID_YZ_MAX, STATIC_SMEM_MAX, GemmConfig, KernelSpec, Param, _first_failure, cdiv
 
 
 _BX = Param("BX", 32, "threads along blockDim.x")
@@ -267,4 +268,65 @@ SGEMM_11 = KernelSpec(
     grid=_GRID_BLOCK_TILES,
     check_config=_check_11,
     seeds="siboehm/SGEMM_CUDA kernel 10 (warptiling); 001 gemm_final; 002 kernel 7",
+)
+
+
+# Steps 12-13, past the seeds: shapes step 11 leaves its SMs idle at (configs.fp32 chooses their
+# tiles and K runs).
+
+# (BM, BN) -> (step 11's overrides, blocks an SM at the registers ptxas gives it for sm_90a,
+# relative FFMA throughput of an SM full of such blocks). 256 x 128 (254 registers a thread, one
+# block an SM) and 128 x 128 (128, two) are step 11's tiles; 64 x 64 (95, five blocks of 128
+# threads) serves short K and outputs too small to fill the SMs. The throughputs, the block's fixed
+# cost and a part's cost were fitted on an H100 to every tile x runs candidate at the 43 shapes of
+# sweeps/fp32-shapes.toml (results/nvidia-h100-80gb-hbm3/tune-fp32-split-20261125T183708Z.json):
+# the model's picks reach a geometric mean of 0.711x cuBLAS SGEMM there, the best candidates 0.730x;
+# its worst pick is 15% slower than that shape's best. 128 x 128 ran as fast as 256 x 128 at the
+# large squares once split (the 256 x 128 size rule of step 11 is an H200 measurement).
+SPLIT_K_TILES: dict[tuple[int, int], tuple[dict[str, int], int, float]] = {
+    (256, 128): (dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8), 1, 1.0),
+    (128, 128): (dict(), 2, 1.0),
+    (64, 64): (dict(BM=64, BN=64, WM=32, WN=32, TM=4, TN=8), 5, 0.7),
+}
+SPLIT_K_MAX_RUNS = 64
+SPLIT_K_BLOCK_COST = 3.0  # K slices' worth of time a block spends outside its main loop
+SPLIT_K_PART_COST = 2.0  # K slices' worth of time to write, or to read back, one tile's part
+
+
+def split_k_time(M: int, N: int, K: int, c: GemmConfig, runs: int, sms: int) -> float:
+    """Modelled time of step 12 with tile c and K cut into `runs` runs, in units of one BK slice of
+    a 256 x 128 tile on an SM of its own: whole waves of blocks, each its share of K's slices plus a
+    block's fixed cost, plus the parts written and, by the last run of a tile, read back."""
+    _, per_sm, speed = SPLIT_K_TILES.get((c["BM"], c["BN"]), ({}, 1, 0.5))
+    tiles, kt = cdiv(M, c["BM"]) * cdiv(N, c["BN"]), max(1, cdiv(K, c["BK"]))
+    waves = cdiv(tiles * runs, sms * per_sm)
+    slice_time = c["BM"] * c["BN"] * per_sm / (256 * 128 * speed)  # a block's slice, per_sm blocks sharing an SM
+    per_block = cdiv(kt, runs) + SPLIT_K_BLOCK_COST + (SPLIT_K_PART_COST if runs > 1 else 0.0)
+    add_up = runs * SPLIT_K_PART_COST * slice_time / per_sm if runs > 1 else 0.0  # the last run, alone on its SM
+    return waves * slice_time * per_block + add_up
+
+
+def split_k_runs(problem: GemmProblem, c: GemmConfig, sms: int) -> int:
+    """The runs along K (gridDim.y) step 12 splits each tile into: the count split_k_time models
+    fastest, each run at least one BK slice."""
+    kt = cdiv(problem.K, c["BK"])
+    most = max(1, min(SPLIT_K_MAX_RUNS, kt, GRID_YZ_MAX))
+    return min(range(1, most + 1), key=lambda r: (split_k_time(problem.M, problem.N, problem.K, c, r, sms), r))
+
+
+SGEMM_12 = KernelSpec(
+    id="sgemm_12_split_k",
+    step=12,
+    title="split K",
+    idea="step 11's tiles with K cut into runs that fill the SMs; the last run of a tile adds the fp32 parts in run order (deterministic)",
+    source="sgemm/12_split_k.cu",
+    entry="sgemm_split_k",
+    params=SGEMM_11.params,
+    block=SGEMM_11.block,
+    grid=lambda M, N, c: (cdiv(N, c["BN"]) * cdiv(M, c["BM"]), 1, 1),
+    check_config=_check_11,
+    seeds="past the seeds: split-K (CUTLASS's parallel and serial split-K reductions); tc10's last-run sum",
+    # a BM x BN fp32 part a block of a split grid, a counter a tile
+    workspace=lambda c, grid: (grid[0] * grid[1] * c["BM"] * c["BN"], grid[0]) if grid[1] > 1 else (0, 0),
+    k_runs=split_k_runs,
 )
