@@ -13,6 +13,7 @@ from gemmlab.configs.fp32 import split_k_tiles
 from gemmlab.problem import problem_from_tensors
 from gemmlab.reference import check_result
 from gemmlab.specs.sgemm import SPLIT_K_MAX_RUNS, split_k_runs
+from gemmlab.specs.sgemm_rows import few_rows_runs
 
 SPLIT = registry.get("sgemm_12_split_k")
 
@@ -44,7 +45,8 @@ def test_runs_fill_the_sms_where_k_is_long_and_tiles_few(M, N, K, runs):
 def test_every_candidate_tile_is_a_valid_step_11_tile():
     for cfg in split_k_tiles():
         assert SPLIT.check_config(cfg) is None
-        assert registry.get("sgemm_11_warp_tile").config(**cfg.as_dict()) is not None
+        tile = {k: v for k, v in cfg.as_dict().items() if k != "SPLIT"}
+        assert registry.get("sgemm_11_warp_tile").config(**tile) is not None
 
 
 def test_workspace_only_for_a_split_grid():
@@ -92,3 +94,65 @@ def test_split_k_with_nan_in_c_and_beta_zero_and_nan_in_a():
     out = gemmlab.gemm(a, b, kernel="sgemm_12_split_k")
     torch.cuda.synchronize()
     assert torch.isnan(out[5]).all() and torch.isfinite(out[torch.arange(M, device="cuda") != 5]).all()
+
+
+# Step 13, few rows
+ROWS = registry.get("sgemm_13_few_rows")
+
+
+@pytest.mark.parametrize("M,mr", [(1, 1), (2, 2), (3, 4), (5, 8), (16, 16)])
+def test_few_rows_config_rounds_the_rows_up(M, mr):
+    a, b = torch.empty(M, 64), torch.empty(64, 300)
+    spec, cfg = select(problem_from_tensors(a, b, None, None, device_type="cpu"), device="cuda")  # 'auto' takes step 13
+    assert spec.id == "sgemm_13_few_rows" and cfg["MR"] == mr
+
+
+def test_auto_gives_few_rows_at_most_16_rows_and_the_kernel_serves_more_when_named():
+    a, b = torch.empty(17, 64), torch.empty(64, 300)
+    problem = problem_from_tensors(a, b, None, None, device_type="cpu")
+    assert select(problem, device="cuda")[0].id == "sgemm_12_split_k"
+    assert ROWS.why_not(problem, ROWS.config(MR=16)) is None  # two row blocks
+    assert ROWS.grid(17, 300, ROWS.config(MR=16)) == (3 * 2, 1, 1)
+
+
+@pytest.mark.parametrize("N,K,split", [(4096, 4096, True), (14336, 4096, True), (65536, 4096, False), (4096, 100, False)])
+def test_few_rows_split_k_only_where_column_blocks_leave_sms_idle(N, K, split):
+    cfg = ROWS.config(MR=16)
+    r = few_rows_runs(sizes(1, N, K), cfg, 132)
+    assert (r > 1) == split and r <= max(1, K // cfg["KC"])
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("M", [1, 2, 3, 7, 16, 17, 100])
+@pytest.mark.parametrize("N,K", [(1, 1), (17, 127), (1000, 1022), (3135, 4099), (4096, 4096), (127, 30011)])
+@pytest.mark.parametrize("view", ["contiguous", "misaligned"])
+def test_few_rows_against_float64(M, N, K, view):
+    if view == "misaligned":  # one float past an aligned start, and row strides not a multiple of 4
+        a = torch.randn(M, K + 3, device="cuda")[:, 1:K + 1]
+        b = torch.randn(K, N + 5, device="cuda")[:, 1:N + 1]
+    else:
+        a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    c = torch.randn(M, N, device="cuda")
+    nan_c = torch.full((M, N), float("nan"), device="cuda")
+    for cc, alpha, beta in ((None, 1.0, 0.0), (c, 0.75, -2.0), (nan_c, 1.5, 0.0)):
+        out = torch.full((M, N), float("nan"), device="cuda")
+        gemmlab.gemm(a, b, cc, alpha=alpha, beta=beta, kernel="sgemm_13_few_rows", out=out)
+        torch.cuda.synchronize()
+        rep = check_result(out, a, b, cc, alpha, beta)
+        assert rep.passed, f"{M}x{N}x{K} {view} alpha={alpha} beta={beta}: {rep.summary()}"
+
+
+@gpu
+@needs_gpu
+def test_few_rows_split_k_is_the_same_at_every_launch_and_nan_propagates():
+    M, N, K = 5, 1000, 50000
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    assert few_rows_runs(sizes(M, N, K), ROWS.config(MR=8), torch.cuda.get_device_properties(0).multi_processor_count) > 1
+    first = gemmlab.gemm(a, b, kernel="sgemm_13_few_rows")
+    for _ in range(3):
+        assert torch.equal(gemmlab.gemm(a, b, kernel="sgemm_13_few_rows"), first)
+    b[40000, 7] = float("inf")
+    out = gemmlab.gemm(a, b, kernel="sgemm_13_few_rows")
+    torch.cuda.synchronize()
+    assert not torch.isfinite(out[:, 7]).any() and torch.isfinite(out[:, :7]).all()

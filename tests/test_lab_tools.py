@@ -127,7 +127,8 @@ def test_ncu_csv_of_the_committed_profile():
     (csv,) = sorted((ROOT / "results").glob("*/ncu-steps-2048-*.csv"))[-1:]
     rows = profile.read_ncu_csv(csv)
     assert [name.split("<")[0] for name, _ in rows][:2] == ["sgemm_naive", "sgemm_coalesced"]
-    assert len(rows) == len(registry.SGEMM_LADDER)  # the profile covers the FP32 ladder
+    assert len(rows) >= 11  # the profile covers the seeds' FP32 ladder, steps 01-11, in order
+    assert rows[10][0].split("<")[0] == "sgemm_warp_tile" and registry.SGEMM_LADDER[10].entry == "sgemm_warp_tile"
     by = {name.split("<")[0]: m for name, m in rows}
     conflicts = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
     # the point of step 08, as measured

@@ -18,7 +18,10 @@ def test_ladder_bars_have_every_step_and_cublas(run, tmp_path):
     fig = plots.ladder_bars(run, (4096, 4096, 4096), png)
     ax = fig.axes[0]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(ax.patches) == len(SGEMM_LADDER)  # one bar a step of the FP32 ladder
+    timed = {r["kernel"] for r in run["records"] if r.get("dtype", "float32") == "float32" and (r["M"], r["N"], r["K"]) == (4096,) * 3}
+    steps = [k for k in SGEMM_LADDER if k.id in timed]
+    assert len(ax.patches) == len(steps)  # one bar a step of the FP32 ladder the run timed there
+    assert [k.step for k in steps][:11] == list(range(1, 12))  # every step of the seeds' ladder among them
     assert [t.get_text() for t in ax.get_xticklabels()][0].startswith("01 ")
     assert any(line.get_label().startswith("cuBLAS") for line in ax.get_lines())
     plt.close(fig)
@@ -47,5 +50,7 @@ def test_roofline_from_the_committed_peak(run, tmp_path):
     ax = fig.axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
     assert any(lbl.startswith("roof:") for lbl in labels)
-    assert len(ax.collections) == 2 * (len(SGEMM_LADDER) + 1)  # every step and cuBLAS at both shapes
+    timed = {r["kernel"] for r in run["records"] if r.get("dtype", "float32") == "float32"}
+    steps = [k for k in SGEMM_LADDER if k.id in timed]
+    assert len(steps) >= 11 and len(ax.collections) == 2 * (len(steps) + 1)  # every step timed and cuBLAS at both shapes
     plt.close(fig)

@@ -157,11 +157,13 @@ def test_unknown_kernel_and_unservable_kernel():
 
 def test_auto_takes_the_latest_step_that_serves():
     spec, cfg = select(P(r(4, 3), r(3, 2)), device="cuda")
-    assert spec.id == "sgemm_11_warp_tile" and cfg == spec.default_config()
-    # a size rule from the committed tuning run: large problems get 256 x 128 tiles
-    big = P(torch.empty((4096, 0)), torch.empty((0, 4096)))
-    spec, cfg = select(big, device="cuda")
-    assert spec.id == "sgemm_11_warp_tile" and (cfg["BM"], cfg["BN"], cfg["WM"], cfg["WN"]) == (256, 128, 64, 64)
+    assert spec.id == "sgemm_13_few_rows" and cfg["MR"] == 4  # a few rows: the rows rounded up
+    spec, cfg = select(P(r(17, 3), r(3, 2)), device="cuda")
+    assert spec.id == "sgemm_12_split_k" and cfg["SPLIT"] == 0  # one K slice: nothing to split
+    # a long K and few tiles: split, from the wave model
+    tall = P(torch.empty((256, 65536)), torch.empty((65536, 256)))
+    spec, cfg = select(tall, device="cuda")
+    assert spec.id == "sgemm_12_split_k" and cfg["SPLIT"] == 1
     assert select(P(r(4, 3), r(3, 2)))[0].id == "cpu04_parallel"  # CPU tensors: the CPU ladder
 
 

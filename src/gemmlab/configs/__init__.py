@@ -15,7 +15,7 @@ from .. import registry
 from ..device import sm_count_of
 from ..problem import GemmProblem
 from ..specs.base import GemmConfig, KernelSpec
-from .fp32 import split_k_config, split_k_tiles
+from .fp32 import few_rows_config, few_rows_configs, few_rows_pays, split_k_config, split_k_tiles
 from .persistent import TC07_TILES, TILE192_DEEP, copies_pay, stream_k_pays, tc07_tile
 from .rules import SIZE_RULES, _problem_config, _rule_config, _size_rule_config
 from .skinny import SKINNY_DEEP_STAGES, SKINNY_M_MAX, SKINNY_STAGES, skinny_config, skinny_pays
@@ -29,6 +29,8 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
         cfg = skinny_config(problem)
     elif spec.id == "sgemm_12_split_k":
         cfg = split_k_config(problem)
+    elif spec.id == "sgemm_13_few_rows":
+        cfg = few_rows_config(problem)
     else:
         cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
         cfg = _tf32_small_tile(spec, problem, _tf32_stream_k_config(spec, problem, cfg))
@@ -41,6 +43,7 @@ AUTO_SKIP = {
     "tc07_persistent_cluster": copies_pay,
     "tc09_stream_k": lambda p, c: copies_pay(p, c) or stream_k_pays(p, c),
     "tc10_skinny": skinny_pays,
+    "sgemm_13_few_rows": few_rows_pays,
 }
 
 
@@ -75,7 +78,9 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), **TILE192_DEEP}.items()))) for c in out
                 if (c["BM"], c["BN"]) == (128, 192)]  # one tile a block: _tile192_deep
     if spec.id == "sgemm_12_split_k":
-        out = split_k_tiles()
+        out = split_k_tiles(1) + split_k_tiles(0)
+    if spec.id == "sgemm_13_few_rows":
+        out = few_rows_configs()
     if spec.id == "tc10_skinny":
         out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items()
                 if 16 < nt <= SKINNY_M_MAX]  # fmt: skip

@@ -275,9 +275,10 @@ SGEMM_11 = KernelSpec(
 # tiles and K runs).
 
 # (BM, BN) -> (step 11's overrides, blocks an SM at the registers ptxas gives it for sm_90a,
-# relative FFMA throughput of an SM full of such blocks). 256 x 128 (254 registers a thread, one
-# block an SM) and 128 x 128 (128, two) are step 11's tiles; 64 x 64 (95, five blocks of 128
-# threads) serves short K and outputs too small to fill the SMs. The throughputs, the block's fixed
+# relative FFMA throughput of an SM full of such blocks). 256 x 128 (254 registers a thread split,
+# 225 not: one block an SM) and 128 x 128 (128: two) are step 11's tiles; 64 x 64 (96: five blocks of
+# 128 threads) serves short K and outputs too small to fill the SMs. The kernel's launch bounds hold
+# those occupancies. The throughputs, the block's fixed
 # cost and a part's cost were fitted on an H100 to every tile x runs candidate at the 43 shapes of
 # sweeps/fp32-shapes.toml (results/nvidia-h100-80gb-hbm3/tune-fp32-split-20261125T183708Z.json):
 # the model's picks reach a geometric mean of 0.711x cuBLAS SGEMM there, the best candidates 0.730x;
@@ -308,9 +309,9 @@ def split_k_time(M: int, N: int, K: int, c: GemmConfig, runs: int, sms: int) -> 
 
 def split_k_runs(problem: GemmProblem, c: GemmConfig, sms: int) -> int:
     """The runs along K (gridDim.y) step 12 splits each tile into: the count split_k_time models
-    fastest, each run at least one BK slice."""
+    fastest, each run at least one BK slice; 1 for a SPLIT = 0 config."""
     kt = cdiv(problem.K, c["BK"])
-    most = max(1, min(SPLIT_K_MAX_RUNS, kt, GRID_YZ_MAX))
+    most = max(1, min(SPLIT_K_MAX_RUNS, kt, GRID_YZ_MAX)) if c["SPLIT"] else 1
     return min(range(1, most + 1), key=lambda r: (split_k_time(problem.M, problem.N, problem.K, c, r, sms), r))
 
 
@@ -321,10 +322,10 @@ SGEMM_12 = KernelSpec(
     idea="step 11's tiles with K cut into runs that fill the SMs; the last run of a tile adds the fp32 parts in run order (deterministic)",
     source="sgemm/12_split_k.cu",
     entry="sgemm_split_k",
-    params=SGEMM_11.params,
+    params=(*SGEMM_11.params, Param("SPLIT", 1, "1: K may be split into runs (gridDim.y); 0: one run, without the split code")),
     block=SGEMM_11.block,
     grid=lambda M, N, c: (cdiv(N, c["BN"]) * cdiv(M, c["BM"]), 1, 1),
-    check_config=_check_11,
+    check_config=lambda c: _first_failure((c["SPLIT"] in (0, 1), "SPLIT must be 0 or 1")) or _check_11(c),
     seeds="past the seeds: split-K (CUTLASS's parallel and serial split-K reductions); tc10's last-run sum",
     # a BM x BN fp32 part a block of a split grid, a counter a tile
     workspace=lambda c, grid: (grid[0] * grid[1] * c["BM"] * c["BN"], grid[0]) if grid[1] > 1 else (0, 0),

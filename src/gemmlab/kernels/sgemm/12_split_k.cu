@@ -11,10 +11,13 @@
 // bits whichever run comes last and at every launch.
 #include "sgemm/11_warp_tile.cu"
 
-// BM .. PAD: step 11's. WS: fp32 parts, BM x BN a block of a split grid; FLAGS: one counter a tile,
-// zero between launches (the last run to arrive resets it).
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+// BM .. PAD: step 11's. SPLIT: 0 compiles the one-run kernel alone (the split code costs a whole-K
+// launch registers and time even where it never runs). WS: fp32 parts, BM x BN a block of a split
+// grid; FLAGS: one counter a tile, zero between launches (the last run to arrive resets it).
+// The occupancy the runs model counts on (gemmlab.specs.sgemm.SPLIT_K_TILES): five 64 x 64 blocks an
+// SM, two 128 x 128, one 256 x 128.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, BM * BN <= 64 * 64 ? 5 : BM * BN <= 128 * 128 ? 2 : 1)
 sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
               unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
@@ -34,7 +37,7 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
     // A's columns and B's rows from k_begin on: a multiple of BK (and of 4), so rows stay as aligned
     warp_tile_accumulate<BM, BN, BK, WM, WN, TM, TN, PAD>(acc, A + k_begin, B + static_cast<long long>(k_begin) * ldb,
                                                           M, N, k_len, lda, ldb, row0, col0, t.x, t.y);
-    if (runs > 1) {
+    if (SPLIT && runs > 1) {
         // Part of run s: float4 p of thread tid at part(s) + p * THREADS + tid (coalesced).
         auto part = [&](int s) {
             return reinterpret_cast<float4*>(WS) + (static_cast<size_t>(s) * gridDim.x + tile) * PART4 * THREADS;

@@ -1,0 +1,142 @@
+// Step 13 -- few rows: a decode step's handful of rows of A against a row-major B, streamed once.
+//
+// With M = 1..16 rows every element of B is used M times: the time is the time to read B (K x N)
+// from memory, and step 11's 128-row tiles spend most of their FMAs on zero rows while their few
+// blocks leave SMs idle. Here a block covers 128 columns of D and all of its MR rows. Its 8 warps
+// split K between them: warp w takes rows w, w + 8, w + 16, ... of the block's share of B, each
+// lane one float4 of a row (a warp reads 512 contiguous bytes a row), and a lane holds MR x 4
+// results. A's few rows pass through shared memory, transposed, KC columns at a time: a lane reads
+// A[0..MR)[k] as MR/4 broadcast float4s. At the end the warps' results are added in warp order in
+// shared memory. Few column blocks (N = 4096 gives 32) would leave SMs idle, so the grid also cuts
+// K into gridDim.y runs (gemmlab.specs.sgemm_rows.few_rows_runs), summed as step 12 sums them: the
+// last run of a column block adds every part in run order, so D has the same bits at every launch.
+#include "common/tile_copy.cuh"
+
+// MR: rows of D a block covers (M rounded up to 1, 2, 4, 8 or 16; more rows take more blocks,
+// which the grid lists row block by row block); KC: columns of A staged in
+// shared memory at a time. WS: fp32 parts, MR x 128 a block of a split grid; FLAGS: one counter a
+// column block, zero between launches (the last run to arrive resets it).
+template <int MR, int KC>
+__global__ void __launch_bounds__(256, MR < 16 ? 2 : 1)  // two blocks an SM where 128 registers do
+sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
+               unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+    constexpr int WARPS = 8, THREADS = WARPS * 32, COLS = 128;
+    constexpr int RV = MR < 4 ? MR : 4;  // A's rows a shared-memory read brings
+    static_assert(MR == 1 || MR == 2 || MR == 4 || MR == 8 || MR == 16, "MR: 1, 2, 4, 8 or 16 rows");
+    constexpr int LDS = MR >= 4 ? MR + 4 : MR;  // sA's row stride: padded, so that the transposing stores
+    static_assert(KC % WARPS == 0, "KC must split evenly over the warps");  // spread over banks
+    __shared__ __align__(16) float sA[KC][LDS];           // A's rows, KC columns at a time, transposed
+    __shared__ __align__(16) float sSum[WARPS][4][COLS];  // the warps' results, four rows at a time
+    __shared__ int adds_up;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int blk = blockIdx.x, run = blockIdx.y, runs = gridDim.y;
+    const int col_blocks = gemmlab::ceil_div(N, COLS);
+    const int m0 = blk / col_blocks * MR, n0 = blk % col_blocks * COLS;  // the block's rows and columns
+    const int col = n0 + lane * 4;  // this lane's four columns
+    const int cols_valid = N - col;          // how many of them lie inside D (may be <= 0)
+    const bool b_vec = gemmlab::rows_16b_aligned(B, ldb);
+    // This run's chunks of KC columns of A (rows of B): KT split into runs differing by at most one.
+    const int KT = gemmlab::ceil_div(K, KC), q = KT / runs, r = KT % runs;
+    const int c_begin = run * q + min(run, r), c_end = c_begin + q + (run < r);
+
+    float acc[MR][4] = {};
+    for (int ch = c_begin; ch < c_end; ++ch) {
+        const int k0 = ch * KC;
+        __syncthreads();  // every warp is done with the last chunk's sA
+        for (int i = tid; i < KC * MR; i += THREADS) {  // A[m][k0 + k] -> sA[k][m], zeros outside
+            const int m = i / KC, k = i % KC;
+            sA[k][m] = (m0 + m < M && k0 + k < K) ? A[gemmlab::offset(m0 + m, k0 + k, lda)] : 0.0f;
+        }
+        __syncthreads();
+        // KC / WARPS rows of B a lane: all their loads first, so that they are in flight together
+        float4 b[KC / WARPS];
+#pragma unroll
+        for (int j = 0; j < KC / WARPS; ++j) {
+            const int k = k0 + warp + j * WARPS;
+            b[j] = k < K ? gemmlab::load_float4_or_zero(B + gemmlab::offset(k, col, ldb), cols_valid, b_vec)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int j = 0; j < KC / WARPS; ++j) {
+            const int k = warp + j * WARPS;
+#pragma unroll
+            for (int m0 = 0; m0 < MR; m0 += RV) {
+                float a[RV];
+                if constexpr (RV == 4) {
+                    const float4 v = *reinterpret_cast<const float4*>(&sA[k][m0]);
+                    a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < RV; ++i) a[i] = sA[k][m0 + i];
+                }
+#pragma unroll
+                for (int i = 0; i < RV; ++i) {
+                    acc[m0 + i][0] += a[i] * b[j].x;
+                    acc[m0 + i][1] += a[i] * b[j].y;
+                    acc[m0 + i][2] += a[i] * b[j].z;
+                    acc[m0 + i][3] += a[i] * b[j].w;
+                }
+            }
+        }
+    }
+
+    // The warps' results added in warp order, four rows at a time: thread t then holds rows
+    // m0 + t / 64 of columns (t % 64) * 2, +1 ... in `mine` (one value a row of the four, two columns).
+    constexpr int GROUPS = (MR + 3) / 4;
+    float mine[GROUPS][2];
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g) {
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 4 && 4 * g + i < MR; ++i)
+            *reinterpret_cast<float4*>(&sSum[warp][i][lane * 4]) =
+                make_float4(acc[4 * g + i][0], acc[4 * g + i][1], acc[4 * g + i][2], acc[4 * g + i][3]);
+        __syncthreads();
+        const int i = tid / 64, c = (tid % 64) * 2;
+        float s0 = 0.0f, s1 = 0.0f;
+        if (4 * g + i < MR) {
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) s0 += sSum[w][i][c], s1 += sSum[w][i][c + 1];
+        }
+        mine[g][0] = s0, mine[g][1] = s1;
+    }
+    const int my_row = m0 + tid / 64, my_col = n0 + (tid % 64) * 2;
+
+    if (runs > 1) {
+        // Part of run s: float2 g of thread tid at part(s) + g * THREADS + tid (coalesced).
+        auto part = [&](int s) {
+            return reinterpret_cast<float2*>(WS) + (static_cast<size_t>(s) * gridDim.x + blk) * GROUPS * THREADS;
+        };
+        float2* own = part(run);
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) __stcg(own + g * THREADS + tid, make_float2(mine[g][0], mine[g][1]));
+        __threadfence();  // this thread's part is visible before the count says so
+        __syncthreads();
+        if (tid == 0) {
+            unsigned* count = FLAGS + blk;
+            const bool last = atomicAdd(count, 1u) == static_cast<unsigned>(runs) - 1;
+            if (last) *count = 0u;  // every run has counted itself in: zero again for the next launch
+            adds_up = last;
+        }
+        __syncthreads();
+        if (!adds_up) return;
+        __threadfence();
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) mine[g][0] = mine[g][1] = 0.0f;
+#pragma unroll 4
+        for (int s = 0; s < runs; ++s) {  // in run order, the own part too: the same sum whoever is last
+            const float2* theirs = part(s);
+#pragma unroll
+            for (int g = 0; g < GROUPS; ++g) {
+                const float2 v = __ldcg(theirs + g * THREADS + tid);
+                mine[g][0] += v.x, mine[g][1] += v.y;
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g) {
+        gemmlab::store_if_inside(D, C, 4 * g + my_row, my_col, M, N, ldc, ldd, mine[g][0], alpha, beta);
+        gemmlab::store_if_inside(D, C, 4 * g + my_row, my_col + 1, M, N, ldc, ldd, mine[g][1], alpha, beta);
+    }
+}
