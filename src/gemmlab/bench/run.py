@@ -24,6 +24,7 @@ from ..api import prepare
 from ..configs import select
 from ..problem import problem_from_tensors
 from ..reference import check_result
+from ..userdirs import user_data_dir
 from . import environment
 from .timing import HostGate, L2Flusher, interleaved, median
 
@@ -225,9 +226,7 @@ def user_results_dir() -> Path:
     env = os.environ.get("GEMMLAB_RESULTS")
     if env:
         return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("gemmlab")) / "results"
+    return user_data_dir() / "results"
 
 
 def results_path(root: Path, meta: dict, tag: str = "bench") -> Path:
