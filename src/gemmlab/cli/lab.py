@@ -112,10 +112,8 @@ def bench_cmd(
                                                   out_dtype=bench_run.OUT_DTYPES.get(dtype), layout=layout, names=names,
                                                   **kw)  # fmt: skip
         title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''}{', ' + layout if layout != 'nn' else ''})", "TFLOP/s", 1.0, "cuBLAS"
-    t = Table(title=title)
     configs = tag != "bench"  # config sweeps: each record's config in a column of its own
-    for col in ("kernel", *(["config"] if configs else []), "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
-        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K") else dict(overflow="fold")))
+    t = bench_table(title, unit, base, configs)
     with _progress() as prog:
         task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
 
@@ -123,8 +121,7 @@ def bench_cmd(
             prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
 
         def on_record(r):
-            config = [",".join(f"{k}={v}" for k, v in r["config"].items())] if configs else []
-            t.add_row(r["kernel"], *config, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
+            add_bench_row(t, r, scale, configs)
             prog.advance(task)
 
         path, _ = runner(on_record=on_record, on_start=on_start)
@@ -135,6 +132,21 @@ def bench_cmd(
         err_console.print(f"FAILED M={f['M']} N={f['N']} K={f['K']} kernel={f['kernel']}: {f['error']}")
     if failures:
         raise typer.Exit(1)
+
+
+def bench_table(title: str, unit: str, base: str, configs: bool) -> Table:
+    """The table of a named bench; with configs, a column of each record's config. Ids and shapes
+    stay whole; a config folds only in a terminal too narrow for it (a log is LOG_WIDTH wide)."""
+    t = Table(title=title)
+    for col in ("kernel", *(["config"] if configs else []), "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K") else dict(overflow="fold")))
+    return t
+
+
+def add_bench_row(t: Table, r: dict, scale: float, configs: bool) -> None:
+    config = [",".join(f"{k}={v}" for k, v in r["config"].items())] if configs else []
+    t.add_row(r["kernel"], *config, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}",
+              f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")  # fmt: skip
 
 
 def _bench_overview(out: Path, reps: int, warmup: int) -> None:
