@@ -18,7 +18,7 @@ from .common import (
 def bench_cmd(
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable), or auto (what gemm() chooses, case by case); default all"),
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the seeds' sizes"),
-    reps: int = typer.Option(20, min=1, help="timed runs per kernel and shape (median reported)"),
+    reps: Optional[int] = typer.Option(None, min=1, help="timed runs per kernel and shape (median reported); default 20 on a GPU, 10 on the CPU"),
     warmup: int = typer.Option(2, min=0, help="untimed runs first"),
     out: Path = _out_option("bench"),
     device: str = DEVICE_OPTION,
@@ -53,6 +53,8 @@ def bench_cmd(
     else:
         names = None
     device = _pick_device(device)
+    if reps is None:
+        reps = _default_reps(device)
     named = kernel or shape or sweep or dtype or resume or ladder or pending or layout != "nn" or tag != "bench"
     if device == "cuda" and not named:
         _bench_overview(out, reps, warmup)
@@ -132,6 +134,16 @@ def bench_cmd(
         err_console.print(f"FAILED M={f['M']} N={f['N']} K={f['K']} kernel={f['kernel']}: {f['error']}")
     if failures:
         raise typer.Exit(1)
+
+
+def _default_reps(device: str) -> int:
+    if device == "cpu":
+        from ..bench.cpu import CPU_REPS
+
+        return CPU_REPS
+    from ..bench.run import REPS
+
+    return REPS
 
 
 def bench_table(title: str, unit: str, base: str, configs: bool) -> Table:
