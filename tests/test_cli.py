@@ -195,3 +195,28 @@ def test_progress_writes_lines_into_a_log(monkeypatch):
             prog.advance(task)
     lines = [line for line in log.getvalue().splitlines() if line.startswith("checking: ")]
     assert lines[:3] == ["checking: 1/3 after 0 s", "checking: 2/3 after 0 s", "checking: 3/3 after 0 s"]
+
+
+def test_a_bench_table_in_a_log_keeps_the_longest_config_on_one_line(monkeypatch):
+    """Where stdout is no terminal (a log) rich would take 80 columns and fold a tune run's config
+    column over many lines; the CLI's console is LOG_WIDTH wide there, or $COLUMNS where set."""
+    import io
+
+    from gemmlab.cli import common, lab
+    from gemmlab.configs import configs_in_use
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    log = io.StringIO()
+    out = common.make_console(file=log)
+    assert not out.is_terminal and out.width == common.LOG_WIDTH
+    kernel, config = max(((s.id, c.as_dict()) for s in KERNELS + registry.PENDING for c in configs_in_use(s)),
+                         key=lambda kc: len(str(kc[1])))  # fmt: skip
+    record = dict(kernel=kernel, config=config, M=8176, N=8176, K=8176, median_ms=123.456, tflops=8.9, baseline_tflops=9.1, ratio=0.978)
+    t = lab.bench_table("gemmlab bench (float32, TF32 off)", "TFLOP/s", "cuBLAS", configs=True)
+    lab.add_bench_row(t, record, 1.0, configs=True)
+    out.print(t)
+    text = ",".join(f"{k}={v}" for k, v in config.items())
+    rows = [line for line in log.getvalue().splitlines() if kernel in line]
+    assert len(rows) == 1 and text in rows[0] and "8176x8176x8176" in rows[0], log.getvalue()
+    monkeypatch.setenv("COLUMNS", "120")
+    assert common.make_console(file=io.StringIO()).width == 120

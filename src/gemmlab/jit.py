@@ -30,6 +30,7 @@ from importlib import metadata, resources
 
 from . import launch
 from .specs.base import GemmConfig, KernelSpec
+from .userdirs import user_cache_dir
 
 CACHE_FORMAT = b"GEMMLAB1"
 
@@ -94,9 +95,7 @@ def cache_dir() -> Path:
     env = os.environ.get("GEMMLAB_CACHE_DIR")
     if env:
         return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("gemmlab"))
+    return user_cache_dir()
 
 
 def nvrtc_version() -> str:

@@ -79,6 +79,10 @@ class CacheFlusher:
 # the cores with it (measured on 2 cores: cpu04 at 1024 ran at half speed right after a numpy
 # call, full speed after a 0.2 s pause). Every timed run therefore starts after this pause.
 SETTLE_S = 0.2
+# Runs of each side a case, the median reported: 10, not the GPU's 20, as the pause before each run
+# is most of the time a default run takes (at 20 it took 192 s on 2 cores, 122 s of them pauses);
+# the kernel and numpy runs stay interleaved, and the slow loops get fewer (budget_s).
+CPU_REPS = 10
 
 
 def bench_cpu_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, budget_s: float, flush, settle_s: float = SETTLE_S) -> dict:
@@ -153,7 +157,7 @@ def run_cpu_bench(
     kernels: list[str],
     shapes: list[tuple[int, int, int]],
     out_root: Path,
-    reps: int = 20,
+    reps: int = CPU_REPS,
     warmup: int = 1,
     budget_s: float = 20.0,
     on_record: Callable[[dict], None] | None = None,

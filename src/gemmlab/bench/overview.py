@@ -49,7 +49,7 @@ def cases() -> int:
     return sum(len(p.shapes) for p in PARTS)
 
 
-def run_overview(out_root: Path, reps: int = 20, warmup: int = 2,
+def run_overview(out_root: Path, reps: int = run.REPS, warmup: int = 2,
                  on_record: Callable[[Part, dict], None] | None = None,
                  on_start: Callable[[Part, tuple], None] | None = None) -> list[tuple[Part, Path, list[dict]]]:  # fmt: skip
     """Every part through run.run_bench with kernel 'auto': (part, its record file, its records)."""

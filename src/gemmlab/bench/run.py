@@ -24,6 +24,7 @@ from ..api import prepare
 from ..configs import select
 from ..problem import problem_from_tensors
 from ..reference import check_result
+from ..userdirs import user_data_dir
 from . import environment
 from .timing import HostGate, L2Flusher, interleaved, median
 
@@ -35,6 +36,7 @@ DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = tuple(
     sorted({(n, n, n) for n in SQUARES + ODD} | {(2048, 2048, 1024)} | set(TALL_K), key=lambda s: (s[0] * s[1] * s[2], s))
 )  # plus seed 001's 2048 x 2048 x 1024
 CUBLAS_BACKENDS = ("cublas", "cublaslt")
+REPS = 20  # event-timed runs of each side a case, the median reported
 
 
 @dataclass
@@ -225,9 +227,7 @@ def user_results_dir() -> Path:
     env = os.environ.get("GEMMLAB_RESULTS")
     if env:
         return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("gemmlab")) / "results"
+    return user_data_dir() / "results"
 
 
 def results_path(root: Path, meta: dict, tag: str = "bench") -> Path:
@@ -249,7 +249,7 @@ def run_bench(
     kernels: list[str],
     shapes: list[tuple[int, int, int]],
     out_root: Path,
-    reps: int = 20,
+    reps: int = REPS,
     warmup: int = 2,
     device_id: int = 0,
     on_record: Callable[[dict], None] | None = None,

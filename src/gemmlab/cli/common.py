@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 import time
 from typing import Optional
@@ -12,10 +13,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import registry
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
-# a table's kernel ids and shapes, what -k and -s take: never wrapped or cut, other columns wrap
-# (in a terminal too narrow for even that, they fold onto a second line rather than lose characters)
+LOG_WIDTH = 200  # columns of a log: a bench row with its longest config (about 180) on one line
+
+
+def make_console(**kw) -> Console:
+    """A console as wide as its terminal; where the output is no terminal (a log, a pipe), $COLUMNS
+    if set, else LOG_WIDTH: rich would take 80 there and fold a table's long cells over lines."""
+    out = Console(**kw)
+    if not out.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        out.width = LOG_WIDTH
+    return out
+
+
+console = make_console()
+err_console = make_console(stderr=True, soft_wrap=True)  # one-line messages stay one line
+# a table's kernel ids and shapes, what -k and -s take: never wrapped, while the other columns
+# wrap to make room (a terminal too narrow even for these columns crops them)
 WHOLE = dict(no_wrap=True, overflow="fold")
 
 

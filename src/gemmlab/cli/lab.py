@@ -18,7 +18,7 @@ from .common import (
 def bench_cmd(
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable), or auto (what gemm() chooses, case by case); default all"),
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK (repeatable); default the seeds' sizes"),
-    reps: int = typer.Option(20, min=1, help="timed runs per kernel and shape (median reported)"),
+    reps: Optional[int] = typer.Option(None, min=1, help="timed runs per kernel and shape (median reported); default 20 on a GPU, 10 on the CPU"),
     warmup: int = typer.Option(2, min=0, help="untimed runs first"),
     out: Path = _out_option("bench"),
     device: str = DEVICE_OPTION,
@@ -53,6 +53,8 @@ def bench_cmd(
     else:
         names = None
     device = _pick_device(device)
+    if reps is None:
+        reps = _default_reps(device)
     named = kernel or shape or sweep or dtype or resume or ladder or pending or layout != "nn" or tag != "bench"
     if device == "cuda" and not named:
         _bench_overview(out, reps, warmup)
@@ -112,10 +114,8 @@ def bench_cmd(
                                                   out_dtype=bench_run.OUT_DTYPES.get(dtype), layout=layout, names=names,
                                                   **kw)  # fmt: skip
         title, unit, scale, base = f"gemmlab bench ({dtype}{', TF32 off' if precision == 'fp32' else ''}{', ' + layout if layout != 'nn' else ''})", "TFLOP/s", 1.0, "cuBLAS"
-    t = Table(title=title)
     configs = tag != "bench"  # config sweeps: each record's config in a column of its own
-    for col in ("kernel", *(["config"] if configs else []), "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
-        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K") else dict(overflow="fold")))
+    t = bench_table(title, unit, base, configs)
     with _progress() as prog:
         task = prog.add_task("benchmarking", total=len(ids) * len(shapes))
 
@@ -123,8 +123,7 @@ def bench_cmd(
             prog.update(task, description=f"{kid} {s[0]}x{s[1]}x{s[2]}")
 
         def on_record(r):
-            config = [",".join(f"{k}={v}" for k, v in r["config"].items())] if configs else []
-            t.add_row(r["kernel"], *config, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}", f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")
+            add_bench_row(t, r, scale, configs)
             prog.advance(task)
 
         path, _ = runner(on_record=on_record, on_start=on_start)
@@ -135,6 +134,31 @@ def bench_cmd(
         err_console.print(f"FAILED M={f['M']} N={f['N']} K={f['K']} kernel={f['kernel']}: {f['error']}")
     if failures:
         raise typer.Exit(1)
+
+
+def _default_reps(device: str) -> int:
+    if device == "cpu":
+        from ..bench.cpu import CPU_REPS
+
+        return CPU_REPS
+    from ..bench.run import REPS
+
+    return REPS
+
+
+def bench_table(title: str, unit: str, base: str, configs: bool) -> Table:
+    """The table of a named bench; with configs, a column of each record's config. Ids and shapes
+    stay whole; a config folds only in a terminal too narrow for it (a log is LOG_WIDTH wide)."""
+    t = Table(title=title)
+    for col in ("kernel", *(["config"] if configs else []), "M x N x K", "ms", unit, f"{base} {unit}", "ratio"):
+        t.add_column(col, justify="right", **(WHOLE if col in ("kernel", "M x N x K") else dict(overflow="fold")))
+    return t
+
+
+def add_bench_row(t: Table, r: dict, scale: float, configs: bool) -> None:
+    config = [",".join(f"{k}={v}" for k, v in r["config"].items())] if configs else []
+    t.add_row(r["kernel"], *config, f"{r['M']}x{r['N']}x{r['K']}", f"{r['median_ms']:.3f}", f"{r['tflops'] * scale:.2f}",
+              f"{r['baseline_tflops'] * scale:.2f}", f"{r['ratio']:.3f}")  # fmt: skip
 
 
 def _bench_overview(out: Path, reps: int, warmup: int) -> None:
