@@ -33,16 +33,24 @@ def split_k_config(problem: GemmProblem) -> GemmConfig:
     return _rule_config(registry.get("sgemm_12_split_k"), tuple(sorted({**cfg.as_dict(), "SPLIT": 0}.items())))
 
 
+# Step 13's chunk of K (KC) by rows, from an H100 (gemmlab bench -k 'sgemm_13_few_rows[MR=..,KC=..]',
+# ratios to cuBLAS SGEMM in the same runs): at 8 rows KC = 128 ran 1.04x / 1.11x at 8 x 14336 x 4096 /
+# 8 x 4096 x 4096 against 0.81x / 0.87x for 64; at 16 rows KC = 32 ran 0.80x / 1.29x at 16 x 14336 x
+# 4096 / 16 x 4096 x 4096, 128 0.73x / 1.32x, 64 0.69x / 1.19x; at one row 64 ran 0.73-0.82x at
+# 1 x 4096 x 4096 and 128 0.77x. Untried: 2 and 4 rows (they take the chunk of their neighbours).
+FEW_ROWS_KC = {1: 64, 2: 64, 4: 128, 8: 128, 16: 32}
+
+
 def few_rows_config(problem: GemmProblem) -> GemmConfig:
-    """Step 13's rows: the problem's rounded up to 1, 2, 4, 8 or 16 (at most FEW_ROWS_MAX)."""
-    spec = registry.get("sgemm_13_few_rows")
-    mr = next((r for r in (1, 2, 4, 8) if problem.M <= r), FEW_ROWS_MAX)
-    return _rule_config(spec, (("MR", mr),))
+    """Step 13's rows, the problem's rounded up to 1, 2, 4, 8 or 16 (FEW_ROWS_MAX), and its chunk of
+    K for those rows (FEW_ROWS_KC)."""
+    mr = next((r for r in FEW_ROWS_KC if problem.M <= r), FEW_ROWS_MAX)
+    return _rule_config(registry.get("sgemm_13_few_rows"), (("KC", FEW_ROWS_KC[mr]), ("MR", mr)))
 
 
 def few_rows_configs() -> list[GemmConfig]:
     spec = registry.get("sgemm_13_few_rows")
-    return [_rule_config(spec, (("MR", mr),)) for mr in (1, 2, 4, 8, FEW_ROWS_MAX)]
+    return [_rule_config(spec, (("KC", kc), ("MR", mr))) for mr, kc in FEW_ROWS_KC.items()]
 
 
 def few_rows_pays(problem: GemmProblem, c: GemmConfig) -> str | None:

@@ -7,19 +7,26 @@ from ..problem import GemmProblem
 from .base import GRID_YZ_MAX, GemmConfig, KernelSpec, Param, _first_failure, cdiv
 
 FEW_ROWS_COLS = 128  # columns of D a block: a warp's 32 lanes, four columns each
-# blocks of 256 threads an SM the runs are counted for: two in 128 registers a thread, one at MR = 16
-# (165 registers; held to 128 it spilled 72 bytes)
-FEW_ROWS_BLOCKS_PER_SM = {16: 1}
+
+
+def few_rows_blocks_per_sm(c: GemmConfig) -> int:
+    """Blocks of 256 threads an SM the runs are counted for: the kernel's launch bounds, by the
+    product of rows and chunk (the registers a thread needs without spilling: 72-80 a thread at
+    MR x KC <= 256, 96-128 up to 512, 128-165 past it)."""
+    size = c["MR"] * c["KC"]
+    return 3 if size <= 256 else 2 if size <= 512 else 1
+
+
 FEW_ROWS_MIN_CHUNKS = 2  # KC-column chunks of K a run at least
 FEW_ROWS_MAX = 16  # rows a block covers at most, and the most 'auto' gives step 13 (configs.fp32)
 
 
 def few_rows_runs(problem: GemmProblem, c: GemmConfig, sms: int) -> int:
     """The runs along K (gridDim.y): enough for the column blocks to fill the SMs' block slots
-    (FEW_ROWS_BLOCKS_PER_SM), each run at least FEW_ROWS_MIN_CHUNKS chunks of K; 1 where the column
+    (few_rows_blocks_per_sm), each run at least FEW_ROWS_MIN_CHUNKS chunks of K; 1 where the column
     blocks alone fill them."""
     blocks = cdiv(problem.N, FEW_ROWS_COLS) * cdiv(problem.M, c["MR"])
-    slots = sms * FEW_ROWS_BLOCKS_PER_SM.get(c["MR"], 2)
+    slots = sms * few_rows_blocks_per_sm(c)
     chunks = cdiv(problem.K, c["KC"])
     if blocks >= slots or chunks < 2 * FEW_ROWS_MIN_CHUNKS:
         return 1

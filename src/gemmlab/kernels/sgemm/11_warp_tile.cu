@@ -12,13 +12,12 @@
 // WM x WN: the tile of C one warp computes; the block has (BM / WM) * (BN / WN) warps.
 // TM x TN: the results of one thread, (TM / 4) x (TN / 4) blocks of 4 x 4 spread over the warp tile.
 // PAD: floats added to each row of the transposed A tile to shift its banks.
-//
-// The main loop, shared with step 12 (split K): acc += the block's BM x BN tile of A @ B at
-// (row0, col0), over K. tm and tn: the thread's first row and column in the tile (warp_tile_origin).
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD>
-__device__ __forceinline__ void warp_tile_accumulate(float (&acc)[TM][TN], const float* __restrict__ A,
-                                                     const float* __restrict__ B, int M, int N, int K,
-                                                     int lda, int ldb, int row0, int col0, int tm, int tn) {
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
+                const float* C, float* D,
+                int M, int N, int K, int lda, int ldb, int ldc, int ldd,
+                float alpha, float beta) {
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
     constexpr int TM_STRIDE = WM / (TM / 4);  // rows between a thread's float4s of A
     constexpr int TN_STRIDE = WN / (TN / 4);  // columns between a thread's float4s of B
@@ -33,9 +32,16 @@ __device__ __forceinline__ void warp_tile_accumulate(float (&acc)[TM][TN], const
     __shared__ __align__(16) float sB[2][BK][BN];        // [buffer][k][n]: slices of B
 
     const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;  // the block's tile of C
+    // The warp's tile starts at (warp / (BN / WN) * WM, warp % (BN / WN) * WN); its threads form a
+    // (WM / TM) x (WN / TN) grid of 4 x 4 blocks, repeated TM/4 times down and TN/4 times across.
+    const int tm = warp / (BN / WN) * WM + lane / (WN / TN) * 4;  // first row; others TM_STRIDE apart
+    const int tn = warp % (BN / WN) * WN + lane % (WN / TN) * 4;  // first column; others TN_STRIDE apart
     const bool a_vec = gemmlab::rows_16b_aligned(A, lda);  // else scalar loads (same for all threads)
     const bool b_vec = gemmlab::rows_16b_aligned(B, ldb);
 
+    float acc[TM][TN] = {};
     float rA[2][TM], rB[2][TN];  // slot kk % 2: the fragments of k step kk
     float4 gA[gemmlab::Vec4Tile<BM, BK, THREADS>::PER_THREAD];  // the thread's float4s of the A tile
     float4 gB[gemmlab::Vec4Tile<BK, BN, THREADS>::PER_THREAD];  // and of the B tile
@@ -77,34 +83,12 @@ __device__ __forceinline__ void warp_tile_accumulate(float (&acc)[TM][TN], const
         __syncthreads();  // slice k0 + BK is in place and nobody reads buffer `buf` any more
         buf ^= 1;
     }
-}
-
-// The thread's first row (.x) and column (.y) in the block tile. The warp's tile starts at
-// (warp / (BN / WN) * WM, warp % (BN / WN) * WN); its threads form a (WM / TM) x (WN / TN) grid of
-// 4 x 4 blocks, repeated TM/4 times down (TM_STRIDE apart) and TN/4 times across (TN_STRIDE apart).
-template <int BN, int WM, int WN, int TM, int TN>
-__device__ __forceinline__ int2 warp_tile_origin() {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    return make_int2(warp / (BN / WN) * WM + lane / (WN / TN) * 4, warp % (BN / WN) * WN + lane % (WN / TN) * 4);
-}
-
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
-                const float* C, float* D,
-                int M, int N, int K, int lda, int ldb, int ldc, int ldd,
-                float alpha, float beta) {
-    constexpr int TM_STRIDE = WM / (TM / 4), TN_STRIDE = WN / (TN / 4);
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;  // the block's tile of C
-    const int2 t = warp_tile_origin<BN, WM, WN, TM, TN>();
-    float acc[TM][TN] = {};
-    warp_tile_accumulate<BM, BN, BK, WM, WN, TM, TN, PAD>(acc, A, B, M, N, K, lda, ldb, row0, col0, t.x, t.y);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-            const int m = t.x + i / 4 * TM_STRIDE + i % 4;
-            const int n = t.y + j / 4 * TN_STRIDE + j % 4;
+            const int m = tm + i / 4 * TM_STRIDE + i % 4;
+            const int n = tn + j / 4 * TN_STRIDE + j % 4;
             gemmlab::store_if_inside(D, C, row0 + m, col0 + n, M, N, ldc, ldd, acc[i][j], alpha, beta);
         }
     }

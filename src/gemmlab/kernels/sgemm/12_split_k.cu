@@ -9,7 +9,11 @@
 // fp32 part to a workspace and counts itself in; the last run of a tile to arrive adds every part
 // in run order -- its own too, read back from the workspace -- so the sum, and D, have the same
 // bits whichever run comes last and at every launch.
-#include "sgemm/11_warp_tile.cu"
+//
+// The main loop is step 11's, written out again: with it moved into a device function both kernels
+// shared, ptxas scheduled the same instructions otherwise and step 11 ran 10% slower at 2048^3 and
+// 4096^3 on an H100 (docs/notes/fp32-split-k-and-few-rows.md).
+#include "common/tile_copy.cuh"
 
 // BM .. PAD: step 11's. SPLIT: 0 compiles the one-run kernel alone (the split code costs a whole-K
 // launch registers and time even where it never runs). WS: fp32 parts, BM x BN a block of a split
@@ -20,29 +24,87 @@ template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int S
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, BM * BN <= 64 * 64 ? 5 : BM * BN <= 128 * 128 ? 2 : 1)
 sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
               unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
-    constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
-    constexpr int TM_STRIDE = WM / (TM / 4), TN_STRIDE = WN / (TN / 4);
     constexpr int PART4 = TM * TN / 4;  // float4s of a thread's part
     __shared__ int adds_up;             // this block is the last run of its tile: it writes D
-
     const int tiles_n = gemmlab::ceil_div(N, BN);
     const int tile = blockIdx.x, run = blockIdx.y, runs = gridDim.y;
     const int row0 = tile / tiles_n * BM, col0 = tile % tiles_n * BN;
-    // This run's K slices: KT split into `runs` runs whose lengths differ by at most one slice.
+    constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
+    constexpr int TM_STRIDE = WM / (TM / 4);  // rows between a thread's float4s of A
+    constexpr int TN_STRIDE = WN / (TN / 4);  // columns between a thread's float4s of B
+    static_assert(WM >= 1 && WN >= 1 && BM % WM == 0 && BN % WN == 0, "WM must divide BM, WN BN");
+    static_assert(THREADS >= 32 && THREADS <= 1024, "(BM / WM) * (BN / WN) warps must fit in a block");
+    static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are read from shared memory as float4");
+    static_assert(TM >= 4 && TN >= 4 && WM % TM == 0 && WN % TN == 0 && (WM / TM) * (WN / TN) == 32,
+                  "a warp's 32 threads must cover its WM x WN tile with TM x TN results each");
+    static_assert(BK % 4 == 0 && BN % 4 == 0, "tile rows are read from global memory as float4");
+    static_assert(PAD >= 0 && PAD % 4 == 0, "PAD must keep the rows of sA 16-byte aligned");
+    __shared__ __align__(16) float sA[2][BK][BM + PAD];  // [buffer][k][m]: slices of A, transposed
+    __shared__ __align__(16) float sB[2][BK][BN];        // [buffer][k][n]: slices of B
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    // The warp's tile starts at (warp / (BN / WN) * WM, warp % (BN / WN) * WN); its threads form a
+    // (WM / TM) x (WN / TN) grid of 4 x 4 blocks, repeated TM/4 times down and TN/4 times across.
+    const int tm = warp / (BN / WN) * WM + lane / (WN / TN) * 4;  // first row; others TM_STRIDE apart
+    const int tn = warp % (BN / WN) * WN + lane % (WN / TN) * 4;  // first column; others TN_STRIDE apart
+    // This run's K slices: KT split into `runs` runs whose lengths differ by at most one slice; A's
+    // columns and B's rows from k_begin on (a multiple of BK, and of 4: rows stay as aligned).
     const int KT = gemmlab::ceil_div(K, BK), q = KT / runs, r = KT % runs;
     const int k_begin = (run * q + min(run, r)) * BK;
-    const int k_len = max(0, min((q + (run < r)) * BK, K - k_begin));
-    const int2 t = warp_tile_origin<BN, WM, WN, TM, TN>();
+    K = max(0, min((q + (run < r)) * BK, K - k_begin));
+    A += k_begin;
+    B += static_cast<long long>(k_begin) * ldb;
+    const bool a_vec = gemmlab::rows_16b_aligned(A, lda);  // else scalar loads (same for all threads)
+    const bool b_vec = gemmlab::rows_16b_aligned(B, ldb);
+
     float acc[TM][TN] = {};
-    // A's columns and B's rows from k_begin on: a multiple of BK (and of 4), so rows stay as aligned
-    warp_tile_accumulate<BM, BN, BK, WM, WN, TM, TN, PAD>(acc, A + k_begin, B + static_cast<long long>(k_begin) * ldb,
-                                                          M, N, k_len, lda, ldb, row0, col0, t.x, t.y);
+    float rA[2][TM], rB[2][TN];  // slot kk % 2: the fragments of k step kk
+    float4 gA[gemmlab::Vec4Tile<BM, BK, THREADS>::PER_THREAD];  // the thread's float4s of the A tile
+    float4 gB[gemmlab::Vec4Tile<BK, BN, THREADS>::PER_THREAD];  // and of the B tile
+
+    // Slice 0 into buffer 0 (all zeros, and no load at all, when K == 0).
+    gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, 0, M, K, a_vec, tid);
+    gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, 0, col0, K, N, b_vec, tid);
+    gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[0][0][0], gA, tid);
+    gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[0][0][0], gB, tid);
+    __syncthreads();
+
+    int buf = 0;  // the buffer that holds slice k0
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        const bool has_next = k0 + BK < K;
+        if (has_next) {  // issue the next slice's loads now; the FMAs below do not wait for them
+            gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, k0 + BK, M, K, a_vec, tid);
+            gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, k0 + BK, col0, K, N, b_vec, tid);
+        }
+        gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[buf][0][tm]);
+        gemmlab::load_fragment<TN, TN_STRIDE>(rB[0], &sB[buf][0][tn]);
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {  // resolved at compile time: the loop is unrolled
+                gemmlab::load_fragment<TM, TM_STRIDE>(rA[(kk + 1) % 2], &sA[buf][kk + 1][tm]);
+                gemmlab::load_fragment<TN, TN_STRIDE>(rB[(kk + 1) % 2], &sB[buf][kk + 1][tn]);
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    acc[i][j] += rA[kk % 2][i] * rB[kk % 2][j];
+                }
+            }
+        }
+        if (has_next) {  // the other buffer was last read before the previous barrier: free
+            gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[buf ^ 1][0][0], gA, tid);
+            gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[buf ^ 1][0][0], gB, tid);
+        }
+        __syncthreads();  // slice k0 + BK is in place and nobody reads buffer `buf` any more
+        buf ^= 1;
+    }
     if (SPLIT && runs > 1) {
         // Part of run s: float4 p of thread tid at part(s) + p * THREADS + tid (coalesced).
         auto part = [&](int s) {
             return reinterpret_cast<float4*>(WS) + (static_cast<size_t>(s) * gridDim.x + tile) * PART4 * THREADS;
         };
-        const int tid = threadIdx.x;
         float4* mine = part(run);
 #pragma unroll
         for (int p = 0; p < PART4; ++p) {
@@ -78,8 +140,8 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
     for (int i = 0; i < TM; ++i) {
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-            const int m = t.x + i / 4 * TM_STRIDE + i % 4;
-            const int n = t.y + j / 4 * TN_STRIDE + j % 4;
+            const int m = tm + i / 4 * TM_STRIDE + i % 4;
+            const int n = tn + j / 4 * TN_STRIDE + j % 4;
             gemmlab::store_if_inside(D, C, row0 + m, col0 + n, M, N, ldc, ldd, acc[i][j], alpha, beta);
         }
     }
