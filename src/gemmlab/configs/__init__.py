@@ -15,7 +15,7 @@ from .. import registry
 from ..device import sm_count_of
 from ..problem import GemmProblem
 from ..specs.base import GemmConfig, KernelSpec
-from .fp32 import few_rows_config, few_rows_configs, few_rows_pays, split_k_config, split_k_tiles
+from .fp32 import few_rows_config, few_rows_configs, few_rows_pays, split_k_config, split_k_pays, split_k_tiles
 from .persistent import TC07_TILES, TILE192_DEEP, copies_pay, stream_k_pays, tc07_tile
 from .rules import SIZE_RULES, _problem_config, _rule_config, _size_rule_config
 from .skinny import SKINNY_DEEP_STAGES, SKINNY_M_MAX, SKINNY_STAGES, skinny_config, skinny_pays
@@ -43,6 +43,7 @@ AUTO_SKIP = {
     "tc07_persistent_cluster": copies_pay,
     "tc09_stream_k": lambda p, c: copies_pay(p, c) or stream_k_pays(p, c),
     "tc10_skinny": skinny_pays,
+    "sgemm_12_split_k": split_k_pays,
     "sgemm_13_few_rows": few_rows_pays,
 }
 

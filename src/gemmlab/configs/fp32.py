@@ -9,7 +9,7 @@ from ..problem import GemmProblem
 from ..specs.base import GemmConfig
 from ..specs.sgemm_rows import FEW_ROWS_MAX
 from ..specs.sgemm import SPLIT_K_TILES, split_k_runs, split_k_time
-from .rules import _rule_config
+from .rules import _rule_config, _size_rule_config
 
 
 def split_k_tiles(split: int = 1) -> list[GemmConfig]:
@@ -58,4 +58,26 @@ def few_rows_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     at a time, when named)."""
     if problem.M > FEW_ROWS_MAX:
         return f"{problem.M} rows: sgemm_13_few_rows serves problems of at most {FEW_ROWS_MAX} rows"
+    return None
+
+
+# Step 12's main loop is step 11's, yet ran 7% slower on an H100 at 2048^3 and 4096^3 (0.815x / 0.829x
+# cuBLAS SGEMM against 0.877x / 0.892x for step 11 at the same 256 x 128 tile, one run, same runs of
+# gemmlab bench; results/nvidia-h100-80gb-hbm3/fp32-shapes-20261125T185401Z.json also shows its splits
+# of the large squares behind step 11's single runs). 'auto' therefore gives it only the problems its
+# split is modelled to serve in at most SPLIT_K_GAIN_MIN of step 11's time.
+SPLIT_K_GAIN_MIN = 0.85
+
+
+def split_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
+    """None where step 12 splits K and split_k_time models it well ahead of step 11's one run
+    (SPLIT_K_GAIN_MIN); else why step 11 serves the problem instead."""
+    if not c["SPLIT"]:
+        return "K is not split: step 11 runs the same tile"
+    sms = sm_count_of(problem.device)
+    whole = _size_rule_config(registry.get("sgemm_11_warp_tile"), problem)
+    t_split = split_k_time(problem.M, problem.N, problem.K, c, split_k_runs(problem, c, sms), sms)
+    t_whole = split_k_time(problem.M, problem.N, problem.K, whole, 1, sms)
+    if t_split > SPLIT_K_GAIN_MIN * t_whole:
+        return f"split K is modelled at {t_split / t_whole:.2f} of step 11's time (it pays below {SPLIT_K_GAIN_MIN})"
     return None

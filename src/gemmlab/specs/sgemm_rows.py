@@ -10,11 +10,11 @@ FEW_ROWS_COLS = 128  # columns of D a block: a warp's 32 lanes, four columns eac
 
 
 def few_rows_blocks_per_sm(c: GemmConfig) -> int:
-    """Blocks of 256 threads an SM the runs are counted for: the kernel's launch bounds, by the
-    product of rows and chunk (the registers a thread needs without spilling: 72-80 a thread at
-    MR x KC <= 256, 96-128 up to 512, 128-165 past it)."""
-    size = c["MR"] * c["KC"]
-    return 3 if size <= 256 else 2 if size <= 512 else 1
+    """Blocks of 256 threads an SM the runs are counted for (the kernel's launch bounds): two up to
+    4 rows, one past them. On an H100 three blocks of one row ran 0.74x cuBLAS SGEMM at 1 x 4096 x
+    4096 against 0.82x for two, and two blocks of 16 rows 0.63x at 16 x 14336 x 4096 against 0.80x
+    for one (results/nvidia-h100-80gb-hbm3/fp32-shapes-20261125T185401Z.json and bench runs beside it)."""
+    return 2 if c["MR"] <= 4 else 1
 
 
 FEW_ROWS_MIN_CHUNKS = 2  # KC-column chunks of K a run at least

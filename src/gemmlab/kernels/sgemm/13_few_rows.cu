@@ -17,9 +17,8 @@
 // shared memory at a time. WS: fp32 parts, MR x 128 a block of a split grid; FLAGS: one counter a
 // column block, zero between launches (the last run to arrive resets it).
 template <int MR, int KC>
-// Blocks an SM (gemmlab.specs.sgemm_rows.few_rows_blocks_per_sm): by the B float4s in flight a lane
-// (KC / 8) times the rows, which set the registers a thread needs without spilling.
-__global__ void __launch_bounds__(256, MR * KC <= 256 ? 3 : MR * KC <= 512 ? 2 : 1)
+// Blocks an SM (gemmlab.specs.sgemm_rows.few_rows_blocks_per_sm): two up to 4 rows, one past them.
+__global__ void __launch_bounds__(256, MR <= 4 ? 2 : 1)
 sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
                unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
     constexpr int WARPS = 8, THREADS = WARPS * 32, COLS = 128;
