@@ -16,6 +16,7 @@ from .specs.sgemm import (
     SGEMM_01, SGEMM_02, SGEMM_03, SGEMM_04, SGEMM_05, SGEMM_06, SGEMM_07, SGEMM_08, SGEMM_09, SGEMM_10, SGEMM_11,
     SGEMM_12,
 )
+from .specs.sgemm_cols import SGEMM_14
 from .specs.skinny import TC_10
 from .specs.tensorcore import TC_01, TC_02, TC_03, TC_04, TC_05, TC_06
 
@@ -27,7 +28,7 @@ SGEMM_LADDER: tuple[KernelSpec, ...] = (
 
 # Written but not yet checked on a GPU: compiled and spec-checked by the tests, never chosen by
 # kernel='auto' or listed by the CLI until they join SGEMM_LADDER.
-SGEMM_PENDING: tuple[KernelSpec, ...] = (SGEMM_12,)
+SGEMM_PENDING: tuple[KernelSpec, ...] = (SGEMM_12, SGEMM_14)
 
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
