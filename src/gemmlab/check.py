@@ -26,6 +26,8 @@ FIXED_SHAPES: tuple[tuple[int, int, int], ...] = (
     (2048, 2048, 1024),
     (3135, 3135, 1000),  # more tiles than SMs and a partial last wave: tc09 splits it along K
     (129, 257, 20000),  # four tiles, a tall K: tc09 splits each over 33 runs that sum it together
+    (3135, 1, 1001),  # a matrix times a vector (sgemm_14's one column)
+    (257, 13, 20001),  # few rows, few columns, a tall K: sgemm_14 splits K into runs
     (0, 5, 3),  # empty output
     (5, 7, 0),  # K = 0: D = beta * C
 )
