@@ -199,7 +199,8 @@ def test_misaligned_and_strided_views(M, N, K):
     out_big = torch.full((M, N + 9), float("nan"), device="cuda")
     run(a, b, c, alpha=0.5, beta=1.5, out=out_big[:, 4 : N + 4])
     assert out_big[:, :4].isnan().all() and out_big[:, N + 4 :].isnan().all(), "wrote outside out"
-    run(rand(M, K + 4)[:, :K], b)  # aligned rows (row stride K + 4 floats) of an odd K: the last step's floats one by one
+    aligned = rand(M, -(-K // 4) * 4 + 4)[:, :K]  # rows 16-byte aligned, K not a multiple of 4 (but at 1000)
+    run(aligned, b)  # 16-byte loads, the last step's floats one by one
 
 
 @gpu
