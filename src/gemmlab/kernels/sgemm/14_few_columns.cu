@@ -15,8 +15,8 @@ namespace few_columns {
 constexpr unsigned FULL = 0xffffffffu;
 
 // Shared-memory row padding of sBt[NC][BK + PAD]: the staging stores of one warp (consecutive
-// elements of B's rows, NC columns each) land in distinct banks; a multiple of 4 floats, so that
-// every float4 of a row stays 16-byte aligned.
+// floats of B's rows, NC columns each) land in distinct banks (two ways at NC = 16); a multiple of
+// 4 floats, so that every float4 of a row stays 16-byte aligned.
 template <int NC>
 __host__ __device__ constexpr int pad() {
     return (32 / NC) % 32 < 4 ? 4 : (32 / NC) % 32;
@@ -107,7 +107,11 @@ sgemm_few_columns(const float* __restrict__ A, const float* __restrict__ B, cons
     constexpr int V = RW * NC;        // a lane's partial sums
     constexpr int PER = V >= 32 ? V / 32 : 1;  // sums a lane holds once they are added across the warp
     constexpr int SHARE = V >= 32 ? 1 : 32 / V;  // lanes holding the same sums
-    constexpr int STAGE_BATCH = 8;    // loads of B in flight a thread while staging
+    constexpr int VB = NC >= 4 ? 4 : 1;     // floats of a row of B one staging load takes
+    constexpr int UNITS = NC / VB;          // such loads a row of B's chunk
+    // Staging loads in flight a thread: 16 floats below NC = 4, two float4s from there (a[] and acc
+    // are live meanwhile; four float4s took NC = 8 and 16 to 170 and 204 registers for sm_90a).
+    constexpr int STAGE_BATCH = VB == 4 ? 2 : 16;
     __shared__ __align__(16) float sBt[NC * LDS];  // [NC][BK + PAD]: B's chunk, transposed
     __shared__ int adds_up;                        // this block is the last run of its rows: it writes D
 
@@ -124,6 +128,7 @@ sgemm_few_columns(const float* __restrict__ A, const float* __restrict__ B, cons
 #pragma unroll
     for (int i = 0; i < RW; ++i) rows[i] = A + gemmlab::offset(min(row0 + i, M - 1), 0, lda);
     const bool aligned = gemmlab::rows_16b_aligned(A, lda);
+    const bool b_aligned = gemmlab::rows_16b_aligned(B, ldb);
     float acc[RW][NC] = {};
 
     for (int kc = k_begin; kc < k_end; kc += BK) {  // B's chunks: one for a run of at most BK floats
@@ -142,19 +147,31 @@ sgemm_few_columns(const float* __restrict__ A, const float* __restrict__ B, cons
             if (k == kc) {
                 // Stage the chunk while the first step's loads of A are in flight: element (kk, n)
                 // of the chunk at sBt[n][kk], 0 past k_end (those steps' A reads 0 too) or past N.
+                // Load i takes row kk = i / UNITS of the chunk, columns n0 = i % UNITS * VB .. + VB - 1
+                // (consecutive threads, consecutive floats of B: coalesced).
                 const int len = gemmlab::ceil_div(chunk_end - kc, STEP) * STEP;
                 __syncthreads();  // every warp is done with the previous chunk
-                for (int i0 = tid; i0 < NC * len; i0 += THREADS * STAGE_BATCH) {
-                    float b[STAGE_BATCH];
+                for (int i0 = tid; i0 < UNITS * len; i0 += THREADS * STAGE_BATCH) {
+                    float b[STAGE_BATCH][VB];
 #pragma unroll
                     for (int j = 0; j < STAGE_BATCH; ++j) {
-                        const int i = i0 + j * THREADS, kk = i / NC, n = i % NC;
-                        b[j] = (i < NC * len && kc + kk < k_end && n < N) ? B[gemmlab::offset(kc + kk, n, ldb)] : 0.0f;
+                        const int i = i0 + j * THREADS, kk = i / UNITS, n0 = i % UNITS * VB;
+                        const int valid = i < UNITS * len && kc + kk < k_end ? N - n0 : 0;
+                        const float* p = B + gemmlab::offset(kc + kk, n0, ldb);
+                        if constexpr (VB == 4) {
+                            const float4 v = gemmlab::load_float4_or_zero(p, valid, b_aligned);
+                            b[j][0] = v.x, b[j][1] = v.y, b[j][2] = v.z, b[j][3] = v.w;
+                        } else {
+                            b[j][0] = valid > 0 ? *p : 0.0f;
+                        }
                     }
 #pragma unroll
                     for (int j = 0; j < STAGE_BATCH; ++j) {
-                        const int i = i0 + j * THREADS;
-                        if (i < NC * len) sBt[(i % NC) * LDS + i / NC] = b[j];
+                        const int i = i0 + j * THREADS, kk = i / UNITS, n0 = i % UNITS * VB;
+#pragma unroll
+                        for (int t = 0; t < VB; ++t) {
+                            if (i < UNITS * len) sBt[(n0 + t) * LDS + kk] = b[j][t];
+                        }
                     }
                 }
                 __syncthreads();
