@@ -12,9 +12,9 @@ FEW_COLUMNS_B_FLOATS = 8192  # BK * NC: 32 KB of B's chunk a block (configs.fp32
 
 # The runs along K: where the blocks of rows are fewer than FEW_COLUMNS_BLOCKS_PER_SM an SM, K is
 # split until they are not, each run at least FEW_COLUMNS_MIN_STEPS steps (128 * KV floats) of K.
-# One block of eight warps an SM holds RW * KV = 16 loads of 16 bytes a thread in flight, 64 KB an
-# SM: by Little's law enough for an H100's 3.35 TB/s at up to ~2.5 us of latency, so rows that fill
-# the SMs once are not split (4096 rows at RW = 4: 128 blocks for 132 SMs). A run's fixed cost --
+# One block of eight warps an SM holds RW * KV = 16 loads of 16 bytes a thread in flight (KV = 4, up
+# to NC = 8), 64 KB an SM: by Little's law enough for an H100's 3.35 TB/s at up to ~2.5 us of
+# latency, so rows that fill the SMs once are not split (4096 rows at RW = 4: 128 blocks for 132 SMs). A run's fixed cost --
 # staging B, the sums across the warp, writing its part and counting itself in -- is about what a
 # step of A costs, hence runs of at least two. Both numbers are a model, not yet fitted on a GPU.
 FEW_COLUMNS_BLOCKS_PER_SM = 1
