@@ -51,6 +51,12 @@ def mat(kernel, rows, cols, dtype, fill=None):
     return full[:, :cols]
 
 
+def cols(kernel, N):
+    """N, or the most columns of D the kernel serves where that is fewer (spec.max_n: step 14's 16)."""
+    most = registry.get(kernel).max_n if kernel != "auto" else None
+    return N if most is None else min(N, most)
+
+
 def out_for(kernel, M, N, dtype):
     """None (gemm allocates) for most kernels; a poisoned, TMA-ready output for TMA kernels."""
     return mat(kernel, M, N, dtype, float("nan")) if uses_tma(kernel) else None
@@ -70,6 +76,7 @@ dims = st.one_of(st.sampled_from(EDGE), st.integers(1, 300))
 @given(M=dims, N=dims, K=dims, ab=st.sampled_from([(1.0, 0.0), (-0.5, 0.0), (1.25, 0.5), (2.0, -1.0), (0.0, 1.0)]))
 def test_random_shapes_against_float64(kernel, dtype, M, N, K, ab):
     alpha, beta = ab
+    N = cols(kernel, N)
     a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
     c = mat(kernel, M, N, dtype) if beta != 0 else None
     out = mat(kernel, M, N, dtype, float("nan"))  # poison: unwritten elements fail
@@ -80,6 +87,7 @@ def test_random_shapes_against_float64(kernel, dtype, M, N, K, ab):
 @pytest.mark.parametrize("kernel,dtype", CASES)
 @pytest.mark.parametrize("M,N,K", [(1022, 1022, 1022), (127, 1000, 513), (3135, 97, 61)])
 def test_seed_odd_sizes(kernel, dtype, M, N, K):
+    N = cols(kernel, N)
     a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
     out = gemm_k(kernel, a, b, out=out_for(kernel, M, N, dtype))
     assert_ok(out, a, b, label=f"M={M} N={N} K={K} kernel={kernel}", kernel=kernel)
@@ -87,7 +95,7 @@ def test_seed_odd_sizes(kernel, dtype, M, N, K):
 
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_beta_zero_never_reads_nan_c(kernel, dtype):
-    M, N, K = 70, 45, 33
+    M, N, K = 70, cols(kernel, 45), 33
     a, b = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype)
     c = mat(kernel, M, N, dtype, float("nan"))
     out = gemm_k(kernel, a, b, c, alpha=1.5, beta=0.0, out=out_for(kernel, M, N, dtype))
@@ -100,16 +108,17 @@ def test_beta_zero_never_reads_nan_c(kernel, dtype):
 
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_nan_in_inputs_propagates(kernel, dtype):
-    a, b = mat(kernel, 33, 20, dtype), mat(kernel, 20, 17, dtype)
+    N = cols(kernel, 17)
+    a, b = mat(kernel, 33, 20, dtype), mat(kernel, 20, N, dtype)
     a[3, 4] = float("nan")
-    out = gemm_k(kernel, a, b, out=out_for(kernel, 33, 17, dtype))
+    out = gemm_k(kernel, a, b, out=out_for(kernel, 33, N, dtype))
     torch.cuda.synchronize()
     assert out[3].isnan().all() and not out[torch.arange(33, device="cuda") != 3].isnan().any()
 
 
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_in_place_update(kernel, dtype):
-    M, N, K = 129, 65, 77
+    M, N, K = 129, cols(kernel, 65), 77
     a, b, c = mat(kernel, M, K, dtype), mat(kernel, K, N, dtype), mat(kernel, M, N, dtype)
     c0 = c.clone()
     ret = gemm_k(kernel, a, b, c, alpha=0.75, beta=-1.5, out=c)
@@ -119,7 +128,7 @@ def test_in_place_update(kernel, dtype):
 
 @pytest.mark.parametrize("kernel,dtype", CASES)
 def test_strided_and_offset_views(kernel, dtype):
-    M, N, K = 37, 41, 29
+    M, N, K = 37, cols(kernel, 41), 29
     # TMA kernels: offsets and strides kept to multiples of 16 bytes, as TMA needs
     s = 16 // dtype.itemsize if uses_tma(kernel) else 1
 
@@ -604,7 +613,7 @@ def test_zero_size(kernel, dtype, M, N, K):
 def test_runs_on_the_current_non_default_stream(kernel, dtype):
     """The launch must be ordered after earlier work on torch's current stream: a stalled stream
     then an update of `a`; a launch on any other stream would read the stale `a`."""
-    M, N, K = 256, 256, 256
+    M, N, K = 256, cols(kernel, 256), 256
     a_old, a_new, b = rand(M, K, dtype=dtype), rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
     a = a_old.clone()
     side = torch.cuda.Stream()

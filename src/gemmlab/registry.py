@@ -17,6 +17,7 @@ from .specs.sgemm import (
     SGEMM_12,
 )
 from .specs.sgemm_rows import SGEMM_13
+from .specs.sgemm_cols import SGEMM_14
 from .specs.skinny import TC_10
 from .specs.tensorcore import TC_01, TC_02, TC_03, TC_04, TC_05, TC_06
 
@@ -30,7 +31,7 @@ SGEMM_LADDER: tuple[KernelSpec, ...] = (
 
 # Written but not yet checked on a GPU: compiled and spec-checked by the tests, never chosen by
 # kernel='auto' or listed by the CLI until they join SGEMM_LADDER.
-SGEMM_PENDING: tuple[KernelSpec, ...] = ()
+SGEMM_PENDING: tuple[KernelSpec, ...] = (SGEMM_14,)
 
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.

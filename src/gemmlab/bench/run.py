@@ -25,6 +25,7 @@ from ..configs import select
 from ..problem import problem_from_tensors
 from ..reference import check_result
 from ..userdirs import user_data_dir
+from ..specs.base import stated_constraint
 from . import environment
 from .timing import HostGate, L2Flusher, interleaved, median
 
@@ -305,7 +306,7 @@ def run_bench(
                                            gate, layout))
                 rec["extra"]["request"] = request
             except (RuntimeError, ValueError) as exc:  # a wrong result is recorded, not timed
-                declined = isinstance(exc, ValueError) and "TMA needs" in str(exc)  # a stated constraint
+                declined = isinstance(exc, ValueError) and stated_constraint(str(exc))
                 meta.setdefault("declined" if declined else "failures", []).append(
                     dict(kernel=kernel_id, M=M, N=N, K=K, error=str(exc)))
                 write_run(path, meta, records)

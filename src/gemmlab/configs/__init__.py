@@ -7,7 +7,7 @@ takes the latest ladder step that can serve the problem -- the benchmark records
 fastest registered step at the default shapes -- except where the step's spec says it does not
 pay for this problem (auto_skip: tc09's stream-K only where tc07's last wave idles). Each
 family's rules and models are in its own module: persistent (tc07, tc09), tf32 (tc08), skinny
-(tc10); rules holds what they share."""
+(tc10), fp32 (steps 12 and 14); rules holds what they share."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from .. import registry
 from ..device import sm_count_of
 from ..problem import GemmProblem
 from ..specs.base import GemmConfig, KernelSpec
-from .fp32 import few_rows_config, few_rows_configs, few_rows_pays, split_k_config, split_k_pays, split_k_tiles
+from .fp32 import (
+    few_columns_config, few_columns_configs, few_columns_pays, few_rows_config, few_rows_configs, few_rows_pays,
+    split_k_config, split_k_pays, split_k_tiles,
+)
 from .persistent import TC07_TILES, TILE192_DEEP, copies_pay, stream_k_pays, tc07_tile
 from .rules import SIZE_RULES, _problem_config, _rule_config, _size_rule_config
 from .skinny import SKINNY_DEEP_STAGES, SKINNY_M_MAX, SKINNY_STAGES, skinny_config, skinny_pays
@@ -31,6 +34,8 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
         cfg = split_k_config(problem)
     elif spec.id == "sgemm_13_few_rows":
         cfg = few_rows_config(problem)
+    elif spec.id == "sgemm_14_few_columns":
+        cfg = few_columns_config(problem)
     else:
         cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
         cfg = _tf32_small_tile(spec, problem, _tf32_stream_k_config(spec, problem, cfg))
@@ -45,6 +50,7 @@ AUTO_SKIP = {
     "tc10_skinny": skinny_pays,
     "sgemm_12_split_k": split_k_pays,
     "sgemm_13_few_rows": few_rows_pays,
+    "sgemm_14_few_columns": few_columns_pays,
 }
 
 
@@ -67,8 +73,9 @@ def _split_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> Ge
 
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     """Every config 'auto' can launch a kernel with: its default, those of its size rules and, for
-    tc07, its other tiles; for tc08 and tc09 their split instantiations, tc08's single blocks for
-    narrow problems and its tiles for small ones (TC08_TILES)."""
+    tc07, its other tiles; step 12's candidate tiles and step 14's config for each column count NC;
+    for tc08 and tc09 their split instantiations, tc08's single blocks for narrow problems and its
+    tiles for small ones (TC08_TILES)."""
     out = [spec.default_config()]
     for _, _, overrides in SIZE_RULES.get(spec.id, ()):
         out.append(_rule_config(spec, tuple(sorted(overrides.items()))))
@@ -82,6 +89,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out = split_k_tiles(1) + split_k_tiles(0)
     if spec.id == "sgemm_13_few_rows":
         out = few_rows_configs()
+    if spec.id == "sgemm_14_few_columns":  # one config a column count NC
+        out = few_columns_configs()
     if spec.id == "tc10_skinny":
         out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items()
                 if 16 < nt <= SKINNY_M_MAX]  # fmt: skip

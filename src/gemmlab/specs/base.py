@@ -19,6 +19,9 @@ GRID_YZ_MAX = 65535
 GRID_X_MAX = 2**31 - 1
 MAX_THREADS = 1024
 STATIC_SMEM_MAX = 48 * 1024
+# Words of the refusals for a stated constraint (stated_constraint): tma_constraints', max_n's.
+_TMA_LIMIT = "TMA needs"
+_COLUMNS_LIMIT = "serves D of at most"
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ class KernelSpec:
     # x @ w.t() passes it) takes a TB = 1 config, "tn" (A stored transposed, as dy.t() @ x passes
     # it) a TA = 1 config, "tt" both (configs.config_for sets them).
     layouts: tuple[str, ...] = ("nn",)
+    # The most columns of D a kernel serves (step 14's 16: a GEMV's few), None: any. why_not turns
+    # wider problems down; the GPU tests narrow their shapes to it.
+    max_n: int | None = None
     # The register count a thread starts with, where a config compiles for more than its block can
     # launch with and the cubin is rewritten (gemmlab.cubin: tc07's 192-row tile); None: as compiled.
     launch_registers: Callable[[GemmConfig], int | None] = field(default=lambda cfg: None, repr=False)
@@ -163,6 +169,8 @@ class KernelSpec:
         gx, gy, gz = self.grid(max(problem.M, 1), max(problem.N, 1), cfg)
         if gx > GRID_X_MAX or gy > GRID_YZ_MAX or gz > GRID_YZ_MAX:
             return f"{self.id} would need a grid of {(gx, gy, gz)} blocks for {problem.shape}, over the hardware limit"
+        if self.max_n is not None and problem.N > self.max_n:
+            return f"{self.id} {_COLUMNS_LIMIT} {self.max_n} columns, not N={problem.N}"
         if problem.result_dtype != problem.dtype and not self.type_param:
             return f"{self.id} writes {str(problem.dtype).removeprefix('torch.')} results only"
         if not self.builds_for(cfg, problem.dtype, problem.result_dtype):
@@ -203,9 +211,16 @@ def tma_constraints(problem: GemmProblem, operands: tuple[str, ...]) -> str | No
         if rows <= 1:
             ld = 0  # one row: its stride is never used (tma.tensor_map gives the map a valid one)
         if (ld * size) % 16 or ptr % 16:
-            return (f"TMA needs operand {name} 16-byte aligned with a row stride that is a multiple of {16 // size} "
+            return (f"{_TMA_LIMIT} operand {name} 16-byte aligned with a row stride that is a multiple of {16 // size} "
                     f"elements (16 bytes); got row stride {ld}" + (f", address {ptr:#x}" if ptr % 16 else ""))
     return None
+
+
+def stated_constraint(reason: str) -> bool:
+    """Whether a kernel's refusal names a stated constraint -- operands TMA cannot read, a D wider
+    than it serves -- rather than a fault: `gemmlab check` and the benchmark record such a case as
+    declined ('auto' takes another kernel), not failed."""
+    return _TMA_LIMIT in reason or _COLUMNS_LIMIT in reason
 
 
 def operands_to_copy(problem: GemmProblem) -> tuple[str, ...]:
