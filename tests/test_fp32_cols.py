@@ -36,9 +36,9 @@ def sizes(M, N, K):
     return SimpleNamespace(M=M, N=N, K=K)
 
 
-def test_pending_until_a_gpu_has_checked_it():
-    assert COLS in registry.SGEMM_PENDING and COLS not in registry.kernels()
-    assert COLS in registry.kernels(torch.float32, pending=True)
+def test_on_the_fp32_ladder_after_step_13():
+    assert COLS in registry.kernels(torch.float32) and COLS not in registry.SGEMM_PENDING
+    assert registry.SGEMM_LADDER.index(COLS) == registry.SGEMM_LADDER.index(registry.get("sgemm_13_few_rows")) + 1
 
 
 @pytest.mark.parametrize("N", range(1, 17))

@@ -157,6 +157,8 @@ def test_unknown_kernel_and_unservable_kernel():
 
 def test_auto_takes_the_latest_step_that_serves():
     spec, cfg = select(P(r(4, 3), r(3, 2)), device="cuda")
+    assert spec.id == "sgemm_14_few_columns" and cfg["NC"] == 2  # a few columns: the columns rounded up
+    spec, cfg = select(P(r(4, 3), r(3, 20)), device="cuda")
     assert spec.id == "sgemm_13_few_rows" and cfg["MR"] == 4  # a few rows: the rows rounded up
     spec, cfg = select(P(r(17, 3), r(3, 2)), device="cuda")
     assert spec.id == "sgemm_11_warp_tile"  # one K slice: nothing to split, step 11 serves it

@@ -23,15 +23,15 @@ from .specs.tensorcore import TC_01, TC_02, TC_03, TC_04, TC_05, TC_06
 
 # The FP32 ladder in order. A step joins it only once it passes `gemmlab check` on a GPU
 # (steps 04-11: 484/484 cases and the GPU test suite on an H200, 2026-11-22).
-# Steps 12-13: the GPU tests and `gemmlab check` on an H100.
+# Steps 12-14: the GPU tests and `gemmlab check` on an H100.
 SGEMM_LADDER: tuple[KernelSpec, ...] = (
     SGEMM_01, SGEMM_02, SGEMM_03, SGEMM_04, SGEMM_05, SGEMM_06, SGEMM_07, SGEMM_08, SGEMM_09, SGEMM_10, SGEMM_11,
-    SGEMM_12, SGEMM_13,
+    SGEMM_12, SGEMM_13, SGEMM_14,
 )
 
 # Written but not yet checked on a GPU: compiled and spec-checked by the tests, never chosen by
 # kernel='auto' or listed by the CLI until they join SGEMM_LADDER.
-SGEMM_PENDING: tuple[KernelSpec, ...] = (SGEMM_14,)
+SGEMM_PENDING: tuple[KernelSpec, ...] = ()
 
 
 # Tensor-core steps in order (joined only after `gemmlab check` passes on a GPU), and pending ones.
