@@ -64,12 +64,12 @@ def test_generated_sections_are_the_records_tables():
 
 
 def test_the_readme_is_a_front_door_and_results_md_the_database():
-    """The README keeps two short generated tables; the long ones live in docs/results.md."""
+    """The README keeps three short generated tables; the long ones live in docs/results.md."""
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
-    assert set(MARKER.findall(readme)) == {"summary", "models-summary"}
+    assert set(MARKER.findall(readme)) == {"summary", "models-summary", "fp32-summary"}
     results = set(MARKER.findall((ROOT / "docs" / "results.md").read_text()))
-    assert {"results", "models", "results-cpu", "overhead"} <= results
+    assert {"results", "models", "results-cpu", "overhead", "fp32-shapes"} <= results
     assert {"reorder", "cpu-vs-gpu", "ncu-steps", "diff-sgemm_02_coalesced", "diff-tc10_skinny"} <= set(report.ladder_sections(RESULTS))
     assert {"padding", "k-sweep", "sustained"} <= set(report.notes_sections(RESULTS))
 

@@ -11,7 +11,8 @@ from .records import (
     _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_peak, record_paths, short_commit,
 )
 from .tables import (
-    bench_table, cpu_vs_gpu_table, k_sweep_shape, k_sweep_table, models_summary, models_table, ncu_table,
+    bench_table, cpu_vs_gpu_table, fp32_shapes_summary, fp32_shapes_table, k_sweep_shape, k_sweep_table,
+    models_summary, models_table, ncu_table,
     overhead_table, pad_table, peak_table, reorder_table, summary_table, sustained_table,
 )
 
@@ -52,6 +53,9 @@ def readme_sections(results_root: Path) -> dict[str, str]:
     models = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "models"))]
     if models:
         sections["models-summary"] = models_summary(models)
+    fp32 = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "fp32-shapes"))]
+    if fp32:
+        sections["fp32-summary"] = fp32_shapes_summary(fp32)
     return sections
 
 
@@ -65,8 +69,10 @@ def results_sections(results_root: Path) -> dict[str, str]:
     over_md = "\n\n".join(overhead_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "overhead")))
     cpu_md = "\n\n".join(bench_table(r) for r in merged_runs(find_runs(results_root, "bench-cpu")))
     models_md = "\n\n".join(models_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "models")))
+    fp32_md = "\n\n".join(fp32_shapes_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "fp32-shapes")))
     none = "_no records yet_"
-    return {"results": bench_md or none, "overhead": over_md or none, "results-cpu": cpu_md or none, "models": models_md or none}
+    return {"results": bench_md or none, "overhead": over_md or none, "results-cpu": cpu_md or none,
+            "models": models_md or none, "fp32-shapes": fp32_md or none}
 
 
 def ladder_sections(results_root: Path) -> dict[str, str]:

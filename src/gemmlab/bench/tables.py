@@ -472,3 +472,39 @@ def models_summary(models_runs: list[dict]) -> str:
         "y = x @ w.t() with M tokens and the [N, K] weight read in place (`sweeps/models.toml`; every layer: "
         "[docs/results.md](docs/results.md#on-a-models-layers))."
     )
+
+
+def _geo_min_low(run: dict, low: float = 0.8) -> tuple[float, float, int, int]:
+    ratios = [r["ratio"] for r in run["records"]]
+    return statistics.geometric_mean(ratios), min(ratios), sum(x < low for x in ratios), len(ratios)
+
+
+def fp32_shapes_summary(runs: list[dict]) -> str:
+    """Per GPU, what gemm() chooses for exact float32 over sweeps/fp32-shapes.toml against cuBLAS
+    SGEMM: the geometric mean, the lowest ratio and how many shapes fall below 0.8x."""
+    lines = ["| GPU | shapes | geometric mean | lowest | below 0.8x |", "|---|---|---|---|---|"]
+    for run in runs:
+        geo, low, below, n = _geo_min_low(run)
+        lines.append(f"| {run['meta']['gpu']} | {n} | {geo:.2f}x | {low:.2f}x | {below} |")
+    where = f", {_commits(runs[0]['meta'])}" if len(runs) == 1 else ""
+    return "\n".join(lines) + (
+        f"\n\n`gemm()` on float32 with FFMA math (TF32 off) against cuBLAS SGEMM in the same rounds{where}, "
+        "over the shape classes of `sweeps/fp32-shapes.toml` (one row, a few rows or columns, long K, "
+        "small and odd squares, short K, model projections; every shape: "
+        "[docs/results.md](docs/results.md#exact-float32-at-every-shape))."
+    )
+
+
+def fp32_shapes_table(run: dict) -> str:
+    """Every shape of an fp32-shapes run: the step gemm() chose and its config, the rates, the ratio."""
+    lines = ["| M x N x K | step | config | TFLOP/s | cuBLAS TFLOP/s | ratio |", "|---|---|---|---|---|---|"]
+    for r in run["records"]:
+        cfg = ", ".join(f"{k}={v}" for k, v in r["config"].items())
+        lines.append(f"| {r['M']}x{r['N']}x{r['K']} | {_step(r['kernel']):02d} | {cfg} | {r['tflops']:.2f} | "
+                     f"{r['cublas_tflops']:.2f} | {r['ratio']:.2f}x |")
+    geo, low, below, n = _geo_min_low(run)
+    reps = run["records"][0]["reps"]
+    return "\n".join(lines) + (
+        f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}: geometric mean **{geo:.2f}x**, lowest {low:.2f}x, "
+        f"{below} of {n} shapes below 0.8x; median of {reps} event-timed runs with L2 flushed, against torch.mm with TF32 off."
+    )
