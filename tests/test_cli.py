@@ -220,3 +220,17 @@ def test_a_bench_table_in_a_log_keeps_the_longest_config_on_one_line(monkeypatch
     assert len(rows) == 1 and text in rows[0] and "8176x8176x8176" in rows[0], log.getvalue()
     monkeypatch.setenv("COLUMNS", "120")
     assert common.make_console(file=io.StringIO()).width == 120
+
+
+def test_report_writes_every_marked_file_and_passes_over_the_others(tmp_path):
+    marked, plain = tmp_path / "marked.md", tmp_path / "plain.md"
+    marked.write_text("# x\n\n<!-- gemmlab:summary:start -->\nold\n<!-- gemmlab:summary:end -->\n")
+    plain.write_text("# no markers\n")
+    res = runner.invoke(app, ["report", "--write", str(plain), "--write", str(marked)])
+    assert res.exit_code == 0, res.output
+    assert "left as it is" in res.output and "old" not in marked.read_text()
+    assert plain.read_text() == "# no markers\n"
+    res = runner.invoke(app, ["report", "--write", str(plain)])  # one file without markers: an error
+    assert res.exit_code == 1 and "no gemmlab section markers" in res.output
+    res = runner.invoke(app, ["report", "--write", str(plain), "--write", str(tmp_path / "missing.md")])
+    assert res.exit_code == 1 and "no such file" in res.output

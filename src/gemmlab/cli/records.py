@@ -23,13 +23,26 @@ def report_cmd(
         for name, body in sections.items():
             console.print(f"## {name}\n\n{body}\n", markup=False, highlight=False)
         return
+    # Several files (docs/ladder/*.md): those without markers are named and left as they are; it is
+    # an error only if a file is missing or none of them has a generated section.
+    written = 0
     for path in write:
+        if not path.is_file():
+            err_console.print(f"gemmlab: {path}: no such file")
+            raise typer.Exit(1)
         try:
             names = report.update_present_sections(path, sections)
         except ValueError as exc:
-            err_console.print(f"gemmlab: {exc}")
-            raise typer.Exit(1)
+            if len(write) == 1:
+                err_console.print(f"gemmlab: {exc}")
+                raise typer.Exit(1)
+            console.print(f"{path}: no generated sections, left as it is")
+            continue
+        written += 1
         console.print(f"{path}: sections {', '.join(names)} regenerated")
+    if not written:
+        err_console.print(f"gemmlab: none of the {len(write)} files has gemmlab section markers")
+        raise typer.Exit(1)
 
 
 def profile_cmd(
