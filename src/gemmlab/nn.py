@@ -1,26 +1,17 @@
 """gemmlab in a model: `linear(x, weight, bias, activation)` and `Linear`, a drop-in for
 torch.nn.Linear whose product runs on gemmlab.gemm (so on gemmlab's kernels, with autograd and
-torch.compile through torch.ops.gemmlab.gemm).
+torch.compile through torch.ops.gemmlab.gemm), and `Conv2d`, torch.nn.Conv2d's on gemmlab.conv2d.
 
 The product is gemmlab's; the bias and the activation are applied after it by torch's own
 operations, not yet in the kernels' epilogue.
 """
 
-from functools import partial
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from .activations import ACTIVATIONS
+from .conv import conv2d
 from .ops import gemm
-
-ACTIVATIONS = {
-    None: None,
-    "relu": torch.relu,
-    "gelu": F.gelu,  # the erf form, as torch.nn.GELU()
-    "gelu_tanh": partial(F.gelu, approximate="tanh"),
-    "silu": F.silu,
-}
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None) -> Tensor:
@@ -54,3 +45,21 @@ class Linear(torch.nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
+
+
+class Conv2d(torch.nn.Conv2d):
+    """torch.nn.Conv2d with its product on gemmlab (gemmlab.conv2d: im2col, then gemmlab.gemm): the
+    same constructor, parameters, initialisation and state_dict keys. groups > 1 is refused here,
+    as gemmlab.conv2d refuses it; padding modes other than 'zeros' pad with torch first."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.groups != 1:
+            raise ValueError(f"groups={self.groups}: gemmlab.nn.Conv2d computes ordinary convolutions (groups=1) "
+                             "only so far; use torch.nn.Conv2d for grouped and depthwise ones")  # fmt: skip
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.padding_mode != "zeros":  # as torch.nn.Conv2d does: pad, then convolve unpadded
+            x = torch.nn.functional.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation)
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
