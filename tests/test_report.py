@@ -75,9 +75,10 @@ def test_the_readme_is_a_front_door_and_results_md_the_database():
 
 
 def test_summary_takes_the_best_step_at_each_square_size():
-    """A cell: the best ratio among the steps at that square shape, and that step's name; shapes
-    that are not squares of the summary's sizes, and dtypes outside its list, stay out."""
-    base = dict(records.load_run(BENCH_RUNS[-1])["records"][0], tflops=1.0, baseline_tflops=1.0)
+    """Without gemm()'s own records, a cell: the best ratio among the steps at that square shape,
+    and that step's name, starred; shapes that are not squares of the summary's sizes, and dtypes
+    outside its list, stay out."""
+    base = dict(records.load_run(BENCH_RUNS[-1])["records"][0], tflops=1.0, baseline_tflops=1.0, extra={})
     recs = [dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16", M=4096, N=4096, K=4096, ratio=0.98),
             dict(base, kernel="tc09_stream_k", dtype="bfloat16", M=4096, N=4096, K=4096, ratio=1.01),
             dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16", M=4096, N=4096, K=1024, ratio=2.0),
@@ -85,9 +86,19 @@ def test_summary_takes_the_best_step_at_each_square_size():
             dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16-nt", M=4096, N=4096, K=4096, ratio=3.0)]
     table = tables.summary_table([{"meta": {"gpu": "GPU"}, "records": recs}]).splitlines()
     assert table[0] == "| GPU | dtype | 1024^3 | 2048^3 | 4096^3 | 8192^3 | 3135^3 (odd) | 6132^3 (odd) |"
-    assert table[2] == "| GPU | float32 |  |  |  |  | 0.72x (11) |  |"
-    assert table[3] == "| GPU | bfloat16 |  |  | 1.01x (tc09) |  |  |  |"
-    assert "bfloat16-nt" not in "\n".join(table)
+    assert table[2] == "| GPU | float32 |  |  |  |  | 0.72x (11)* |  |"
+    assert table[3] == "| GPU | bfloat16 |  |  | 1.01x (tc09)* |  |  |  |"
+    assert "bfloat16-nt" not in "\n".join(table) and "marked *" in "\n".join(table)
+
+
+def test_summary_shows_what_auto_chose_where_its_records_exist():
+    """gemm()'s own record (`-k auto`) wins a cell even where another step ran faster; no asterisk."""
+    base = dict(records.load_run(BENCH_RUNS[-1])["records"][0], tflops=1.0, baseline_tflops=1.0, extra={})
+    recs = [dict(base, kernel="tc09_stream_k", dtype="bfloat16", M=4096, N=4096, K=4096, ratio=1.01),
+            dict(base, kernel="tc07_persistent_cluster", dtype="bfloat16", M=4096, N=4096, K=4096, ratio=0.99,
+                 extra={"request": "auto"})]  # fmt: skip
+    table = tables.summary_table([{"meta": {"gpu": "GPU"}, "records": recs}])
+    assert "| GPU | bfloat16 |  |  | 0.99x (tc07) |  |  |  |" in table.splitlines() and "marked *" not in table
 
 
 def test_models_summary_is_the_models_tables_geometric_means():

@@ -427,30 +427,42 @@ def _step_name(kernel_id: str) -> str:
 
 
 def summary_table(bench_runs: list[dict]) -> str:
-    """Rows: each GPU's dtypes; columns: square sizes, then seed 000's odd sizes. Each cell: the
-    best ratio to cuBLAS among the steps measured at that shape, and that step."""
+    """Rows: each GPU's dtypes; columns: square sizes, then seed 000's odd sizes. Each cell: what
+    gemm() itself chose there (a record of `-k auto`, as `gemmlab bench` writes them), its ratio to
+    cuBLAS and step; where no such record exists yet, the best ratio among the steps measured at
+    that shape, marked with an asterisk."""
     sizes = SUMMARY_SIZES + SUMMARY_ODD_SIZES
     head = ["GPU", "dtype"] + [f"{n}^3" for n in SUMMARY_SIZES] + [f"{n}^3 (odd)" for n in SUMMARY_ODD_SIZES]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    starred = False
     for run in bench_runs:
         best: dict[tuple[str, int], dict] = {}
+        auto: dict[tuple[str, int], dict] = {}
         for r in run["records"]:
             if r["M"] == r["N"] == r["K"] and r["M"] in sizes and not _off_its_problems(r):
                 key = (r.get("dtype", "float32"), r["M"])
+                if r.get("extra", {}).get("request") == "auto":
+                    auto[key] = r
                 if key not in best or r["ratio"] > best[key]["ratio"]:
                     best[key] = r
         for dtype in SUMMARY_DTYPES:
             if not any((dtype, n) in best for n in sizes):
                 continue
-            cells = [f"{best[(dtype, n)]['ratio']:.2f}x ({_step_name(best[(dtype, n)]['kernel'])})" if (dtype, n) in best else ""
-                     for n in sizes]  # fmt: skip
+            cells = []
+            for n in sizes:
+                r = auto.get((dtype, n)) or best.get((dtype, n))
+                mark = "" if r is None or (dtype, n) in auto else "*"
+                starred |= mark == "*"
+                cells.append(f"{r['ratio']:.2f}x ({_step_name(r['kernel'])}){mark}" if r else "")
             lines.append(f"| {run['meta']['gpu']} | {dtype} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + (
         "\n\nRatio = cuBLAS median time / kernel median time, timed in the same rounds (torch.mm, the better of the "
         "cublas and cublasLt backends, in the same arithmetic: TF32 off for float32, on for tf32), median of "
         "event-timed runs with L2 flushed, from the newest record of every kernel and shape per GPU; in brackets the "
-        "fastest step there (tcNN: the tensor-core ladder, NN: the FP32 ladder), which `kernel=\"auto\"` picks "
-        "among. Every run behind each number: [docs/results.md](docs/results.md)."
+        "step `gemm()` chose there (tcNN: the tensor-core ladder, NN: the FP32 ladder)"
+        + (", or, marked *, where `gemm()` itself has no record there yet, the fastest step measured, among which "
+           "`kernel=\"auto\"` picks" if starred else "")
+        + ". Every run behind each number: [docs/results.md](docs/results.md)."
     )
 
 
