@@ -11,7 +11,8 @@
 # FUZZ_CASES random problems (default 100000; about 330 s on an H100 once compiled), failing on any wrong
 # one or on fewer problems than that; "sanitize" adds compute-sanitizer's memcheck, racecheck and
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
-# "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit):
+# "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
+# "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then STEPS="fuzz" then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
 # (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
@@ -93,6 +94,12 @@ fi
 if want racecheck; then
   step "compute-sanitizer: racecheck over the stream-K steps (tc08, tc09) at 1500x4000x300"
   sanitize racecheck "-s 1500x4000x300" -k tc08_tf32 -k tc09_stream_k || fail "racecheck, stream-K steps"
+fi
+
+if want conv; then
+  # gemmlab.conv2d (im2col, then gemm()) against cuDNN on ResNet-50's layers, bf16, fp16 and float32
+  step "conv-bench: ResNet-50's convolutions against cuDNN (sweeps/conv/resnet50.toml)"
+  python3 -m gemmlab conv-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "conv-bench"
 fi
 
 if want overhead; then

@@ -155,3 +155,58 @@ def test_gradients_match_torch_on_the_gpu():
         F.conv2d(x, w, padding=1).backward(gy)
     for mine, theirs in zip(ours, (x.grad, w.grad)):
         assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-3)
+
+
+# The conv benchmark: its sweep file, its table, and (GPU) one small run
+
+from gemmlab.bench import conv as conv_bench  # noqa: E402
+from gemmlab.bench import tables  # noqa: E402
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_the_resnet50_sweep_has_every_distinct_layer_and_each_fits():
+    sweep = conv_bench.read_conv_sweep(ROOT / "sweeps" / "conv" / "resnet50.toml")
+    layers = sweep["layers"]
+    assert len(layers) == 23 and sweep["batches"] == [32, 256] and set(sweep["dtypes"]) == {"bf16", "fp16", "float32"}
+    assert len({(l.C, l.H, l.W, l.K, l.R, l.S, l.stride, l.padding) for l in layers}) == len(layers)
+    stem = layers[0]
+    assert (stem.C, stem.R, stem.stride) == (3, 7, 2)
+    assert conv_geometry((1, stem.C, stem.H, stem.W), (stem.K, stem.C, stem.R, stem.S), stem.stride, stem.padding)["P"] == 112
+
+
+@pytest.mark.parametrize("text,match", [
+    ('layers = []\nbatches = [1]\n', "needs layers"),
+    ('bogus = 1\n', "unknown keys"),
+    ('batches = [1]\nlayers = [{ name = "x", C = 3, H = 2, W = 2, K = 4, R = 3, S = 3 }]\n', "does not fit"),
+    ('batches = [1]\nlayers = [{ name = "x", C = 3, H = 9, W = 9, K = 4, R = 3 }]\n', "missing"),
+    ('batches = [1]\ndtypes = ["int8"]\nlayers = [{ name = "x", C = 3, H = 9, W = 9, K = 4, R = 3, S = 3 }]\n', "int8"),
+])  # fmt: skip
+def test_a_bad_conv_sweep_is_a_clear_error(tmp_path, text, match):
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        conv_bench.read_conv_sweep(path)
+
+
+def test_conv_table_has_a_row_a_layer_and_the_geometric_mean_per_batch():
+    rec = dict(name="s1 3x3", N=32, C=64, K=64, R=3, S=3, stride=1, gemm=dict(M=100352, N=64, K=576), tflops=100.0,
+               cudnn_tflops=120.0, ratio=0.8, ms=1.0, unfold_ms=0.25, reps=10, dtype="bf16")  # fmt: skip
+    run = {"meta": {"gpu": "GPU", "commit": "abc", "time": "t", "dtype": "bf16"},
+           "records": [rec, dict(rec, name="s1 1x1", ratio=1.25, N=32)]}  # fmt: skip
+    table = tables.conv_table(run)
+    assert "| s1 3x3 | 32 | 64 -> 64 | 3x3/1 | 100352x64x576 | 100.0 | 120.0 | 0.80x | 25% |" in table
+    assert "batch 32: **1.00x** (lowest 0.80x)" in table
+
+
+@gpu
+@needs_gpu
+def test_a_small_conv_bench_run_writes_checked_records(tmp_path):
+    sweep = dict(layers=[conv_bench.Layer("3x3", 5, 13, 11, 8, 3, 3, 1, 1), conv_bench.Layer("7x7/2", 3, 27, 27, 16, 7, 7, 2, 3)],
+                 batches=[2], dtypes=["float32", "bf16"], tag="conv-test", reps=3, warmup=1)  # fmt: skip
+    done = conv_bench.run_conv_bench(sweep, tmp_path)
+    assert len(done) == 2
+    for path, records in done:
+        assert path.is_file() and len(records) == 2
+        for r in records:
+            assert r["ms"] > 0 and r["cudnn_ms"] > 0 and r["error"] < (1e-5 if r["dtype"] == "float32" else 2e-2)

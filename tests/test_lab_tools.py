@@ -96,6 +96,14 @@ def test_every_sweep_file_reads_and_names_configs_the_registry_accepts(path):
         parse_kernel_config(text)  # ValueError on an unknown kernel or parameter, or a refused config
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "sweeps" / "conv").glob("*.toml")), ids=lambda p: p.name)
+def test_every_conv_sweep_reads(path):
+    """The convolution sweeps (gemmlab conv-bench) live under sweeps/conv/ and parse, every layer fitting."""
+    from gemmlab.bench.conv import read_conv_sweep
+
+    assert read_conv_sweep(path)["layers"]
+
+
 def test_lab_readme_names_every_tool():
     """lab/README.md says what each file under lab/ is for."""
     readme = (ROOT / "lab" / "README.md").read_text()

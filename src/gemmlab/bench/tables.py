@@ -520,3 +520,25 @@ def fp32_shapes_table(run: dict) -> str:
         f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}: geometric mean **{geo:.2f}x**, lowest {low:.2f}x, "
         f"{below} of {n} shapes below 0.8x; median of {reps} event-timed runs with L2 flushed, against torch.mm with TF32 off."
     )
+
+
+def conv_table(run: dict) -> str:
+    """A conv-bench run (one dtype): rows the layers at each batch; gemmlab.conv2d's ratio to cuDNN,
+    the rates, and the unfold's share of conv2d's time, with the geometric mean per batch."""
+    recs = run["records"]
+    lines = ["| layer | N | C -> K | filter | GEMM M x N x K | TFLOP/s | cuDNN TFLOP/s | ratio | unfold share |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in recs:
+        g = r["gemm"]
+        lines.append(f"| {r['name']} | {r['N']} | {r['C']} -> {r['K']} | {r['R']}x{r['S']}/{r['stride']} | "
+                     f"{g['M']}x{g['N']}x{g['K']} | {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['ratio']:.2f}x | "
+                     f"{r['unfold_ms'] / r['ms']:.0%} |")  # fmt: skip
+    means = []
+    for n in sorted({r["N"] for r in recs}):
+        ratios = [r["ratio"] for r in recs if r["N"] == n]
+        means.append(f"batch {n}: **{statistics.geometric_mean(ratios):.2f}x** (lowest {min(ratios):.2f}x)")
+    return "\n".join(lines) + (
+        f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}, {run['meta'].get('dtype', recs[0]['dtype'])}: geometric mean "
+        + ", ".join(means) + f"; ratio = cuDNN median time / gemmlab.conv2d's (im2col, then gemm()), median of {recs[0]['reps']} "
+        "event-timed runs with L2 flushed, channels_last, cudnn.benchmark on; unfold share: the unfold alone against conv2d's time."
+    )

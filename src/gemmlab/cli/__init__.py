@@ -23,6 +23,7 @@ for name, command in (
     ("fuzz", lab.fuzz_cmd),
     ("sustained", lab.sustained_cmd),
     ("peak", lab.peak_cmd),
+    ("conv-bench", lab.conv_bench_cmd),
     ("report", records.report_cmd),
     ("profile", records.profile_cmd),
     ("sass", kernels.sass_cmd),

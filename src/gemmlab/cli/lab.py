@@ -1,4 +1,4 @@
-"""Commands that measure on a device and write records: bench, pad, overhead, fuzz, sustained, peak."""
+"""Commands that measure on a device and write records: bench, pad, overhead, fuzz, sustained, peak, conv-bench."""
 
 from __future__ import annotations
 
@@ -386,3 +386,39 @@ def peak_cmd(out: Path = _out_option("peak")) -> None:
     write_run(path, meta, [rec])
     console.print(peak_table({"meta": meta, "records": [rec]}), markup=False, highlight=False)
     console.print(f"record: {path}", highlight=False)
+
+
+def conv_bench_cmd(
+    sweep: Path = typer.Option(Path("sweeps/conv/resnet50.toml"), help="a conv sweep file: layers, batches, dtypes"),
+    dtype: Optional[list[str]] = typer.Option(None, help="float32, tf32, bf16 or fp16 (repeatable); default the sweep's"),
+    batch: Optional[list[int]] = typer.Option(None, help="batch sizes (repeatable); default the sweep's"),
+    out: Path = _out_option("conv"),
+) -> None:
+    """Time gemmlab.conv2d against cuDNN on a sweep of convolution layers, the unfold beside them."""
+    _require_gpu()
+    from ..bench.conv import read_conv_sweep, run_conv_bench
+    from ..bench.tables import conv_table
+
+    try:
+        spec = read_conv_sweep(sweep)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if dtype:
+        spec["dtypes"] = list(dtype)
+    if batch:
+        spec["batches"] = list(batch)
+    bad = [d for d in spec["dtypes"] if d not in ("float32", "tf32", "bf16", "fp16")]
+    if bad:
+        raise typer.BadParameter(f"--dtype {bad[0]!r}: one of float32, tf32, bf16, fp16")
+    total = len(spec["dtypes"]) * len(spec["batches"]) * len(spec["layers"])
+    seen = []
+
+    def progress(rec: dict) -> None:
+        seen.append(rec)
+        console.print(f"[{len(seen)}/{total}] {rec['dtype']} N={rec['N']} {rec['name']}: {rec['ratio']:.2f}x cuDNN", highlight=False)
+
+    for path, records in run_conv_bench(spec, out, on_record=progress):
+        from ..bench.records import load_run
+
+        console.print(conv_table(load_run(path)), markup=False, highlight=False)
+        console.print(f"record: {path}")

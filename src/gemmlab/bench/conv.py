@@ -1,0 +1,125 @@
+"""gemmlab conv-bench: gemmlab.conv2d against cuDNN on a sweep of convolution layers.
+
+Each layer, batch and dtype: gemmlab.conv2d and cuDNN (torch.nn.functional.conv2d with
+torch.backends.cudnn.benchmark on, TF32 off for float32), both on a channels_last input, timed in
+the same interleaved rounds with L2 flushed before each launch; the unfold alone (im2col, the
+matrix conv01 writes) is timed beside them, so a table can show what the unfold costs. Each
+result is checked against float64 on the batch's first images before it is timed.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..conv import conv2d, conv_geometry
+from . import environment
+from .run import DTYPES, PRECISIONS, REPS, results_path, write_run
+from .timing import L2Flusher, interleaved, median
+
+LAYER_KEYS = {"name", "C", "H", "W", "K", "R", "S", "stride", "padding"}
+SWEEP_KEYS = {"tag", "batches", "dtypes", "reps", "warmup", "layers"}
+CHECK_IMAGES = 4  # images of a batch compared with float64 before timing
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    C: int
+    H: int
+    W: int
+    K: int
+    R: int
+    S: int
+    stride: int = 1
+    padding: int = 0
+
+
+def read_conv_sweep(path: Path) -> dict:
+    """A TOML file: layers = [{name, C, H, W, K, R, S, stride, padding}, ...] (H and W the layer's
+    input), batches = [N, ...], dtypes (float32, tf32, bf16, fp16), and optionally tag, reps and
+    warmup. Unknown keys, dtypes, and layers whose filter does not fit are errors."""
+    data = tomllib.loads(Path(path).read_text())
+    unknown = set(data) - SWEEP_KEYS
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; a conv sweep takes {sorted(SWEEP_KEYS)}")
+    layers = []
+    for i, raw in enumerate(data.get("layers", [])):
+        bad = set(raw) - LAYER_KEYS
+        missing = LAYER_KEYS - {"stride", "padding"} - set(raw)
+        if bad or missing:
+            raise ValueError(f"{path}: layer {i}: unknown keys {sorted(bad)}, missing {sorted(missing)}")
+        layer = Layer(**raw)
+        conv_geometry((1, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
+        layers.append(layer)
+    dtypes = list(data.get("dtypes", ["bf16"]))
+    wrong = [d for d in dtypes if d not in ("float32", "tf32", "bf16", "fp16")]
+    if wrong or not layers or not data.get("batches"):
+        raise ValueError(f"{path}: needs layers, batches and dtypes among float32, tf32, bf16, fp16 (got {wrong or dtypes})")
+    return dict(layers=layers, batches=[int(n) for n in data["batches"]], dtypes=dtypes, tag=data.get("tag", "conv"),
+                reps=int(data.get("reps", REPS)), warmup=int(data.get("warmup", 2)))  # fmt: skip
+
+
+def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int, flusher, device: str = "cuda") -> dict:
+    """One layer at one batch and dtype: the error of both sides against float64 on the first
+    images, then the median times of gemmlab.conv2d, cuDNN and the unfold alone."""
+    dtype, precision = DTYPES[dtype_name], PRECISIONS.get(dtype_name, "fp32")
+    g = conv_geometry((batch, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
+    x = torch.randn(batch, layer.C, layer.H, layer.W, device=device).to(dtype).to(memory_format=torch.channels_last)
+    w = (torch.randn(layer.K, layer.C, layer.R, layer.S, device=device) / (layer.C * layer.R * layer.S) ** 0.5).to(dtype)
+    w = w.to(memory_format=torch.channels_last)
+    kw = dict(stride=layer.stride, padding=layer.padding)
+    ours = lambda: conv2d(x, w, precision=precision, **kw)  # noqa: E731
+    cudnn = lambda: F.conv2d(x, w, **kw)  # noqa: E731
+    unfold = lambda: F.unfold(x, (layer.R, layer.S), padding=layer.padding, stride=layer.stride).transpose(1, 2).reshape(  # noqa: E731
+        batch * g["P"] * g["Q"], -1)
+    tf32 = precision == "tf32"
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=tf32):
+        first = x[:CHECK_IMAGES]
+        ref = F.conv2d(first.double(), w.double(), **kw)
+        err = _rel_err(conv2d(first, w, precision=precision, **kw), ref)
+        cudnn_err = _rel_err(F.conv2d(first, w, **kw), ref)
+        times = interleaved({"ours": ours, "cudnn": cudnn, "unfold": unfold}, reps=reps, warmup=warmup, flush=flusher)
+    ms = {k: median(v) for k, v in times.items()}
+    flops = 2.0 * batch * g["P"] * g["Q"] * layer.K * layer.C * layer.R * layer.S
+    return dict(
+        name=layer.name, N=batch, C=layer.C, H=layer.H, W=layer.W, K=layer.K, R=layer.R, S=layer.S,
+        stride=layer.stride, padding=layer.padding, P=g["P"], Q=g["Q"], dtype=dtype_name,
+        gemm=dict(M=batch * g["P"] * g["Q"], N=layer.K, K=layer.C * layer.R * layer.S),
+        ms=ms["ours"], cudnn_ms=ms["cudnn"], unfold_ms=ms["unfold"], times_ms=times["ours"], cudnn_times_ms=times["cudnn"],
+        tflops=flops / ms["ours"] / 1e9, cudnn_tflops=flops / ms["cudnn"] / 1e9, ratio=ms["cudnn"] / ms["ours"],
+        unfold_bytes=batch * g["P"] * g["Q"] * layer.C * layer.R * layer.S * x.element_size(),
+        error=err, cudnn_error=cudnn_err, reps=reps,
+    )  # fmt: skip
+
+
+def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
+                   on_record: Callable[[dict], None] | None = None) -> list[tuple[Path, list[dict]]]:  # fmt: skip
+    """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder),
+    rewritten after each layer, so an interrupted run keeps what it measured."""
+    flusher = L2Flusher(device_id)
+    done = []
+    for dtype_name in sweep["dtypes"]:
+        meta = environment.describe(device_id)
+        meta.update(kind="conv", dtype=dtype_name, baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last")
+        path = results_path(out_root, meta, sweep["tag"])
+        records: list[dict] = []
+        for batch in sweep["batches"]:
+            for layer in sweep["layers"]:
+                rec = conv_case(layer, batch, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}")
+                records.append(rec)
+                write_run(path, meta, records)
+                if on_record:
+                    on_record(rec)
+                torch.cuda.empty_cache()
+        done.append((path, records))
+    return done
