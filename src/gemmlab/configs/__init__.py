@@ -7,7 +7,7 @@ takes the latest ladder step that can serve the problem -- the benchmark records
 fastest registered step at the default shapes -- except where the step's spec says it does not
 pay for this problem (auto_skip: tc09's stream-K only where tc07's last wave idles). Each
 family's rules and models are in its own module: persistent (tc07, tc09), tf32 (tc08), skinny
-(tc10), fp32 (steps 12 and 14); rules holds what they share."""
+(tc10), fp32 (FP32 steps 12-14); rules holds what they share."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def _split_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> Ge
 
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     """Every config 'auto' can launch a kernel with: its default, those of its size rules and, for
-    tc07, its other tiles; step 12's candidate tiles and step 14's config for each column count NC;
+    tc07, its other tiles; step 12's candidate tiles, step 13's config for each row count MR and step
+    14's for each column count NC;
     for tc08 and tc09 their split instantiations, tc08's single blocks for narrow problems and its
     tiles for small ones (TC08_TILES)."""
     out = [spec.default_config()]
