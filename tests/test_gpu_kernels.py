@@ -13,7 +13,7 @@ import gemmlab
 from gemmlab import api, configs, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.check import precision_of
-from gemmlab.configs import configs_in_use, select
+from gemmlab.configs import auto_skip, config_for, configs_in_use, select
 from gemmlab.configs.rules import problem_flags
 from gemmlab.reference import check_result
 from gemmlab.specs.persistent import split_k_ways
@@ -630,8 +630,13 @@ def test_auto_picks_a_kernel_that_serves_the_problem():
     a, b = rand(65, 33), rand(33, 17)
     out = gemmlab.gemm(a, b)
     assert_ok(out, a, b, label="auto")
-    spec, _ = gemmlab.select(problem_from_tensors(a, b))
-    assert spec.id == max(registry.kernels(), key=lambda k: k.step).id  # never a pending one
+    problem = problem_from_tensors(a, b)
+    spec, cfg = gemmlab.select(problem)
+    assert spec in registry.kernels(torch.float32)  # never a pending one
+    assert spec.why_not(problem, cfg) is None
+    for higher in (k for k in registry.kernels(torch.float32) if k.step > spec.step):  # each passed over with a reason
+        hcfg = config_for(higher, problem)
+        assert higher.why_not(problem, hcfg) or auto_skip(higher, problem, hcfg), higher.id
 
 
 def test_bad_input_on_gpu_raises_before_launch_and_writes_nothing():
