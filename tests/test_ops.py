@@ -29,7 +29,7 @@ def _torch_grads(a, b, c, alpha, beta, weight):
 def test_the_operator_is_registered_with_its_schema():
     schema = str(torch.ops.gemmlab.gemm.default._schema)
     assert schema == ("gemmlab::gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str kernel, str precision, "
-                      "ScalarType? out_dtype) -> Tensor")  # fmt: skip
+                      "ScalarType? out_dtype, Tensor? bias=None, str? activation=None) -> Tensor")  # fmt: skip
 
 
 @pytest.mark.parametrize("with_c", [False, True])

@@ -1,4 +1,5 @@
-"""The activations gemmlab's layers (linear, conv2d) apply after their product, by name."""
+"""The activations gemmlab's layers (linear, conv2d) apply after their product, by name, and the
+code of each in the kernels' fused epilogue (gemmlab::post in kernels/common/gemm_common.cuh)."""
 
 from functools import partial
 
@@ -12,3 +13,31 @@ ACTIVATIONS = {
     "gelu_tanh": partial(F.gelu, approximate="tanh"),
     "silu": F.silu,
 }
+
+# gemmlab::ACT_* and POST_BIAS: a fused epilogue's POST is the activation's code plus POST_BIAS
+# where a bias is added.
+ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+POST_BIAS = 8
+
+
+def check_activation(activation) -> None:
+    if activation not in ACTIVATIONS:
+        names = ", ".join(repr(k) for k in ACTIVATIONS)
+        raise ValueError(f"activation {activation!r} is not one of {names}")
+
+
+def post_code(has_bias: bool, activation) -> int:
+    """The POST template argument of a fused epilogue: 0 for none."""
+    check_activation(activation)
+    return ACTIVATION_CODES[activation] + (POST_BIAS if has_bias else 0)
+
+
+def apply_post(d: torch.Tensor, bias, activation) -> torch.Tensor:
+    """d + bias, then the activation, in place in d (what a fused epilogue computes, by torch: for
+    the kernels that do not fuse it, and the CPU ladder). Returns d."""
+    if bias is not None:
+        d.add_(bias)
+    act = ACTIVATIONS[activation]
+    if act is not None:
+        d.copy_(act(d))
+    return d

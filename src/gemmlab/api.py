@@ -8,6 +8,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from . import jit, launch, registry, tma
+from .activations import apply_post, check_activation, post_code
 from .configs import _choice_key, select
 from .configs.rules import problem_flags, wide_d
 from .device import sm_count
@@ -24,8 +25,9 @@ def kernels(dtype: torch.dtype | None = None, device: str = "cuda") -> list[Kern
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",
-         out_dtype=None):  # fmt: skip
-    """D = alpha * a @ b + beta * c on CUDA tensors, launched on torch's current stream.
+         out_dtype=None, bias=None, activation=None):  # fmt: skip
+    """D = activation(alpha * a @ b + beta * c + bias) on CUDA tensors, launched on torch's current
+    stream.
 
     a: [M, K], b: [K, N], c: [M, N] or None (then beta must be 0), row-major (unit column
     stride; any row stride); a and b may also be column-major (unit row stride: transposed views
@@ -42,11 +44,17 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     accumulation; their result is rounded to their own type, or written in fp32 with
     out_dtype=torch.float32 (or an fp32 out), and c is then fp32 too.
 
+    bias: a tensor of N elements added to every row of D (a Linear layer's), or None; activation:
+    None, "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last. The steps whose specs say
+    `epilogues` (tc07-tc10 and FP32 steps 11-14) apply both in registers before the store; for any
+    other, torch applies them to D after the launch. A bias of another dtype than D is converted.
+
     device="cpu" runs the CPU ladder instead (numba; numpy arrays or CPU tensors, result of the
     same kind as a); the default is the GPU, which rejects CPU tensors.
 
     Raises TypeError/ValueError before any launch if the arguments cannot be served.
     """
+    check_activation(activation)
     if device is not None and device != "cuda":
         if device != "cpu":
             raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
@@ -54,21 +62,54 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
 
         if precision != "fp32" or out_dtype not in (None, torch.float32):
             raise ValueError("the CPU ladder computes and writes fp32 only: drop precision=/out_dtype= or use the GPU")
-        return gemm_cpu(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
+        if bias is not None or activation is not None:
+            _check_cpu_post(a, b, bias)
+        d = gemm_cpu(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
+        if bias is not None or activation is not None:
+            apply_post(torch.as_tensor(d), None if bias is None else torch.as_tensor(bias, dtype=torch.float32), activation)
+        return d
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision, out_dtype=out_dtype)
+    if bias is not None:
+        bias = _bias_for(problem, bias)
     if problem.layout != "nn":
         spec, cfg = select(problem, kernel)
         if not spec.reads_in_place(problem, cfg):  # row-major copies of the operands stored transposed
             a, b = _row_major(problem, a, b)
             problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision,
                                            out_dtype=out_dtype)  # fmt: skip
-    plan = _plan(problem, kernel)
+    post = post_code(bias is not None, activation)
+    plan = _plan(problem, kernel, post)
     if out is None:
         out = torch.empty((problem.M, problem.N), dtype=problem.result_dtype, device=problem.device)
     if problem.is_empty:
         return out
-    _launch(plan, problem, a, b, c, out)
+    _launch(plan, problem, a, b, c, out, bias)
+    if post and not plan.post:  # a kernel without the fused epilogue: torch applies it
+        apply_post(out, bias, activation)
     return out
+
+
+def _bias_for(problem: GemmProblem, bias) -> torch.Tensor:
+    """The bias as the kernels read it: N contiguous elements of D's type on D's device, or a
+    ValueError saying what is wrong with it."""
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch tensor, got {type(bias).__name__}")
+    if bias.dim() != 1 or bias.shape[0] != problem.N:
+        raise ValueError(f"bias must be a vector of N = {problem.N} elements (one a column of D), got shape {tuple(bias.shape)}")
+    if bias.device != problem.device:
+        raise ValueError(f"bias is on {bias.device}, D on {problem.device}: move it with bias.to({str(problem.device)!r})")
+    if not bias.is_floating_point():
+        raise TypeError(f"bias must be a floating-point tensor, got {bias.dtype}")
+    return bias.to(problem.result_dtype).contiguous()
+
+
+def _check_cpu_post(a, b, bias) -> None:
+    if bias is None:
+        return
+    n = b.shape[1] if getattr(b, "ndim", 0) == 2 else None
+    if getattr(bias, "ndim", None) != 1 or bias.shape[0] != n:
+        raise ValueError(f"bias must be a vector of N = {n} elements (one a column of D), got shape "
+                         f"{tuple(getattr(bias, 'shape', ()))}")  # fmt: skip
 
 
 def prepare(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out, config: GemmConfig | None = None,
@@ -123,31 +164,36 @@ class _Plan(NamedTuple):
     maps: dict  # (address of a, b, out) -> the TMA maps for them: all else a map encodes is the plan's
     wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (configs.rules.wide_d), 0: in place
     copy: tuple = ()  # the inputs ("a", "b") a staged kernel copies on every call, for TMA to read
+    post: int = 0  # the fused epilogue the kernel was built with (activations.post_code); 0: none
 
 
 _PLANS: dict[tuple, _Plan] = {}
 
 
-def _plan(problem: GemmProblem, kernel: str) -> _Plan:
-    """The launch plan for a problem, memoised on what the choice and the scalars depend on."""
-    key = (_choice_key(problem, kernel), problem.device, problem.alpha, problem.beta)
+def _plan(problem: GemmProblem, kernel: str, post: int = 0) -> _Plan:
+    """The launch plan for a problem, memoised on what the choice and the scalars depend on. post:
+    the fused epilogue asked for; the plan's own post is 0 where its kernel cannot fuse it."""
+    key = (_choice_key(problem, kernel), problem.device, problem.alpha, problem.beta, post)
     plan = _PLANS.get(key)
     if plan is None:
         spec, cfg = select(problem, kernel)
         if len(_PLANS) >= 4096:
             _PLANS.clear()
-        plan = _PLANS[key] = _make_plan(spec, cfg, problem)
+        plan = _PLANS[key] = _make_plan(spec, cfg, problem, post)
     return plan
 
 
-def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan:
+def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, post: int = 0) -> _Plan:
     device_id = problem.device.index if problem.device.index is not None else torch.cuda.current_device()
     M, N, K = problem.M, problem.N, problem.K
     if problem.is_empty:
         return _Plan(spec, cfg, None, device_id, (0, 0, 0), (1, 1, 1), (), None, {})
-    types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
-    loaded = jit.load_kernel(spec, cfg, device_id, *types)
     wide = wide_d(spec, problem)
+    # Fused where the kernel has the epilogue and writes D itself: a D written to a padded buffer
+    # (wide) has columns past N, which the bias does not reach, so torch applies it there.
+    post = post if spec.epilogues and not wide else 0
+    types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
+    loaded = jit.load_kernel(spec, cfg, device_id, *types, post=post)
     ldd = wide or (problem.d.ld if problem.d is not None else N)
     ldc = wide if wide and problem.beta != 0 else (problem.c.ld if problem.c is not None else N)
     i32, f32 = launch.i32, launch.f32
@@ -165,13 +211,21 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem) -> _Plan
     if spec.k_runs is not None:  # K split into gridDim.y runs (tc10)
         grid = (grid[0], spec.k_runs(problem, cfg, sm_count(device_id)), grid[2])
     copy = operands_to_copy(problem) if spec.staged and spec.tma else ()
-    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy)
+    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy, post)
 
 
 _PLAN_MAPS_MAX = 64  # address triples remembered per plan
 
 
-def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out) -> None:
+def _bias_args(plan: _Plan, bias: torch.Tensor | None) -> tuple:
+    """The bias address a kernel with the fused epilogue takes last (0 where its plan adds none);
+    nothing for the others."""
+    if not plan.spec.epilogues:
+        return ()
+    return (bias.data_ptr() if plan.post and bias is not None else 0,)
+
+
+def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor | None = None) -> None:
     """Launch a planned kernel on these tensors: TMA maps (and staged copies) first when it takes them.
     The plan fixes shapes, strides, dtypes and boxes, so a kernel finds its maps by the three
     addresses it reads and writes alone -- the caller's, or a staged kernel's padded copies (torch's
@@ -195,7 +249,8 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out) -> None:
                 plan.maps.clear()
             plan.maps[key] = maps
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
-                  d.data_ptr(), *_workspace_args(_workspace(plan)), *plan.tail, cluster=plan.cluster)  # fmt: skip
+                  d.data_ptr(), *_workspace_args(_workspace(plan)), *plan.tail, *_bias_args(plan, bias),
+                  cluster=plan.cluster)  # fmt: skip
     if plan.wide_d:
         out.copy_(d[:, : problem.N])
     # Only now may the copies go back to torch's allocator: the kernel is queued behind them on this
@@ -323,7 +378,8 @@ def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, 
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(problem, a, b, out)) if spec.tma else ()
     ws = _workspace(plan)
-    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *_workspace_args(ws), *plan.tail)
+    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *_workspace_args(ws), *plan.tail,
+            *_bias_args(plan, None))
     held = (a, b, c, out, ws)  # the addresses in args stay these tensors' while the launch lives
 
     def relaunch():

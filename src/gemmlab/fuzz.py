@@ -8,7 +8,9 @@ can be run again alone from the line printed for it (`gemmlab fuzz --replay '<ca
 
 Each problem: inputs drawn fresh (normal), output poisoned with NaN unless gemm() allocates it or
 it is C itself, C full of NaN where beta = 0 (it must not be read), now and then a NaN or an Inf
-in A or B (it must reach exactly the elements it should). The result is compared with float64
+in A or B (it must reach exactly the elements it should), and in about a third of them a fused
+epilogue: a bias over D's columns and an activation (every kernel serves them: those without
+the fused epilogue through torch after the launch). The result is compared with float64
 (reference.error_terms) and so is cuBLAS's (torch.addmm on the same tensors): a problem is wrong
 where NaN or Inf appears or vanishes, C changes though D is elsewhere, or an error exceeds both
 the dtype's stated tolerance (reference.tolerance) and CUBLAS_FACTOR times cuBLAS's own error on
@@ -33,8 +35,10 @@ from . import registry
 from .api import gemm
 from .configs import select
 from .problem import problem_from_tensors
-from .reference import error_terms, reference, reference_norm, tolerance
+from .activations import ACTIVATIONS, apply_post
+from .reference import error_terms, reference, reference_norm, reference_post, tolerance
 
+EPILOGUE_SHARE = 0.3  # of the problems drawn with a fused epilogue (bias, activation or both)
 CUBLAS_FACTOR = 4.0  # our error may reach this multiple of cuBLAS's on the same problem before it counts
 BATCH = 64  # problems queued on the GPU between reads of their errors
 WRONG_KEPT = 200  # wrong cases kept in a record (all are counted)
@@ -82,6 +86,16 @@ class Case:
     out: str  # "poison" (a NaN-filled D) or "new" (gemm() allocates D)
     special: str  # "", or a NaN or an Inf placed in A or B: "nan-a", "inf-a", "nan-b", "inf-b"
     kernel: str  # "auto" or a kernel id
+    epilogue: str = ""  # "", or "bias", an activation's name, or "bias+" one: gemm()'s bias= and activation=
+
+    @property
+    def bias(self) -> bool:
+        return self.epilogue.split("+")[0] == "bias"
+
+    @property
+    def activation(self) -> str | None:
+        act = self.epilogue.split("+")[-1]
+        return None if act in ("", "bias") else act
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -94,7 +108,8 @@ class Case:
     def label(self) -> str:
         return (f"M={self.M} N={self.N} K={self.K} kernel={self.kernel} dtype={self.dtype} layout={self.layout} "
                 f"pad={list(self.pad)} offset={self.offset} alpha={self.alpha:g} beta={self.beta:g} c={self.c} "
-                f"out={self.out}" + (f" special={self.special}" if self.special else "") + f" [{self.regime}]")  # fmt: skip
+                f"out={self.out}" + (f" special={self.special}" if self.special else "")
+                + (f" epilogue={self.epilogue}" if self.epilogue else "") + f" [{self.regime}]")  # fmt: skip
 
     def call(self) -> str:
         """The gemm() call this case makes, as Python."""
@@ -109,6 +124,10 @@ class Case:
             kw.append(f"precision={precision!r}")
         if result != DTYPES[self.dtype][0] and self.out == "new" and self.c != "inplace":
             kw.append("out_dtype=torch.float32")
+        if self.bias:
+            kw.append("bias=bias")
+        if self.activation:
+            kw.append(f"activation={self.activation!r}")
         return f"gemmlab.gemm({', '.join(args + kw)})"
 
 
@@ -193,7 +212,14 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, .
     kernel = "auto" if kernels is None and rng.random() < 0.6 else "any"
     if kernel == "any" and rng.random() < 0.4:  # rows TMA can read in place: the unstaged TMA steps serve too
         pad, offset = _aligned_pads(M, N, K, layout, DTYPES[dt][0].itemsize, DTYPES[dt][1].itemsize, rng), 0
-    return Case(seed, regime, dt, M, N, K, layout, pad, offset, alpha, beta, c, out, special, kernel)
+    # drawn from a generator of its own, so that every other choice of a seed is what it was before
+    # epilogues were drawn
+    erng = random.Random(f"epilogue {seed}")
+    epilogue = ""
+    if erng.random() < EPILOGUE_SHARE:
+        act = erng.choice([a for a in ACTIVATIONS if a is not None] + [None])
+        epilogue = "+".join(p for p in ("bias" if erng.random() < 0.6 else "", act or "") if p) or "bias"
+    return Case(seed, regime, dt, M, N, K, layout, pad, offset, alpha, beta, c, out, special, kernel, epilogue)
 
 
 def _aligned_pads(M: int, N: int, K: int, layout: str, size: int, result_size: int, rng: random.Random) -> tuple:
@@ -259,6 +285,7 @@ class Built:
     out: torch.Tensor | None
     c_before: torch.Tensor | None  # C before the call, where C is read or must stay unchanged
     problem: object
+    bias: torch.Tensor | None = None
 
 
 def build(case: Case, device: str = "cuda") -> Built:
@@ -293,7 +320,8 @@ def build(case: Case, device: str = "cuda") -> Built:
         out = store(case.M, case.N, False, case.pad[2], 0, result, fill=math.nan)
     problem = problem_from_tensors(a, b, c, out, alpha=case.alpha, beta=case.beta, precision=precision,
                                    out_dtype=result, device_type=device)  # fmt: skip
-    return Built(a, b, c, out, c_before, problem)
+    bias = store(1, case.N, False, 0, 0, result)[0] if case.bias else None
+    return Built(a, b, c, out, c_before, problem, bias)
 
 
 def _cublas(case: Case, t: Built) -> torch.Tensor:
@@ -305,7 +333,7 @@ def _cublas(case: Case, t: Built) -> torch.Tensor:
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     try:
-        return torch.addmm(c, a, b, beta=case.beta, alpha=case.alpha)
+        return apply_post(torch.addmm(c, a, b, beta=case.beta, alpha=case.alpha), t.bias, case.activation)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
 
@@ -314,7 +342,9 @@ def _errors(case: Case, t: Built, d: torch.Tensor) -> torch.Tensor:
     """[ours: rel_fro, max_scaled, appeared, vanished; cuBLAS's four; C changed] without a sync."""
     a64, b64 = t.a.double(), t.b.double()
     ref, scale = reference(a64, b64, t.c_before, case.alpha, case.beta)
-    norm = reference_norm(ref, a64, b64, t.c_before, case.alpha, case.beta)
+    ref, scale = reference_post(ref, scale, t.bias, None)
+    norm = reference_norm(ref, a64, b64, t.c_before, case.alpha, case.beta)  # before the activation: it bounds its errors
+    ref, scale = reference_post(ref, scale, None, case.activation)
     ours = error_terms(d, ref, scale, norm)
     theirs = error_terms(_cublas(case, t), ref, scale, norm)
     changed = torch.zeros((), dtype=torch.float64, device="cuda")
@@ -368,7 +398,7 @@ def start(case: Case, kernels: tuple[str, ...] | None = None) -> tuple[Case, str
     precision = DTYPES[case.dtype][2]
     chosen = _chosen(t.problem, case.kernel)
     d = gemm(t.a, t.b, t.c, alpha=case.alpha, beta=case.beta, kernel=case.kernel, out=t.out, precision=precision,
-             out_dtype=DTYPES[case.dtype][1])  # fmt: skip
+             out_dtype=DTYPES[case.dtype][1], bias=t.bias, activation=case.activation)  # fmt: skip
     return case, chosen, _errors(case, t, d)
 
 

@@ -270,15 +270,16 @@ def compile_source(
     return bytes(obj.code), lowered, log.getvalue()
 
 
-def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out_dtype=None) -> CompiledKernel:
+def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out_dtype=None, post: int = 0) -> CompiledKernel:
     """The cubin of one kernel, config (and element and result types, for kernels templated on
-    them; out_dtype None: the element type) for arch, from the disk cache or NVRTC."""
+    them; out_dtype None: the element type; post: the fused epilogue, activations.post_code) for
+    arch, from the disk cache or NVRTC."""
     if not spec.builds_for(cfg, dtype, out_dtype):
         raise ValueError(f"{spec.name_expression(cfg, dtype, out_dtype)}: this config writes "
                          f"{', '.join(str(d).removeprefix('torch.') for d in spec.result_types(cfg))} results only")
     main = spec.source
     sources = source_closure(spec.source_path())
-    name_expression = spec.name_expression(cfg, dtype, out_dtype)
+    name_expression = spec.name_expression(cfg, dtype, out_dtype, post)
     launch_registers = spec.launch_registers(cfg)
     key = _cache_key(sources, name_expression, arch, launch_registers)
     path = cache_dir() / f"{spec.id}-{arch}-{key[:24]}.bin"
@@ -316,15 +317,15 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
 
 
 def _compile_job(job: tuple, arch: str, find: Callable[[str], KernelSpec]) -> "CompiledKernel | CompileError":
-    kernel_id, cfg, dtype, out_dtype = job
+    kernel_id, cfg, dtype, out_dtype, *post = job
     try:
-        return compile_kernel(find(kernel_id), cfg, arch, dtype, out_dtype)
+        return compile_kernel(find(kernel_id), cfg, arch, dtype, out_dtype, *post)
     except CompileError as exc:
         return exc
 
 
 def compile_many(jobs: list[tuple], arch: str, find: Callable[[str], KernelSpec], workers: int = 1):
-    """compile_kernel over (kernel id, config, dtype, out dtype) jobs, yielding each result (or its
+    """compile_kernel over (kernel id, config, dtype, out dtype[, post]) jobs, yielding each result (or its
     CompileError) in order; with workers > 1 in that many fresh processes (NVRTC runs in the
     process that calls it, so threads would take turns), filling the same disk cache. find gives
     the spec of a kernel id (registry.get): a worker looks its specs up itself, as they do not
@@ -409,11 +410,12 @@ _loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 
 
-def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None, out_dtype=None) -> LoadedKernel:
+def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None, out_dtype=None,
+                post: int = 0) -> LoadedKernel:  # fmt: skip
     """Compile (or fetch) and load a kernel for a device; cached for the life of the process."""
     arch = device_arch(device_id)
     types = (dtype, out_dtype if out_dtype != dtype else None) if spec.type_param else None
-    key = (spec.id, cfg.values, arch, types)
+    key = (spec.id, cfg.values, arch, types, post)
     hit = _loaded.get(key)
     if hit is None:
         with _lock:
@@ -421,7 +423,7 @@ def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None, o
             if hit is None:
                 from cuda.core import ObjectCode
 
-                compiled = compile_kernel(spec, cfg, arch, dtype, out_dtype)
+                compiled = compile_kernel(spec, cfg, arch, dtype, out_dtype, post)
                 obj = ObjectCode.from_cubin(
                     compiled.cubin, name=spec.id, symbol_mapping={compiled.name_expression: compiled.lowered_name.encode()}
                 )

@@ -2,14 +2,16 @@
 torch.nn.Linear whose product runs on gemmlab.gemm (so on gemmlab's kernels, with autograd and
 torch.compile through torch.ops.gemmlab.gemm), and `Conv2d`, torch.nn.Conv2d's on gemmlab.conv2d.
 
-The product is gemmlab's; the bias and the activation are applied after it by torch's own
-operations, not yet in the kernels' epilogue.
+The bias and the activation join the product in the kernel's epilogue (gemmlab.gemm's bias= and
+activation=), except where a gradient will be taken through the activation: then the kernel adds
+the bias and torch applies the activation, so that its input is kept for the backward pass
+rather than computed again.
 """
 
 import torch
 from torch import Tensor
 
-from .activations import ACTIVATIONS
+from .activations import ACTIVATIONS, check_activation
 from .conv import conv2d
 from .ops import gemm
 
@@ -19,9 +21,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     with any leading dimensions, weight [out, in] (read in place as the transposed view), bias
     [out] or None. activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu". CPU tensors run
     the CPU ladder (float32)."""
-    if activation not in ACTIVATIONS:
-        names = ", ".join(repr(k) for k in ACTIVATIONS)
-        raise ValueError(f"activation {activation!r} is not one of {names}")
+    check_activation(activation)
     if weight.dim() != 2:
         raise ValueError(f"weight must be [out_features, in_features], got shape {tuple(weight.shape)}")
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
@@ -29,12 +29,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     x2 = x.reshape(-1, x.shape[-1])
     if x2.shape[0] > 1 and x2.shape[1] > 1 and 1 not in x2.stride():  # a view gemm cannot read
         x2 = x2.contiguous()
-    d = gemm(x2, weight.t(), device="cpu" if x.device.type == "cpu" else None)
-    if bias is not None:
-        d = d + bias
-    act = ACTIVATIONS[activation]
-    if act is not None:
-        d = act(d)
+    training = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    fused = None if training else activation
+    d = gemm(x2, weight.t(), device="cpu" if x.device.type == "cpu" else None, bias=bias, activation=fused)
+    if activation is not None and fused is None:
+        d = ACTIVATIONS[activation](d)
     return d.reshape(*x.shape[:-1], weight.shape[0])
 
 

@@ -6,10 +6,13 @@ grad mode on), or a trace under torch.compile -- and otherwise `api.gemm` direct
 same launch without the dispatcher's cost. The operator never writes into a given tensor: `out=`
 is for eager calls only.
 
-Gradients of D = alpha A B + beta C, with dD the incoming gradient: dA = alpha dD B^T and
-dB = alpha A^T dD, computed by the operator itself (so by gemmlab's kernels, which read the
-transposed views B^T and A^T in place where they can), and dC = beta dD. A 16-bit problem with an
-fp32 result takes dD rounded to its inputs' type for dA and dB, the type they are in.
+Gradients of D = act(Z), Z = alpha A B + beta C + bias, with dD the incoming gradient: dZ = dD
+act'(Z) (Z computed again by the operator without the activation, as the forward keeps no Z: a
+caller that trains through an activation does better to apply it itself, as gemmlab.linear does),
+dA = alpha dZ B^T and dB = alpha A^T dZ, computed by the operator itself (so by gemmlab's
+kernels, which read the transposed views B^T and A^T in place where they can), dC = beta dZ and
+dbias = dZ summed over the rows. A 16-bit problem with an fp32 result takes dZ rounded to its
+inputs' type for dA and dB, the type they are in.
 """
 
 from typing import Optional
@@ -18,36 +21,54 @@ import torch
 from torch import Tensor
 
 from . import api
+from .activations import ACTIVATIONS
 
 
 @torch.library.custom_op("gemmlab::gemm", mutates_args=(), device_types=("cpu", "cuda"))
 def gemm_op(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float, kernel: str, precision: str,
-            out_dtype: Optional[torch.dtype]) -> Tensor:  # fmt: skip
-    """D = alpha a @ b + beta c: the CUDA kernels for CUDA tensors, the CPU ladder for CPU tensors."""
+            out_dtype: Optional[torch.dtype], bias: Optional[Tensor] = None,
+            activation: Optional[str] = None) -> Tensor:  # fmt: skip
+    """D = activation(alpha a @ b + beta c + bias): the CUDA kernels for CUDA tensors, the CPU
+    ladder for CPU tensors."""
     return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, precision=precision, out_dtype=out_dtype,
-                    device="cpu" if a.device.type == "cpu" else None)  # fmt: skip
+                    device="cpu" if a.device.type == "cpu" else None, bias=bias, activation=activation)  # fmt: skip
 
 
 @gemm_op.register_fake
-def _gemm_fake(a, b, c, alpha, beta, kernel, precision, out_dtype):
+def _gemm_fake(a, b, c, alpha, beta, kernel, precision, out_dtype, bias=None, activation=None):
     torch._check(a.dim() == 2 and b.dim() == 2, lambda: f"a and b must be matrices, got {a.dim()}-D and {b.dim()}-D")
     torch._check(a.shape[1] == b.shape[0], lambda: f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    torch._check(bias is None or (bias.dim() == 1 and bias.shape[0] == b.shape[1]),
+                 lambda: f"bias must be a vector of N = {b.shape[1]} elements, got shape {tuple(bias.shape)}")  # fmt: skip
+    torch._check(activation in ACTIVATIONS, lambda: f"activation {activation!r} is not one of {list(ACTIVATIONS)}")
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
 
 
 def _setup_context(ctx, inputs, output):
-    a, b, c, alpha, beta, kernel, precision, out_dtype = inputs
-    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+    a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation = inputs
+    # Z is computed again from a, b, c and bias where an activation lies between it and D
+    again = activation is not None
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] or again else None, b if ctx.needs_input_grad[0] or again else None,
+                          c if again else None, bias if again else None)  # fmt: skip
     ctx.alpha, ctx.beta, ctx.precision, ctx.input_dtype = alpha, beta, precision, a.dtype
+    ctx.kernel, ctx.out_dtype, ctx.activation = kernel, out_dtype, activation
+    ctx.bias_dtype = None if bias is None else bias.dtype
 
 
 def _backward(ctx, grad):
-    a, b = ctx.saved_tensors
+    a, b, c, bias = ctx.saved_tensors
+    if ctx.activation is not None:  # dZ = dD act'(Z), through torch's own derivative of the activation
+        z = gemm_op(a, b, c, ctx.alpha, ctx.beta, ctx.kernel, ctx.precision, ctx.out_dtype, bias, None)
+        with torch.enable_grad():
+            z = z.detach().requires_grad_()
+            (grad,) = torch.autograd.grad(ACTIVATIONS[ctx.activation](z), z, grad)
     g = grad.to(ctx.input_dtype).contiguous()  # (an expanded gradient, as sum() gives, has stride 0)
     da = gemm_op(g, b.t(), None, ctx.alpha, 0.0, "auto", ctx.precision, None) if ctx.needs_input_grad[0] else None
     db = gemm_op(a.t(), g, None, ctx.alpha, 0.0, "auto", ctx.precision, None) if ctx.needs_input_grad[1] else None
     dc = grad * ctx.beta if ctx.needs_input_grad[2] else None
-    return da, db, dc, None, None, None, None, None
+    wants_dbias = len(ctx.needs_input_grad) > 8 and ctx.needs_input_grad[8]
+    dbias = grad.sum(0).to(ctx.bias_dtype) if wants_dbias else None
+    return (da, db, dc, None, None, None, None, None, dbias, None)[: len(ctx.needs_input_grad)]
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
@@ -61,14 +82,15 @@ def _needs_operator(*tensors) -> bool:
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",
-         out_dtype=None):  # fmt: skip
-    """D = alpha * a @ b + beta * c: api.gemm's arguments and result (its docstring says what each
-    takes), through the operator torch.ops.gemmlab.gemm where autograd or torch.compile needs it,
-    so the result has a grad_fn and a compiled function keeps the call in its graph."""
-    if not _needs_operator(a, b, c) or not (isinstance(a, Tensor) and (a.device.type == "cuda" or device == "cpu")):
+         out_dtype=None, bias=None, activation=None):  # fmt: skip
+    """D = activation(alpha * a @ b + beta * c + bias): api.gemm's arguments and result (its
+    docstring says what each takes), through the operator torch.ops.gemmlab.gemm where autograd or
+    torch.compile needs it, so the result has a grad_fn and a compiled function keeps the call in
+    its graph."""
+    if not _needs_operator(a, b, c, bias) or not (isinstance(a, Tensor) and (a.device.type == "cuda" or device == "cpu")):
         return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out, device=device, precision=precision,
-                        out_dtype=out_dtype)  # fmt: skip
+                        out_dtype=out_dtype, bias=bias, activation=activation)  # fmt: skip
     if out is not None:
         raise ValueError("out= writes in place, which autograd and torch.compile cannot follow: "
                          "use the returned tensor (d = gemmlab.gemm(a, b, ...))")  # fmt: skip
-    return gemm_op(a, b, c, float(alpha), float(beta), kernel, precision, out_dtype)
+    return gemm_op(a, b, c, float(alpha), float(beta), kernel, precision, out_dtype, bias, activation)

@@ -78,6 +78,26 @@ def reference(a, b, c=None, alpha=1.0, beta=0.0) -> tuple[torch.Tensor, torch.Te
     return ref, scale
 
 
+# The steepest slope of the activations a fused epilogue applies (GELU's, 1.129 near x = 0.75): an
+# error in Z grows at most this much through them, so a result's scale grows by as much.
+POST_SLOPE = 1.13
+
+
+def reference_post(ref, scale, bias=None, activation=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(activation(ref + bias), its scale) in float64, from reference()'s pair: the reference of a
+    GEMM with a fused epilogue (bias a vector over D's columns; activation a name of
+    gemmlab.activations.ACTIVATIONS)."""
+    from .activations import ACTIVATIONS
+
+    if bias is not None:
+        b64 = bias.double()
+        ref, scale = ref + b64, scale + b64.abs()
+    act = ACTIVATIONS[activation]
+    if act is not None:
+        ref, scale = act(ref), scale * POST_SLOPE
+    return ref, scale
+
+
 @dataclass(frozen=True)
 class ErrorReport:
     rel_fro: float
@@ -133,10 +153,15 @@ def compare(d: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, tol: Tolera
     return ErrorReport(rel_fro, max_scaled, nonfinite, passed)
 
 
-def check_result(d, a, b, c=None, alpha=1.0, beta=0.0, precision: str = "fp32") -> ErrorReport:
+def check_result(d, a, b, c=None, alpha=1.0, beta=0.0, precision: str = "fp32", bias=None,
+                 activation=None) -> ErrorReport:  # fmt: skip
+    """D against float64's activation(alpha A B + beta C + bias); rel_fro is taken over the size of
+    the result before the activation (reference_norm), which bounds its errors' growth through it."""
     a64, b64 = a.double(), b.double()  # once: reference and terms_norm take them as they are
     ref, scale = reference(a64, b64, c, alpha, beta)
+    ref, scale = reference_post(ref, scale, bias, None)
     ref_norm = float(reference_norm(ref, a64, b64, c, alpha, beta))
+    ref, scale = reference_post(ref, scale, None, activation)
     return compare(d, ref, scale, tolerance(d.dtype, precision, a.dtype, a.shape[1]), ref_norm)
 
 

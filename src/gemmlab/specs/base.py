@@ -117,6 +117,9 @@ class KernelSpec:
     # The register count a thread starts with, where a config compiles for more than its block can
     # launch with and the cubin is rewritten (gemmlab.cubin: tc07's 192-row tile); None: as compiled.
     launch_registers: Callable[[GemmConfig], int | None] = field(default=lambda cfg: None, repr=False)
+    # Kernels that fuse a bias and an activation into their epilogue (gemmlab::post): templated on
+    # POST (activations.post_code) after their config, and taking the bias's address after beta.
+    epilogues: bool = False
 
     def default_config(self) -> GemmConfig:
         return _default_config(self)
@@ -132,10 +135,15 @@ class KernelSpec:
         return cfg
 
     def name_expression(self, cfg: GemmConfig, dtype: torch.dtype | None = None,
-                        out_dtype: torch.dtype | None = None) -> str:  # fmt: skip
+                        out_dtype: torch.dtype | None = None, post: int = 0) -> str:  # fmt: skip
         """The template instance: for kernels templated on types, the input type then the type of
-        C and D (out_dtype: the input type, or float32 for fp32 output)."""
+        C and D (out_dtype: the input type, or float32 for fp32 output); post: the fused epilogue
+        (activations.post_code), given after the config where it is not 0."""
         args = [str(v) for _, v in cfg.values]
+        if post:
+            if not self.epilogues:
+                raise ValueError(f"{self.id} does not fuse a bias or an activation into its epilogue")
+            args.append(str(post))
         if self.type_param:
             if dtype not in CPP_TYPES or dtype not in self.dtypes:
                 raise ValueError(f"{self.id} is templated on its element type: give one of {self.dtypes}, not {dtype}")

@@ -83,6 +83,7 @@ def _tc07_boxes(c: GemmConfig) -> dict[str, tuple[int, int]]:
 
 TC_07 = KernelSpec(
     id="tc07_persistent_cluster",
+    epilogues=True,
     step=7,
     title="persistent clusters",
     idea="one block per SM walks grouped tiles; block pairs share B by TMA multicast; epilogue via swizzled smem and TMA stores",
@@ -152,6 +153,7 @@ def _check_08_tc(c: GemmConfig) -> str | None:
 
 TC_08 = KernelSpec(
     id="tc08_tf32",
+    epilogues=True,
     step=8,
     title="TF32 wgmma",
     idea="float32 inputs on the tensor cores as TF32 (asked for with precision='tf32'): D^T = B^T A^T, B's fragments from registers, no transposed copy (a B stored transposed: both from shared memory); the last waves split along K (stream-K, as tc09), few tall-K tiles each split over many",
@@ -236,6 +238,7 @@ def split_time(tiles: int, slots: int, kt: int) -> float:
 
 TC_09 = KernelSpec(
     id="tc09_stream_k",
+    epilogues=True,
     step=9,
     title="stream-K",
     idea="tc07 with the last, partial wave split along K over every cluster (and few tall-K tiles each split over many); split tiles summed in fp32 through a workspace",

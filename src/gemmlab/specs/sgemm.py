@@ -255,6 +255,7 @@ def _check_11(c: GemmConfig) -> str | None:
 
 SGEMM_11 = KernelSpec(
     id="sgemm_11_warp_tile",
+    epilogues=True,
     step=11,
     title="warp tiles",
     idea="each warp owns a WM x WN tile, each thread 4 x 4 blocks spread over it: less shared traffic per FMA",
@@ -317,6 +318,7 @@ def split_k_runs(problem: GemmProblem, c: GemmConfig, sms: int) -> int:
 
 SGEMM_12 = KernelSpec(
     id="sgemm_12_split_k",
+    epilogues=True,
     step=12,
     title="split K",
     idea="step 11's tiles with K cut into runs that fill the SMs; the last run of a tile adds the fp32 parts in run order (deterministic)",

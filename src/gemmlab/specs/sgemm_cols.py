@@ -71,6 +71,7 @@ def _columns_covered(problem: GemmProblem, c: GemmConfig) -> str | None:
 
 SGEMM_14 = KernelSpec(
     id="sgemm_14_few_columns",
+    epilogues=True,
     step=14,
     title="few columns",
     idea="N <= 16: each warp streams RW rows of A once in 16-byte loads against B's K chunk transposed in shared memory, sums added across the warp by shuffles; K split over runs where the rows cannot fill the SMs",

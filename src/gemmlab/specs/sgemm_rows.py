@@ -48,6 +48,7 @@ def _check_13(c: GemmConfig) -> str | None:
 
 SGEMM_13 = KernelSpec(
     id="sgemm_13_few_rows",
+    epilogues=True,
     step=13,
     title="few rows",
     idea="1-16 rows of A against a row-major B streamed once: a block's 8 warps split K over 128 columns, K also split over the SMs; deterministic sums",

@@ -57,6 +57,7 @@ def _check_10_tc(c: GemmConfig) -> str | None:
 
 TC_10 = KernelSpec(
     id="tc10_skinny",
+    epilogues=True,
     step=10,
     title="skinny: the few rows on the MMA's N side",
     idea="D^T = B^T A^T for a few rows of A (decode): B^T's columns on wgmma's M side, A's rows as its N (16-128), K split over the SMs and summed in fp32 by the last run of each tile",

@@ -21,12 +21,59 @@ __device__ __forceinline__ float epilogue(float acc, float alpha, float beta,
     return beta == 0.0f ? alpha * acc : alpha * acc + beta * C[c_idx];
 }
 
+// ---- The fused epilogue: D = act(alpha * A @ B + beta * C + bias) -------------------------------
+//
+// The steps that fuse it (their specs say `epilogues`) take a template argument POST (0, the plain
+// epilogue, by default) and a last kernel argument `bias`, a vector of N elements of D's type added
+// to every row. POST is the activation (its low three bits) plus POST_BIAS where a bias is added.
+// Both are applied in registers to the fp32 value, before D is rounded to its type and stored; with
+// POST = 0 nothing is added and the code is the plain epilogue's.
+enum : int { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2, ACT_GELU_TANH = 3, ACT_SILU = 4, POST_BIAS = 8 };
+
+template <int ACT>
+__device__ __forceinline__ float activate(float v) {
+    static_assert(ACT >= ACT_NONE && ACT <= ACT_SILU, "an activation gemmlab.activations names");
+    if constexpr (ACT == ACT_RELU) {
+        return v > 0.0f ? v : (v == v ? 0.0f : v);  // NaN stays NaN, as torch.relu keeps it
+    } else if constexpr (ACT == ACT_GELU) {  // x * Phi(x), the erf form (torch's default)
+        return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    } else if constexpr (ACT == ACT_GELU_TANH) {  // torch's approximate="tanh"
+        return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+    } else if constexpr (ACT == ACT_SILU) {  // the approximate division (2 ulp): IEEE division's
+        // slow path is a call, whose registers made steps 12 and tc09 spill
+        return __fdividef(v, 1.0f + expf(-v));
+    } else {
+        return v;
+    }
+}
+
+// The bias of column n where POST adds one, else 0; columns at or past N (a tile's overhang,
+// clipped by the store) read none.
+template <int POST, typename TB>
+__device__ __forceinline__ float bias_of(const TB* bias, int n, int N) {
+    static_assert(POST >= 0 && POST < 16, "POST: an activation, plus POST_BIAS");
+    if constexpr ((POST & POST_BIAS) != 0) {
+        return n < N ? static_cast<float>(bias[n]) : 0.0f;
+    } else {
+        return 0.0f;
+    }
+}
+
+// v (alpha * acc + beta * C, in fp32) with the bias of column n added and the activation applied.
+template <int POST, typename TB>
+__device__ __forceinline__ float post(float v, const TB* bias, int n, int N) {
+    if constexpr ((POST & POST_BIAS) != 0) v += bias_of<POST>(bias, n, N);
+    return activate<POST & 7>(v);
+}
+
 // The predicated store of the tiled steps: write D[m][n] (through the epilogue) only if (m, n) lies
 // inside the M x N output; threads whose tile hangs over the edge skip the outside elements.
+template <int POST = 0>
 __device__ __forceinline__ void store_if_inside(float* D, const float* C, int m, int n, int M, int N,
-                                                int ldc, int ldd, float acc, float alpha, float beta) {
+                                                int ldc, int ldd, float acc, float alpha, float beta,
+                                                const float* bias = nullptr) {
     if (m < M && n < N) {
-        D[offset(m, n, ldd)] = epilogue(acc, alpha, beta, C, offset(m, n, ldc));
+        D[offset(m, n, ldd)] = post<POST>(epilogue(acc, alpha, beta, C, offset(m, n, ldc)), bias, n, N);
     }
 }
 

@@ -25,9 +25,11 @@ __device__ __forceinline__ T load_or_zero(const T* __restrict__ g, int r, int c,
 
 // The tensor-core epilogue: D = alpha * acc + beta * C rounded to T (16-bit types, or float for
 // TF32); C is not read when beta == 0.
-template <typename T>
-__device__ __forceinline__ T epilogue16(float acc, float alpha, float beta, const T* C, long long c_idx) {
-    return from_float<T>(beta == 0.0f ? alpha * acc : alpha * acc + beta * to_float(C[c_idx]));
+// POST, bias, n and N: the fused epilogue's (gemmlab::post), applied before the rounding.
+template <typename T, int POST = 0>
+__device__ __forceinline__ T epilogue16(float acc, float alpha, float beta, const T* C, long long c_idx,
+                                        const T* bias = nullptr, int n = 0, int N = 0) {
+    return from_float<T>(post<POST>(beta == 0.0f ? alpha * acc : alpha * acc + beta * to_float(C[c_idx]), bias, n, N));
 }
 
 // ---- PTX wrappers: ldmatrix and mma.sync (sm_80 and later) ----------------------------------

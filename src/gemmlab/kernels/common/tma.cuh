@@ -523,10 +523,12 @@ __device__ __forceinline__ void tma_store_fp32_chunk(const TensorMap* tmD, const
 // acc holds a 64 x N tile whose top-left element is D[row0][col0] (the layout of wgmma_m64n*k16).
 // Each thread writes its pairs of adjacent columns with one store of both (32 bits for 16-bit T,
 // 64 for float) when D's rows allow it (ldd even, D aligned to the pair), else element by
-// element; outside M x N nothing is written. C is read only when beta != 0.
-template <typename T, int NACC>
+// element; outside M x N nothing is written. C is read only when beta != 0. POST and bias: the
+// fused epilogue (gemmlab::post).
+template <typename T, int NACC, int POST = 0>
 __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], const T* C, T* D, int row0, int col0,
-                                                   int M, int N, int ldc, int ldd, float alpha, float beta) {
+                                                   int M, int N, int ldc, int ldd, float alpha, float beta,
+                                                   const T* bias = nullptr) {
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const int r_top = row0 + warp * 16 + lane / 4;
     const bool paired = ldd % 2 == 0 && reinterpret_cast<unsigned long long>(D) % (2 * sizeof(T)) == 0;
@@ -534,9 +536,9 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
     for (int i = 0; i < NACC; i += 2) {
         const int r = r_top + 8 * ((i / 2) % 2), c = col0 + 8 * (i / 4) + 2 * (lane % 4);
         if (r >= M || c >= N) continue;
-        const T v0 = epilogue16(acc[i], alpha, beta, C, offset(r, c, ldc));
+        const T v0 = epilogue16<T, POST>(acc[i], alpha, beta, C, offset(r, c, ldc), bias, c, N);
         if (c + 1 < N) {
-            const T v1 = epilogue16(acc[i + 1], alpha, beta, C, offset(r, c + 1, ldc));
+            const T v1 = epilogue16<T, POST>(acc[i + 1], alpha, beta, C, offset(r, c + 1, ldc), bias, c + 1, N);
             if (paired) {
                 struct alignas(2 * sizeof(T)) Pair { T x, y; };
                 *reinterpret_cast<Pair*>(D + offset(r, c, ldd)) = Pair{v0, v1};
@@ -563,16 +565,18 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
 // EPI = 0 compiles only the TMA stores without C, for launches whose beta is 0 and whose D TMA can
 // store to (the caller guarantees both); EPI = 1 every path. Code a launch never runs still costs:
 // the register path and the C reads are 59 of tc07's 83 KB of SASS (docs/ladder.md).
-template <typename TD, int NACC, int EPI = 1, int BUFS = 2>
+// POST and bias: the fused epilogue (gemmlab::post), on every path.
+template <typename TD, int NACC, int EPI = 1, int BUFS = 2, int POST = 0>
 __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const TD* C, TD* D, const TensorMap* tmD,
                                                 unsigned char* staging, bool tma_store, int barrier_id, int rows0,
-                                                int col0, int M, int N, int ldc, int ldd, float alpha, float beta) {
+                                                int col0, int M, int N, int ldc, int ldd, float alpha, float beta,
+                                                const TD* bias = nullptr) {
     static_assert(NACC % 32 == 0, "whole 64-column chunks");
     static_assert(EPI == 0 || EPI == 1, "EPI: 0 TMA stores without C, 1 every epilogue");
     static_assert(BUFS == 2 || (BUFS == 1 && sizeof(TD) == 2), "two staging buffers, or one for a 16-bit D");
     constexpr int CHUNKS = NACC / 32;
     if (EPI != 0 && !tma_store) {
-        store_accumulators<TD>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta);
+        store_accumulators<TD, NACC, POST>(acc, C, D, rows0, col0, M, N, ldc, ldd, alpha, beta, bias);
         return;
     }
     if constexpr (sizeof(TD) == 2) {
@@ -602,11 +606,16 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
                     const int q = q0 + m / 2, h = m % 2;
                     const int i = (8 * j + q) * 4 + 2 * h;  // acc index of this thread's pair
                     float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+                    const int gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
                     if (EPI != 0 && beta != 0.0f) {
-                        const int gr = rows0 + r_top + 8 * h, gc = col0 + 64 * j + 8 * q + 2 * (lane % 4);
+                        const int gr = rows0 + r_top + 8 * h;
                         const long long ci = offset(gr, gc, ldc);
                         if (gr < M && gc < N) v0 += beta * to_float(C[ci]);
                         if (gr < M && gc + 1 < N) v1 += beta * to_float(C[ci + 1]);
+                    }
+                    if constexpr (POST != 0) {
+                        v0 = post<POST>(v0, bias, gc, N);
+                        v1 = post<POST>(v1, bias, gc + 1, N);
                     }
                     packed[m] = pack2<TD>(v0, v1);
                 }
@@ -635,11 +644,16 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
                     const int i = (8 * j + q) * 4 + 2 * h;  // this thread's pair in column block q
                     const int r = r_top + 8 * h, c = 8 * q + 2 * (lane % 4);  // in the chunk
                     float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+                    const int gc = col0 + 64 * j + c;
                     if (EPI != 0 && beta != 0.0f) {
-                        const int gr = rows0 + r, gc = col0 + 64 * j + c;
+                        const int gr = rows0 + r;
                         const long long ci = offset(gr, gc, ldc);
                         if (gr < M && gc < N) v0 += beta * to_float(C[ci]);
                         if (gr < M && gc + 1 < N) v1 += beta * to_float(C[ci + 1]);
+                    }
+                    if constexpr (POST != 0) {
+                        v0 = post<POST>(v0, bias, gc, N);
+                        v1 = post<POST>(v1, bias, gc + 1, N);
                     }
                     st_shared_v2(base + staged_fp32_offset(r, c), v0, v1);
                 }
@@ -654,17 +668,18 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
 // The same for a warpgroup that computed the transpose: acc holds a 64 x N tile of D^T whose
 // top-left element is D^T[n0][m0], so its element (row r, column c) goes to D[m0 + c][n0 + r].
 // Scalar stores: for one register, the eight lanes of a quad column write eight consecutive
-// elements of a row of D (32 bytes), four rows an instruction.
-template <typename T, int NACC>
+// elements of a row of D (32 bytes), four rows an instruction. POST and bias: the fused epilogue.
+template <typename T, int NACC, int POST = 0>
 __device__ __forceinline__ void store_accumulators_transposed(const float (&acc)[NACC], const T* C, T* D, int m0,
                                                               int n0, int M, int N, int ldc, int ldd, float alpha,
-                                                              float beta) {
+                                                              float beta, const T* bias = nullptr) {
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const int n_top = n0 + warp * 16 + lane / 4;
 #pragma unroll
     for (int i = 0; i < NACC; ++i) {
         const int n = n_top + 8 * ((i / 2) % 2), m = m0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-        if (m < M && n < N) D[offset(m, n, ldd)] = epilogue16(acc[i], alpha, beta, C, offset(m, n, ldc));
+        if (m < M && n < N)
+            D[offset(m, n, ldd)] = epilogue16<T, POST>(acc[i], alpha, beta, C, offset(m, n, ldc), bias, n, N);
     }
 }
 

@@ -12,12 +12,12 @@
 // WM x WN: the tile of C one warp computes; the block has (BM / WM) * (BN / WN) warps.
 // TM x TN: the results of one thread, (TM / 4) x (TN / 4) blocks of 4 x 4 spread over the warp tile.
 // PAD: floats added to each row of the transposed A tile to shift its banks.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
                 const float* C, float* D,
                 int M, int N, int K, int lda, int ldb, int ldc, int ldd,
-                float alpha, float beta) {
+                float alpha, float beta, const float* __restrict__ bias) {
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
     constexpr int TM_STRIDE = WM / (TM / 4);  // rows between a thread's float4s of A
     constexpr int TN_STRIDE = WN / (TN / 4);  // columns between a thread's float4s of B
@@ -89,7 +89,7 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
         for (int j = 0; j < TN; ++j) {
             const int m = tm + i / 4 * TM_STRIDE + i % 4;
             const int n = tn + j / 4 * TN_STRIDE + j % 4;
-            gemmlab::store_if_inside(D, C, row0 + m, col0 + n, M, N, ldc, ldd, acc[i][j], alpha, beta);
+            gemmlab::store_if_inside<POST>(D, C, row0 + m, col0 + n, M, N, ldc, ldd, acc[i][j], alpha, beta, bias);
         }
     }
 }

@@ -20,10 +20,11 @@
 // grid; FLAGS: one counter a tile, zero between launches (the last run to arrive resets it).
 // The occupancy the runs model counts on (gemmlab.specs.sgemm.SPLIT_K_TILES): five 64 x 64 blocks an
 // SM, two 128 x 128, one 256 x 128.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, BM * BN <= 64 * 64 ? 5 : BM * BN <= 128 * 128 ? 2 : 1)
 sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
-              unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+              unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+              const float* __restrict__ bias) {
     constexpr int PART4 = TM * TN / 4;  // float4s of a thread's part
     __shared__ int adds_up;             // this block is the last run of its tile: it writes D
     const int tiles_n = gemmlab::ceil_div(N, BN);
@@ -142,7 +143,7 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
         for (int j = 0; j < TN; ++j) {
             const int m = tm + i / 4 * TM_STRIDE + i % 4;
             const int n = tn + j / 4 * TN_STRIDE + j % 4;
-            gemmlab::store_if_inside(D, C, row0 + m, col0 + n, M, N, ldc, ldd, acc[i][j], alpha, beta);
+            gemmlab::store_if_inside<POST>(D, C, row0 + m, col0 + n, M, N, ldc, ldd, acc[i][j], alpha, beta, bias);
         }
     }
 }

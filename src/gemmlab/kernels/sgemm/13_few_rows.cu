@@ -16,11 +16,12 @@
 // which the grid lists row block by row block); KC: columns of A staged in
 // shared memory at a time. WS: fp32 parts, MR x 128 a block of a split grid; FLAGS: one counter a
 // column block, zero between launches (the last run to arrive resets it).
-template <int MR, int KC>
+template <int MR, int KC, int POST = 0>
 // Blocks an SM (gemmlab.specs.sgemm_rows.few_rows_blocks_per_sm): two up to 4 rows, one past them.
 __global__ void __launch_bounds__(256, MR <= 4 ? 2 : 1)
 sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
-               unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+               unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+               const float* __restrict__ bias) {
     constexpr int WARPS = 8, THREADS = WARPS * 32, COLS = 128;
     constexpr int RV = MR < 4 ? MR : 4;  // A's rows a shared-memory read brings
     static_assert(MR == 1 || MR == 2 || MR == 4 || MR == 8 || MR == 16, "MR: 1, 2, 4, 8 or 16 rows");
@@ -137,7 +138,7 @@ sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const f
     }
 #pragma unroll
     for (int g = 0; g < GROUPS; ++g) {
-        gemmlab::store_if_inside(D, C, 4 * g + my_row, my_col, M, N, ldc, ldd, mine[g][0], alpha, beta);
-        gemmlab::store_if_inside(D, C, 4 * g + my_row, my_col + 1, M, N, ldc, ldd, mine[g][1], alpha, beta);
+        gemmlab::store_if_inside<POST>(D, C, 4 * g + my_row, my_col, M, N, ldc, ldd, mine[g][0], alpha, beta, bias);
+        gemmlab::store_if_inside<POST>(D, C, 4 * g + my_row, my_col + 1, M, N, ldc, ldd, mine[g][1], alpha, beta, bias);
     }
 }

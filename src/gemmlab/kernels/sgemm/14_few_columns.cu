@@ -91,10 +91,11 @@ __device__ __forceinline__ void warp_sum_halving(float (&v)[V], int lane) {
 // THREADS: threads a block, THREADS / 32 warps of RW rows each.
 // WS: fp32 parts, THREADS / 32 * RW * NC a block of a split grid; FLAGS: one counter a block of
 // rows, zero between launches (the last run to arrive resets it).
-template <int NC, int RW, int KV, int BK, int THREADS>
+template <int NC, int RW, int KV, int BK, int THREADS, int POST = 0>
 __global__ void __launch_bounds__(THREADS)
 sgemm_few_columns(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
-                  unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+                  unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+                  const float* __restrict__ bias) {
     static_assert(NC == 1 || NC == 2 || NC == 4 || NC == 8 || NC == 16, "NC must be 1, 2, 4, 8 or 16");
     static_assert(RW == 1 || RW == 2 || RW == 4 || RW == 8, "RW must be 1, 2, 4 or 8");
     static_assert(KV >= 1 && KV <= 8, "KV must be 1..8");
@@ -222,7 +223,7 @@ sgemm_few_columns(const float* __restrict__ A, const float* __restrict__ B, cons
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
             const int i = (first + p) / NC, n = (first + p) % NC;
-            gemmlab::store_if_inside(D, C, row0 + i, n, M, N, ldc, ldd, v[p], alpha, beta);
+            gemmlab::store_if_inside<POST>(D, C, row0 + i, n, M, N, ldc, ldd, v[p], alpha, beta, bias);
         }
     }
 }

@@ -83,11 +83,12 @@
 // BM = 128 compiles for 232, the consumers' count (at 168 ptxas serialises its MMAs), and is
 // launched with 168 the same way.
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
-          int EPI, int HO, int OB>
+          int EPI, int HO, int OB, int POST = 0>
 __global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 && !(HO && BN == 256 && EPI == 0) ? 168 : 232)
 tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
                       const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
-                      int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+                      int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+                      const TD* __restrict__ bias) {
     constexpr int CONSUMERS = BM / 64;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
@@ -244,8 +245,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
 #pragma unroll
                     for (int i = 0; i < 64; ++i) gemmlab::wgmma_fence_operand(left[i]);
                     gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-                    gemmlab::store_tile_64xn<TD, 64, EPI, OB>(left, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
-                                                          M, N, ldc, ldd, alpha, beta);
+                    gemmlab::store_tile_64xn<TD, 64, EPI, OB, POST>(left, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
+                                                          M, N, ldc, ldd, alpha, beta, bias);
                     ++it;
                     // The next tile's first stage: its left half starts, this tile's right half
                     // leaves, its right half starts. After the last tile the left half multiplies
@@ -259,8 +260,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
 #pragma unroll
                     for (int i = 0; i < 128; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                     gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
-                    gemmlab::store_tile_64xn<TD, 64, EPI, OB>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
-                                                          col0 + 128, M, N, ldc, ldd, alpha, beta);
+                    gemmlab::store_tile_64xn<TD, 64, EPI, OB, POST>(right, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
+                                                          col0 + 128, M, N, ldc, ldd, alpha, beta, bias);
                     if (!next) break;
                     start_half(right, stage, B_RIGHT);
                     t += stride;
@@ -286,8 +287,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                 for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                 if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-                gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
-                                                          M, N, ldc, ldd, alpha, beta);
+                gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB, POST>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
+                                                          M, N, ldc, ldd, alpha, beta, bias);
             }
         }
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits

@@ -39,12 +39,14 @@
 // boxes of 64 rows x 32 fp32, n < 32 and n >= 32) and two TMA stores, which clip at the matrix edge. For one register, a
 // warp writes rows m, m + 2, m + 4, m + 6 at eight consecutive n -- two 16-byte units a row -- and
 // the swizzle (unit ^ m % 8) spreads the 32 words over all 32 banks. WITH_C = false leaves out the
-// reads of C (a launch with beta = 0).
-template <bool WITH_C, int NACC>
+// reads of C (a launch with beta = 0). POST and bias: the fused epilogue (gemmlab::post).
+template <bool WITH_C, int NACC, int POST>
 __device__ __forceinline__ void store_transposed_tma(const float (&acc)[NACC], const float* C, const gemmlab::TensorMap* tmD,
                                                      unsigned char* staging, int barrier_id, int m0, int n0, int M,
-                                                     int N, int ldc, float alpha, float beta) {
+                                                     int N, int ldc, float alpha, float beta, const float* bias) {
     const int ctid = threadIdx.x % 128, lane = ctid % 32, n_top = (ctid / 32) * 16 + lane / 4;
+    // A thread's registers fall in two columns of D, n_top and n_top + 8: their bias read once
+    const float bias_at[2] = {gemmlab::bias_of<POST>(bias, n0 + n_top, N), gemmlab::bias_of<POST>(bias, n0 + n_top + 8, N)};
 #pragma unroll
     for (int j = 0; j < NACC / 32; ++j) {
         if (ctid == 0) gemmlab::bulk_wait_read<0>();  // the last chunk's stores have read the buffer
@@ -56,6 +58,7 @@ __device__ __forceinline__ void store_transposed_tma(const float (&acc)[NACC], c
             float v = alpha * acc[i];
             if (WITH_C && beta != 0.0f && m0 + 64 * j + m < M && n0 + n < N)
                 v += beta * C[gemmlab::offset(m0 + 64 * j + m, n0 + n, ldc)];
+            if constexpr (POST != 0) v = gemmlab::activate<POST & 7>(v + bias_at[(i / 2) % 2]);
             *reinterpret_cast<float*>(staging + gemmlab::staged_fp32_offset(m, n)) = v;
         }
         gemmlab::fence_proxy_async_smem();  // the writes, visible to the TMA unit
@@ -103,12 +106,13 @@ __device__ __forceinline__ void tf32_pieces(const gemmlab::StreamK& sched, int f
 //       or, with TB, [BN][32]: K-major rows n, 32 K-elements each (CM boxes of BN / CM rows)
 // then, with TMA_STORE, a 16 KB staging buffer per consumer (two boxes of 64 rows x 32 columns of D).
 template <int BM, int BN, int BK, int STAGES, int CM, int CN, int GROUP, int TMA_STORE, int SPLIT, int TB, int EPI,
-          int SK>
+          int SK, int POST = 0>
 __global__ void __launch_bounds__((BN / 64 + 1) * 128, 1)
 tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
         const __grid_constant__ gemmlab::TensorMap tmD, const __grid_constant__ gemmlab::TensorMap tmA_edge,
         const float* A, const float* B, const float* C, float* D,
-        float* WS, unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+        float* WS, unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+        const float* __restrict__ bias) {
     constexpr int CONSUMERS = BN / 64, CL = CM * CN, NACC = BM / 2;  // accumulators a consumer thread
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN, B_BOX = BK * 32;
     constexpr int A_EDGE = 64;  // rows of tmA_edge's boxes (registry: tma_boxes)
@@ -339,17 +343,21 @@ tc_tf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ 
                                                        [&](int r, int col, float v) {
                         const int m = row0 + col, n = col0 + 64 * c + r;
                         if (m < M && n < N)
-                            D[gemmlab::offset(m, n, ldd)] = gemmlab::epilogue16<float>(v, alpha, beta, C, gemmlab::offset(m, n, ldc));
+                            D[gemmlab::offset(m, n, ldd)] = gemmlab::epilogue16<float, POST>(v, alpha, beta, C, gemmlab::offset(m, n, ldc),
+                                                                                        bias, n, N);
                     });
                     return;
                 }
             }
             if (EPI == 0)
-                store_transposed_tma<false>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
+                store_transposed_tma<false, NACC, POST>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc,
+                                                         alpha, beta, bias);
             else if (tma_store)
-                store_transposed_tma<true>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc, alpha, beta);
+                store_transposed_tma<true, NACC, POST>(acc, C, &tmD, sOut + c * 16384, 1 + c, row0, col0 + 64 * c, M, N, ldc,
+                                                        alpha, beta, bias);
             else
-                gemmlab::store_accumulators_transposed<float>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha, beta);
+                gemmlab::store_accumulators_transposed<float, NACC, POST>(acc, C, D, row0, col0 + 64 * c, M, N, ldc, ldd, alpha,
+                                                                          beta, bias);
         });
         if (SK != 0 && unpublished) publish();  // the head was this run's last piece
         if (tma_store && tid % 128 == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits

@@ -28,11 +28,12 @@
 // WS: fp32 parts of split tiles, 64 x 256 a consumer warpgroup and block of the grid; FLAGS: one a
 // consumer warpgroup and block, zero between launches (the reader resets each it consumed).
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
-          int EPI, int SPLIT>
+          int EPI, int SPLIT, int POST = 0>
 __global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 ? 168 : 232)
 tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
             const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
-            unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta) {
+            unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+            const TD* __restrict__ bias) {
     constexpr int CONSUMERS = BM / 64;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
@@ -164,7 +165,8 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                                                    static_cast<int>(rank), c, [&](int r, int col, float v) {
                     const int rr = row0 + c * 64 + r, cc = col0 + col;
                     if (rr < M && cc < N)
-                        D[gemmlab::offset(rr, cc, ldd)] = gemmlab::epilogue16<TD>(v, alpha, beta, C, gemmlab::offset(rr, cc, ldc));
+                        D[gemmlab::offset(rr, cc, ldd)] = gemmlab::epilogue16<TD, POST>(v, alpha, beta, C, gemmlab::offset(rr, cc, ldc),
+                                                                                     bias, cc, N);
                 });
                 return;
             }
@@ -175,8 +177,8 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
             }
             if (k_begin > 0)  // a tile's tail: its owner adds the head, from the slot(s) before
                 gemmlab::add_head_parts(acc, sched, t, slot, CM, static_cast<int>(rank), ctid, 1 + c, part, flag);
-            gemmlab::store_tile_64xn<TD, BN / 2, EPI>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
-                                                      M, N, ldc, ldd, alpha, beta);
+            gemmlab::store_tile_64xn<TD, BN / 2, EPI, 2, POST>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64,
+                                                               col0, M, N, ldc, ldd, alpha, beta, bias);
         });
         if (unpublished) publish();  // the head was this run's last piece
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits

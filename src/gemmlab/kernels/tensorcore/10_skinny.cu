@@ -24,11 +24,11 @@
 // one 128-byte swizzle row of K a stage. TB: 1 for a B stored transposed, 0 for a row-major B.
 // WS: fp32 parts, BW x NT a block of a split grid; FLAGS: one counter a consumer warpgroup and
 // column tile, zero between launches (the last run to arrive resets it).
-template <typename T, typename TD, int BW, int NT, int BK, int STAGES, int TB>
+template <typename T, typename TD, int BW, int NT, int BK, int STAGES, int TB, int POST = 0>
 __global__ void __launch_bounds__(BW / 64 * 128 + 32, 2)
 tc_skinny(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
           const T* A, const T* B, const TD* C, TD* D, float* WS, unsigned* FLAGS, int M, int N, int K, int lda,
-          int ldb, int ldc, int ldd, float alpha, float beta) {
+          int ldb, int ldc, int ldd, float alpha, float beta, const TD* __restrict__ bias) {
     constexpr int CONSUMERS = BW / 64;
     constexpr int NACC = NT / 2;                          // accumulators a thread: a 64 x NT tile of D^T
     constexpr int STAGE_W = BW * BK, STAGE_X = NT * BK;  // elements of one stage: B^T's rows, A's rows
@@ -140,5 +140,6 @@ tc_skinny(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant_
             }
         }
     }
-    gemmlab::store_accumulators_transposed<TD, NACC>(acc, C, D, m0, n0 + 64 * c, M, N, ldc, ldd, alpha, beta);
+    gemmlab::store_accumulators_transposed<TD, NACC, POST>(acc, C, D, m0, n0 + 64 * c, M, N, ldc, ldd, alpha, beta,
+                                                           bias);
 }
