@@ -358,22 +358,40 @@ def test_a_bad_conv_sweep_is_a_clear_error(tmp_path, text, match):
 
 def test_conv_table_has_a_row_a_layer_and_the_geometric_mean_per_batch():
     rec = dict(name="s1 3x3", N=32, C=64, K=64, R=3, S=3, stride=1, gemm=dict(M=100352, N=64, K=576), tflops=100.0,
-               cudnn_tflops=120.0, ratio=0.8, ms=1.0, unfold_ms=0.25, reps=10, dtype="bf16")  # fmt: skip
-    run = {"meta": {"gpu": "GPU", "commit": "abc", "time": "t", "dtype": "bf16"},
-           "records": [rec, dict(rec, name="s1 1x1", ratio=1.25, N=32)]}  # fmt: skip
+               cudnn_tflops=120.0, ratio=0.8, ms=1.0, im2col_ms=0.25, reps=10, dtype="bf16")  # fmt: skip
+    view = dict(rec, name="s1 1x1", R=1, S=1, gemm=dict(M=100352, N=64, K=64), ratio=1.25, im2col_ms=None)
+    run = {"meta": {"gpu": "GPU", "commit": "abc", "time": "t", "dtype": "bf16"}, "records": [rec, view]}
     table = tables.conv_table(run)
+    assert "| im2col share |" in table and "unfold" not in table
     assert "| s1 3x3 | 32 | 64 -> 64 | 3x3/1 | 100352x64x576 | 100.0 | 120.0 | 0.80x | 25% |" in table
+    assert "| s1 1x1 | 32 | 64 -> 64 | 1x1/1 | 100352x64x64 | 100.0 | 120.0 | 1.25x | none (view) |" in table
     assert "batch 32: **1.00x** (lowest 0.80x)" in table
+
+
+def test_conv_table_reads_records_that_timed_the_unfold():
+    """Records written when conv2d unfolded with torch (unfold_ms, no im2col_ms) keep their column's name."""
+    rec = dict(name="s1 3x3", N=32, C=64, K=64, R=3, S=3, stride=1, gemm=dict(M=100352, N=64, K=576), tflops=100.0,
+               cudnn_tflops=120.0, ratio=0.8, ms=1.0, unfold_ms=0.5, unfold_bytes=1, reps=10, dtype="bf16")  # fmt: skip
+    table = tables.conv_table({"meta": {"gpu": "GPU", "commit": "abc", "time": "t"}, "records": [rec]})
+    assert "| unfold share |" in table and "im2col share" not in table
+    assert "| 0.80x | 50% |" in table and "torch's unfold alone" in table
 
 
 @gpu
 @needs_gpu
 def test_a_small_conv_bench_run_writes_checked_records(tmp_path):
-    sweep = dict(layers=[conv_bench.Layer("3x3", 5, 13, 11, 8, 3, 3, 1, 1), conv_bench.Layer("7x7/2", 3, 27, 27, 16, 7, 7, 2, 3)],
+    sweep = dict(layers=[conv_bench.Layer("3x3", 5, 13, 11, 8, 3, 3, 1, 1), conv_bench.Layer("7x7/2", 3, 27, 27, 16, 7, 7, 2, 3),
+                         conv_bench.Layer("1x1", 8, 9, 9, 16, 1, 1), conv_bench.Layer("1x1/2", 8, 9, 9, 16, 1, 1, 2)],
                  batches=[2], dtypes=["float32", "bf16"], tag="conv-test", reps=3, warmup=1)  # fmt: skip
     done = conv_bench.run_conv_bench(sweep, tmp_path)
     assert len(done) == 2
     for path, records in done:
-        assert path.is_file() and len(records) == 2
+        assert path.is_file() and len(records) == 4
         for r in records:
             assert r["ms"] > 0 and r["cudnn_ms"] > 0 and r["error"] < (1e-5 if r["dtype"] == "float32" else 2e-2)
+            view = r["name"] == "1x1"  # stride 1, no padding, channels_last: A is x itself
+            if view:
+                assert r["im2col_ms"] is None and r["im2col_bytes"] == 0, r
+            else:
+                assert r["im2col_ms"] > 0 and r["im2col_bytes"] > 0, r
+        assert "none (view)" in tables.conv_table({"meta": {"gpu": "GPU", "commit": "abc", "time": "t"}, "records": records})
