@@ -17,7 +17,6 @@ The bias and the activation are applied after the product by torch, as gemmlab.l
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
