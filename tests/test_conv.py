@@ -1,16 +1,19 @@
-"""gemmlab.conv2d and gemmlab.nn.Conv2d (im2col, then gemmlab.gemm): values against float64
-torch.nn.functional.conv2d at awkward sizes and argument forms, gradients against torch's, the
-errors before any launch, the module as a drop-in. CPU tensors run the CPU ladder; the GPU tests
-carry the gpu marker."""
+"""gemmlab.conv2d and gemmlab.nn.Conv2d (NHWC im2col, then gemmlab.gemm): the im2col matrix against
+one built from torch's unfold, values against float64 torch.nn.functional.conv2d at awkward sizes,
+argument forms and both memory formats, the result's memory format against torch's, no copy of x on
+the 1x1 path, gradients against torch's, the errors before any launch, the module as a drop-in. CPU
+tensors run the CPU ladder; the GPU tests carry the gpu marker."""
 
 import itertools
+import random
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import gemmlab
-from gemmlab.conv import conv_geometry
+from gemmlab import conv as conv_module
+from gemmlab.conv import conv_geometry, im2col
 
 
 def rel_err(ours, x, w, b=None, **kw):
@@ -75,6 +78,143 @@ def test_gradients_match_torch_on_the_cpu():
     F.conv2d(x, w, b, stride=2, padding=2, dilation=2).backward(gy)
     for mine, theirs in zip(ours, (x.grad, w.grad, b.grad)):
         assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-4)
+
+
+def draw_case(rng: random.Random) -> tuple:
+    """A random (N, C, H, W, K, R, S, stride, padding, dilation) whose filter fits: odd sizes, every
+    filter from 1x1 to 7x7 (square or not), stride 1-3, dilation 1-2, padding as an int, a pair,
+    'same' (stride 1) or 'valid'."""
+    while True:
+        N, C, K = rng.choice([1, 2]), rng.choice([1, 3, 5]), rng.choice([1, 4, 7])
+        H, W = rng.choice([1, 7, 17]), rng.choice([7, 17])
+        R, S = rng.choice([1, 2, 3, 5, 7]), rng.choice([1, 2, 3, 5, 7])
+        stride = rng.choice([1, 2, 3, (1, 2), (3, 1)])
+        dilation = rng.choice([1, 2, (2, 1)])
+        padding = rng.choice([0, 1, 3, (0, 2), (2, 1), "valid"] + (["same"] * 2 if stride == 1 else []))
+        try:
+            conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
+        except ValueError:
+            continue
+        return N, C, H, W, K, R, S, stride, padding, dilation
+
+
+def case_id(case) -> str:
+    N, C, H, W, K, R, S, stride, padding, dilation = case
+    return f"N={N} C={C} H={H} W={W} K={K} R={R} S={S} stride={stride} padding={padding!r} dilation={dilation}"
+
+
+def as_format(t, channels_last: bool):
+    """t copied into NCHW or channels_last strides, also where a size-1 dimension makes both
+    contiguous (contiguous(memory_format=) would then keep the old strides, which torch reads as NCHW)."""
+    return t.to(memory_format=torch.channels_last if channels_last else torch.contiguous_format, copy=True)
+
+
+def unfold_reference(x, g):
+    """The [N*P*Q, R*S*C] matrix from torch's F.unfold (NCHW, [N, C*R*S, L] in (c, r, s) order),
+    in float64: padded first, as unfold pads both sides alike, then permuted to (r, s, c) rows."""
+    top, bottom, left, right = g["pads"]
+    cols = F.unfold(F.pad(x.double(), (left, right, top, bottom)), (g["R"], g["S"]), dilation=g["dilation"],
+                    stride=g["stride"])  # fmt: skip
+    N, C, R, S = g["N"], g["C"], g["R"], g["S"]
+    return cols.reshape(N, C, R, S, -1).permute(0, 4, 2, 3, 1).reshape(-1, R * S * C)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_im2col_is_unfolds_matrix_in_nhwc_order(channels_last):
+    rng = random.Random(11 + channels_last)
+    for _ in range(300):
+        case = draw_case(rng)
+        N, C, H, W, K, R, S, stride, padding, dilation = case
+        x = as_format(torch.randn(N, C, H, W), channels_last)
+        g = conv_geometry(tuple(x.shape), (K, C, R, S), stride, padding, dilation)
+        a, ref = im2col(x, g), unfold_reference(x, g)
+        assert a.shape == (N * g["P"] * g["Q"], R * S * C) and a.is_contiguous(), case_id(case)
+        assert torch.equal(a.double(), ref), case_id(case)  # a copy: exact
+
+
+def check_1x1_hands_gemm_x_itself(monkeypatch, device="cpu", dtype=torch.float32, tol=1e-5):
+    """The [N*H*W, C] matrix gemm reads is x's own memory, and the channels_last result is gemm's
+    output itself; NCHW, a stride or a padding each take a copy (which the same check sees)."""
+    seen = {}
+
+    def recording_gemm(a, b, **kw):
+        d = gemmlab.gemm(a, b, **kw)
+        seen.update(a=a.untyped_storage().data_ptr(), d=d.untyped_storage().data_ptr())
+        return d
+
+    monkeypatch.setattr(conv_module, "gemm", recording_gemm)
+    w = torch.randn(6, 5, 1, 1, device=device).to(dtype)
+    for channels_last, stride, padding, copies in [(True, 1, 0, False), (True, 1, "valid", False), (False, 1, 0, True),
+                                                   (True, 2, 0, True), (True, 1, 1, True)]:  # fmt: skip
+        x = as_format(torch.randn(2, 5, 7, 9, device=device).to(dtype), channels_last)
+        y = gemmlab.conv2d(x, w, stride=stride, padding=padding)
+        where = f"channels_last={channels_last} stride={stride} padding={padding!r} dtype={dtype}"
+        assert (seen["a"] != x.untyped_storage().data_ptr()) == copies, where
+        assert (y.untyped_storage().data_ptr() == seen["d"]) == channels_last, where
+        err, _ = rel_err(y, x, w, stride=stride, padding=padding)
+        assert err < tol, (where, err)
+
+
+def test_1x1_at_stride_1_on_channels_last_hands_gemm_x_itself(monkeypatch):
+    check_1x1_hands_gemm_x_itself(monkeypatch)
+
+
+def memory_format(t) -> tuple[bool, bool]:
+    return t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last)
+
+
+def check_values_and_memory_format(x_last, w_last, seed, draws, device="cpu", dtype=torch.float32, tol=1e-5):
+    """Random geometries (C, K and H of 1 among them, where a memory format is ambiguous): values
+    against float64 F.conv2d, and the result's memory format that of F.conv2d on the same tensors."""
+    rng = random.Random(seed)
+    for _ in range(draws):
+        case = draw_case(rng)
+        N, C, H, W, K, R, S, stride, padding, dilation = case
+        x = as_format(torch.randn(N, C, H, W, device=device).to(dtype), x_last)
+        w = as_format(torch.randn(K, C, R, S, device=device).to(dtype), w_last)
+        b = torch.randn(K, device=device).to(dtype) if rng.random() < 0.5 else None
+        kw = dict(stride=stride, padding=padding, dilation=dilation)
+        y = gemmlab.conv2d(x, w, b, **kw)
+        err, ref = rel_err(y, x, w, b, **kw)
+        where = f"{case_id(case)} x_last={x_last} w_last={w_last} dtype={dtype}"
+        assert y.shape == ref.shape and y.dtype == dtype and err < tol, (where, err)
+        assert memory_format(y) == memory_format(F.conv2d(x, w, b, **kw)), where
+
+
+@pytest.mark.parametrize("x_last,w_last", itertools.product([False, True], repeat=2), ids=lambda v: "cl" if v else "nchw")
+def test_values_and_memory_format_are_torchs_for_either_format(x_last, w_last):
+    check_values_and_memory_format(x_last, w_last, seed=23 + 2 * x_last + w_last, draws=40)
+
+
+PATH_CASES = [
+    (2, 5, 7, 9, 6, 1, 1, 1, 0, 1),             # 1x1, stride 1: x itself on channels_last
+    (2, 5, 9, 8, 6, 1, 1, 2, 1, 1),             # 1x1, strided and padded
+    (2, 3, 11, 9, 5, 3, 3, 2, 2, 2),            # stride, padding, dilation
+    (1, 3, 9, 10, 4, 4, 2, 1, "same", (2, 1)),  # uneven 'same'
+]  # fmt: skip
+
+
+def check_gradients(case, x_last, device="cpu", tol=1e-5):
+    """x's, the filter's and the bias's gradients (float32) against float64 torch's."""
+    N, C, H, W, K, R, S, stride, padding, dilation = case
+    kw = dict(stride=stride, padding=padding, dilation=dilation)
+    x = as_format(torch.randn(N, C, H, W, device=device), x_last).requires_grad_()
+    w = torch.randn(K, C, R, S, device=device, requires_grad=True)
+    b = torch.randn(K, device=device, requires_grad=True)
+    y = gemmlab.conv2d(x, w, b, **kw)
+    gy = torch.randn(y.shape, dtype=torch.float64, device=device)
+    y.backward(gy.float())
+    ref = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    F.conv2d(*ref, **kw).backward(gy)
+    for name, mine, theirs in zip("xwb", (x.grad, w.grad, b.grad), (t.grad for t in ref)):
+        err = float((mine.double() - theirs).abs().max() / theirs.abs().max())
+        assert err < tol, (name, case_id(case), f"x_last={x_last}", err)
+
+
+@pytest.mark.parametrize("x_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("case", PATH_CASES, ids=case_id)
+def test_gradients_match_float64_torch_on_every_path(case, x_last):
+    check_gradients(case, x_last)
 
 
 @pytest.mark.parametrize("args,kw,match", [
@@ -157,6 +297,33 @@ def test_gradients_match_torch_on_the_gpu():
         assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-3)
 
 
+GPU_DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 4e-3)]
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype,tol", GPU_DTYPES, ids=str)
+def test_1x1_at_stride_1_on_channels_last_hands_gemm_x_itself_on_the_gpu(monkeypatch, dtype, tol):
+    check_1x1_hands_gemm_x_itself(monkeypatch, "cuda", dtype, tol)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype,tol", GPU_DTYPES, ids=str)
+@pytest.mark.parametrize("x_last,w_last", itertools.product([False, True], repeat=2), ids=lambda v: "cl" if v else "nchw")
+def test_values_and_memory_format_are_torchs_on_the_gpu(x_last, w_last, dtype, tol):
+    check_values_and_memory_format(x_last, w_last, seed=29 + 2 * x_last + w_last, draws=20, device="cuda", dtype=dtype,
+                                   tol=tol)  # fmt: skip
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("x_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("case", PATH_CASES, ids=case_id)
+def test_gradients_match_float64_torch_on_every_path_on_the_gpu(case, x_last):
+    check_gradients(case, x_last, "cuda")
+
+
 # The conv benchmark: its sweep file, its table, and (GPU) one small run
 
 from gemmlab.bench import conv as conv_bench  # noqa: E402
@@ -191,22 +358,40 @@ def test_a_bad_conv_sweep_is_a_clear_error(tmp_path, text, match):
 
 def test_conv_table_has_a_row_a_layer_and_the_geometric_mean_per_batch():
     rec = dict(name="s1 3x3", N=32, C=64, K=64, R=3, S=3, stride=1, gemm=dict(M=100352, N=64, K=576), tflops=100.0,
-               cudnn_tflops=120.0, ratio=0.8, ms=1.0, unfold_ms=0.25, reps=10, dtype="bf16")  # fmt: skip
-    run = {"meta": {"gpu": "GPU", "commit": "abc", "time": "t", "dtype": "bf16"},
-           "records": [rec, dict(rec, name="s1 1x1", ratio=1.25, N=32)]}  # fmt: skip
+               cudnn_tflops=120.0, ratio=0.8, ms=1.0, im2col_ms=0.25, reps=10, dtype="bf16")  # fmt: skip
+    view = dict(rec, name="s1 1x1", R=1, S=1, gemm=dict(M=100352, N=64, K=64), ratio=1.25, im2col_ms=None)
+    run = {"meta": {"gpu": "GPU", "commit": "abc", "time": "t", "dtype": "bf16"}, "records": [rec, view]}
     table = tables.conv_table(run)
+    assert "| im2col share |" in table and "unfold" not in table
     assert "| s1 3x3 | 32 | 64 -> 64 | 3x3/1 | 100352x64x576 | 100.0 | 120.0 | 0.80x | 25% |" in table
+    assert "| s1 1x1 | 32 | 64 -> 64 | 1x1/1 | 100352x64x64 | 100.0 | 120.0 | 1.25x | none (view) |" in table
     assert "batch 32: **1.00x** (lowest 0.80x)" in table
+
+
+def test_conv_table_reads_records_that_timed_the_unfold():
+    """Records written when conv2d unfolded with torch (unfold_ms, no im2col_ms) keep their column's name."""
+    rec = dict(name="s1 3x3", N=32, C=64, K=64, R=3, S=3, stride=1, gemm=dict(M=100352, N=64, K=576), tflops=100.0,
+               cudnn_tflops=120.0, ratio=0.8, ms=1.0, unfold_ms=0.5, unfold_bytes=1, reps=10, dtype="bf16")  # fmt: skip
+    table = tables.conv_table({"meta": {"gpu": "GPU", "commit": "abc", "time": "t"}, "records": [rec]})
+    assert "| unfold share |" in table and "im2col share" not in table
+    assert "| 0.80x | 50% |" in table and "torch's unfold alone" in table
 
 
 @gpu
 @needs_gpu
 def test_a_small_conv_bench_run_writes_checked_records(tmp_path):
-    sweep = dict(layers=[conv_bench.Layer("3x3", 5, 13, 11, 8, 3, 3, 1, 1), conv_bench.Layer("7x7/2", 3, 27, 27, 16, 7, 7, 2, 3)],
+    sweep = dict(layers=[conv_bench.Layer("3x3", 5, 13, 11, 8, 3, 3, 1, 1), conv_bench.Layer("7x7/2", 3, 27, 27, 16, 7, 7, 2, 3),
+                         conv_bench.Layer("1x1", 8, 9, 9, 16, 1, 1), conv_bench.Layer("1x1/2", 8, 9, 9, 16, 1, 1, 2)],
                  batches=[2], dtypes=["float32", "bf16"], tag="conv-test", reps=3, warmup=1)  # fmt: skip
     done = conv_bench.run_conv_bench(sweep, tmp_path)
     assert len(done) == 2
     for path, records in done:
-        assert path.is_file() and len(records) == 2
+        assert path.is_file() and len(records) == 4
         for r in records:
             assert r["ms"] > 0 and r["cudnn_ms"] > 0 and r["error"] < (1e-5 if r["dtype"] == "float32" else 2e-2)
+            view = r["name"] == "1x1"  # stride 1, no padding, channels_last: A is x itself
+            if view:
+                assert r["im2col_ms"] is None and r["im2col_bytes"] == 0, r
+            else:
+                assert r["im2col_ms"] > 0 and r["im2col_bytes"] > 0, r
+        assert "none (view)" in tables.conv_table({"meta": {"gpu": "GPU", "commit": "abc", "time": "t"}, "records": records})

@@ -1,15 +1,22 @@
 """Convolution on the GEMM, its first step (im2col): `conv2d` with torch.nn.functional.conv2d's
-arguments, the input unfolded into the [N*P*Q, C*R*S] matrix of its receptive fields and multiplied
-by the filter, [K, C*R*S], through gemmlab.gemm (so on gemmlab's kernels, with autograd).
+arguments, the input laid out as the [N*P*Q, R*S*C] matrix of its receptive fields (`im2col`) and
+multiplied by the filter, [K, R*S*C] (`filter_matrix`, read transposed in place), through
+gemmlab.gemm (so on gemmlab's kernels, with autograd). The product, [N*P*Q, K], is the output in
+NHWC memory: a channels_last result is that memory itself, an NCHW one a copy of it.
 
-The unfold is torch's (torch.nn.functional.unfold) and writes the whole matrix: R*S times the input's
-bytes for a stride of 1, the cost the implicit-GEMM steps exist to remove. The bias and the
-activation are applied after the product by torch, as gemmlab.linear applies them.
+The matrix is built in NHWC order (a row's elements in (r, s, c) order), so a channels_last input
+is read where it lies: padded if the convolution pads (a copy of the input), then every field taken
+through one strided view of it (stride and dilation in its strides) and copied once into the
+matrix. That copy is R*S times the input's bytes at stride 1, the cost the implicit-GEMM steps
+exist to remove. A 1x1 filter at stride 1 without padding needs no copy at all on a channels_last
+input: its [N*H*W, C] memory is the matrix, which gemm reads in place. An NCHW input is read
+through the same view (a 1x1 filter's matrix is then one transposing copy of it).
+
+The bias and the activation are applied after the product by torch, as gemmlab.linear applies them.
 """
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -79,29 +86,67 @@ def _check(x, weight, bias, groups, activation) -> None:
         raise ValueError(f"activation {activation!r} is not one of {', '.join(repr(k) for k in ACTIVATIONS)}")
 
 
+def _suggests_channels_last(t: Tensor) -> bool:
+    """Whether torch reads a 4-D tensor's strides as channels_last (c10's suggest_memory_format):
+    strides that do not decrease in the order C, W, H, N, each at least the extent of the one before;
+    where size-1 dimensions leave it ambiguous, NCHW, as torch decides."""
+    sizes, strides = t.shape, t.stride()
+    if strides[1] == 0:
+        return False
+    reach = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < reach or (d == 0 and reach == strides[1]):
+            return False
+        reach = strides[d] * max(sizes[d], 1)
+    return True
+
+
+def im2col(x: Tensor, g: dict) -> Tensor:
+    """The GEMM's A operand for conv2d: the [N*P*Q, R*S*C] matrix whose row n*P*Q + p*Q + q is the
+    receptive field of output pixel (p, q) of image n, in (r, s, c) order (NHWC's). x [N, C, H, W]
+    is read as [N, H, W, C] (a view: its own memory for a channels_last x), zero-padded if the
+    geometry g (conv_geometry's) pads, and every field is taken through a strided view of that,
+    honouring stride and dilation, then copied once into the row-major matrix. Where x's memory
+    already is that matrix (a 1x1 filter at stride 1 without padding on a channels_last x) nothing
+    is copied: the result is a view of x."""
+    N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
+    (sh, sw), (dh, dw) = g["stride"], g["dilation"]
+    top, bottom, left, right = g["pads"]
+    xh = x.permute(0, 2, 3, 1)  # [N, H, W, C]
+    if any(g["pads"]):
+        xh = F.pad(xh, (0, 0, left, right, top, bottom))  # [N, H + top + bottom, W + left + right, C]: a copy
+    span_h, span_w = dh * (R - 1) + 1, dw * (S - 1) + 1  # the rows and columns one field reaches over
+    fields = xh.unfold(1, span_h, sh).unfold(2, span_w, sw)  # [N, P, Q, C, span_h, span_w]: a view
+    fields = fields[..., ::dh, ::dw].permute(0, 1, 2, 4, 5, 3)  # [N, P, Q, R, S, C]: a view
+    # the one copy. reshape alone may return a view with overlapping rows (fields that share
+    # elements) or strided columns, which gemm refuses; contiguous() copies those and keeps the
+    # view only where x's memory already is the matrix
+    return fields.reshape(N * P * Q, R * S * C).contiguous()
+
+
+def filter_matrix(weight: Tensor) -> Tensor:
+    """The filter [K, C, R, S] as the [K, R*S*C] matrix in im2col's (r, s, c) order: a view of a
+    channels_last filter's memory, else a copy (the filter is small beside the input)."""
+    return weight.permute(0, 2, 3, 1).reshape(weight.shape[0], -1).contiguous()
+
+
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
            activation: str | None = None, precision: str = "fp32") -> Tensor:  # fmt: skip
     """activation(conv2d(x, weight) + bias) with torch.nn.functional.conv2d's semantics: x [N, C, H, W]
-    (NCHW or channels_last; the result keeps x's memory format), weight [K, C, R, S], stride,
-    padding (int, pair, "same", "valid") and dilation as ints or pairs. The product runs on
-    gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor cores); CPU tensors
-    run the CPU ladder (float32). groups > 1 is refused."""
+    and weight [K, C, R, S], each NCHW or channels_last (the result is channels_last where torch's is:
+    where x's or the weight's strides are channels_last, ambiguous ones read as torch reads them), stride, padding (int, pair, "same", "valid") and dilation as ints or pairs. The
+    product runs on gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor
+    cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused."""
     _check(x, weight, bias, groups, activation)
-    keep_nhwc = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
-    top, bottom, left, right = g["pads"]
-    if top != bottom or left != right:  # unfold pads both sides alike: an uneven 'same' pads first
-        x, unfold_pad = F.pad(x, (left, right, top, bottom)), (0, 0)
-    else:
-        unfold_pad = (top, left)
-    cols = F.unfold(x, (g["R"], g["S"]), dilation=g["dilation"], padding=unfold_pad, stride=g["stride"])
-    a = cols.transpose(1, 2).reshape(N * P * Q, -1)  # [N*P*Q, C*R*S]: a receptive field a row
-    d = gemm(a, weight.reshape(K, -1).t(), precision=precision, device="cpu" if x.device.type == "cpu" else None)
+    a = im2col(x, g)  # [N*P*Q, R*S*C]
+    b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place
+    d = gemm(a, b, precision=precision, device="cpu" if x.device.type == "cpu" else None)  # [N*P*Q, K]: NHWC
     if bias is not None:
         d = d + bias
     act = ACTIVATIONS[activation]
     if act is not None:
         d = act(d)
     y = d.reshape(N, P, Q, K).permute(0, 3, 1, 2)  # NCHW sizes over NHWC memory: channels_last
-    return y if keep_nhwc else y.contiguous()
+    return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()

@@ -2,9 +2,12 @@
 
 Each layer, batch and dtype: gemmlab.conv2d and cuDNN (torch.nn.functional.conv2d with
 torch.backends.cudnn.benchmark on, TF32 off for float32), both on a channels_last input, timed in
-the same interleaved rounds with L2 flushed before each launch; the unfold alone (im2col, the
-matrix conv01 writes) is timed beside them, so a table can show what the unfold costs. Each
-result is checked against float64 on the batch's first images before it is timed.
+the same interleaved rounds with L2 flushed before each launch; conv2d's im2col (gemmlab.conv.im2col,
+the step that builds the GEMM's A operand: padding and the one copy of the receptive fields) is
+timed alone beside them, so a table can show what the data movement costs. Where that operand is a
+view of the input (a 1x1 filter at stride 1 without padding), there is nothing to time and the
+record says so (im2col_ms null). Each result is checked against float64 on the batch's first
+images before it is timed.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..conv import conv2d, conv_geometry
+from ..conv import conv2d, conv_geometry, im2col
 from . import environment
 from .run import DTYPES, PRECISIONS, REPS, results_path, write_run
 from .timing import L2Flusher, interleaved, median
@@ -71,33 +74,35 @@ def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
 
 def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int, flusher, device: str = "cuda") -> dict:
     """One layer at one batch and dtype: the error of both sides against float64 on the first
-    images, then the median times of gemmlab.conv2d, cuDNN and the unfold alone."""
+    images, then the median times of gemmlab.conv2d, cuDNN and conv2d's im2col alone (None where
+    im2col returns a view of x: no work)."""
     dtype, precision = DTYPES[dtype_name], PRECISIONS.get(dtype_name, "fp32")
     g = conv_geometry((batch, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
     x = torch.randn(batch, layer.C, layer.H, layer.W, device=device).to(dtype).to(memory_format=torch.channels_last)
     w = (torch.randn(layer.K, layer.C, layer.R, layer.S, device=device) / (layer.C * layer.R * layer.S) ** 0.5).to(dtype)
     w = w.to(memory_format=torch.channels_last)
     kw = dict(stride=layer.stride, padding=layer.padding)
-    ours = lambda: conv2d(x, w, precision=precision, **kw)  # noqa: E731
-    cudnn = lambda: F.conv2d(x, w, **kw)  # noqa: E731
-    unfold = lambda: F.unfold(x, (layer.R, layer.S), padding=layer.padding, stride=layer.stride).transpose(1, 2).reshape(  # noqa: E731
-        batch * g["P"] * g["Q"], -1)
+    copies = im2col(x, g).untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    fns = {"ours": lambda: conv2d(x, w, precision=precision, **kw), "cudnn": lambda: F.conv2d(x, w, **kw)}
+    if copies:
+        fns["im2col"] = lambda: im2col(x, g)
     tf32 = precision == "tf32"
     with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=tf32):
         first = x[:CHECK_IMAGES]
         ref = F.conv2d(first.double(), w.double(), **kw)
         err = _rel_err(conv2d(first, w, precision=precision, **kw), ref)
         cudnn_err = _rel_err(F.conv2d(first, w, **kw), ref)
-        times = interleaved({"ours": ours, "cudnn": cudnn, "unfold": unfold}, reps=reps, warmup=warmup, flush=flusher)
+        times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
     ms = {k: median(v) for k, v in times.items()}
     flops = 2.0 * batch * g["P"] * g["Q"] * layer.K * layer.C * layer.R * layer.S
     return dict(
         name=layer.name, N=batch, C=layer.C, H=layer.H, W=layer.W, K=layer.K, R=layer.R, S=layer.S,
         stride=layer.stride, padding=layer.padding, P=g["P"], Q=g["Q"], dtype=dtype_name,
         gemm=dict(M=batch * g["P"] * g["Q"], N=layer.K, K=layer.C * layer.R * layer.S),
-        ms=ms["ours"], cudnn_ms=ms["cudnn"], unfold_ms=ms["unfold"], times_ms=times["ours"], cudnn_times_ms=times["cudnn"],
-        tflops=flops / ms["ours"] / 1e9, cudnn_tflops=flops / ms["cudnn"] / 1e9, ratio=ms["cudnn"] / ms["ours"],
-        unfold_bytes=batch * g["P"] * g["Q"] * layer.C * layer.R * layer.S * x.element_size(),
+        ms=ms["ours"], cudnn_ms=ms["cudnn"], im2col_ms=ms.get("im2col"), times_ms=times["ours"],
+        cudnn_times_ms=times["cudnn"], tflops=flops / ms["ours"] / 1e9, cudnn_tflops=flops / ms["cudnn"] / 1e9,
+        ratio=ms["cudnn"] / ms["ours"],
+        im2col_bytes=batch * g["P"] * g["Q"] * layer.C * layer.R * layer.S * x.element_size() if copies else 0,
         error=err, cudnn_error=cudnn_err, reps=reps,
     )  # fmt: skip
 

@@ -522,23 +522,41 @@ def fp32_shapes_table(run: dict) -> str:
     )
 
 
+def _im2col_share(r: dict) -> str:
+    """conv2d's data movement against its time: the im2col step (im2col_ms; None where the GEMM's A
+    operand was a view of the input), or, in records written before that step existed, the unfold."""
+    if "unfold_ms" in r:
+        return f"{r['unfold_ms'] / r['ms']:.0%}"
+    return "none (view)" if r["im2col_ms"] is None else f"{r['im2col_ms'] / r['ms']:.0%}"
+
+
 def conv_table(run: dict) -> str:
     """A conv-bench run (one dtype): rows the layers at each batch; gemmlab.conv2d's ratio to cuDNN,
-    the rates, and the unfold's share of conv2d's time, with the geometric mean per batch."""
+    the rates, and the share of conv2d's time its data movement takes (the im2col step timed alone;
+    in older records, torch's unfold), with the geometric mean per batch."""
     recs = run["records"]
-    lines = ["| layer | N | C -> K | filter | GEMM M x N x K | TFLOP/s | cuDNN TFLOP/s | ratio | unfold share |",
+    old = any("unfold_ms" in r for r in recs)
+    share = "unfold share" if old else "im2col share"
+    lines = [f"| layer | N | C -> K | filter | GEMM M x N x K | TFLOP/s | cuDNN TFLOP/s | ratio | {share} |",
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in recs:
         g = r["gemm"]
         lines.append(f"| {r['name']} | {r['N']} | {r['C']} -> {r['K']} | {r['R']}x{r['S']}/{r['stride']} | "
                      f"{g['M']}x{g['N']}x{g['K']} | {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['ratio']:.2f}x | "
-                     f"{r['unfold_ms'] / r['ms']:.0%} |")  # fmt: skip
+                     f"{_im2col_share(r)} |")  # fmt: skip
     means = []
     for n in sorted({r["N"] for r in recs}):
         ratios = [r["ratio"] for r in recs if r["N"] == n]
         means.append(f"batch {n}: **{statistics.geometric_mean(ratios):.2f}x** (lowest {min(ratios):.2f}x)")
+    if old:
+        what = "im2col by torch's unfold, then gemm()"
+        note = "unfold share: torch's unfold alone against conv2d's time."
+    else:
+        what = "NHWC im2col, then gemm()"
+        note = ("im2col share: conv2d's im2col alone (padding and the one copy that builds the GEMM's A operand) "
+                "against conv2d's time; none (view): A is the input itself (1x1, stride 1, no padding), nothing copied.")  # fmt: skip
     return "\n".join(lines) + (
         f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}, {run['meta'].get('dtype', recs[0]['dtype'])}: geometric mean "
-        + ", ".join(means) + f"; ratio = cuDNN median time / gemmlab.conv2d's (im2col, then gemm()), median of {recs[0]['reps']} "
-        "event-timed runs with L2 flushed, channels_last, cudnn.benchmark on; unfold share: the unfold alone against conv2d's time."
+        + ", ".join(means) + f"; ratio = cuDNN median time / gemmlab.conv2d's ({what}), median of {recs[0]['reps']} "
+        "event-timed runs with L2 flushed, channels_last, cudnn.benchmark on; " + note
     )

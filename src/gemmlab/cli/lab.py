@@ -394,7 +394,7 @@ def conv_bench_cmd(
     batch: Optional[list[int]] = typer.Option(None, help="batch sizes (repeatable); default the sweep's"),
     out: Path = _out_option("conv"),
 ) -> None:
-    """Time gemmlab.conv2d against cuDNN on a sweep of convolution layers, the unfold beside them."""
+    """Time gemmlab.conv2d against cuDNN on a sweep of convolution layers, its im2col step timed beside them."""
     _require_gpu()
     from ..bench.conv import read_conv_sweep, run_conv_bench
     from ..bench.tables import conv_table
