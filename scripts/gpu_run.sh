@@ -12,7 +12,7 @@
 # one or on fewer problems than that; "sanitize" adds compute-sanitizer's memcheck, racecheck and
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
-# "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers):
+# "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "linear" the fused Linear + GELU against torch):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then STEPS="fuzz" then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
 # (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
@@ -100,6 +100,12 @@ if want conv; then
   # gemmlab.conv2d (im2col, then gemm()) against cuDNN on ResNet-50's layers, bf16, fp16 and float32
   step "conv-bench: ResNet-50's convolutions against cuDNN (sweeps/conv/resnet50.toml)"
   python3 -m gemmlab conv-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "conv-bench"
+fi
+
+if want linear; then
+  # gemmlab.linear (bias and GELU in the GEMM's epilogue) against torch eager and torch.compile
+  step "linear-bench: Llama 3's MLP weights with GELU against torch eager and torch.compile (sweeps/linear/llama-mlp.toml)"
+  python3 -m gemmlab linear-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "linear-bench"
 fi
 
 if want overhead; then

@@ -5,6 +5,7 @@ not, against float64 at odd shapes, with NaN in C at beta = 0 and a poisoned D."
 
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -271,3 +272,56 @@ def test_a_compiled_fused_linear_is_one_graph():
         got = f(x)
         want = gemmlab.linear(x, w, bias, "silu") * 2
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# ---- linear-bench -------------------------------------------------------------------------------
+
+
+def test_linear_sweep_files_are_read_and_checked(tmp_path):
+    from gemmlab.bench.linear import read_linear_sweep
+
+    spec = read_linear_sweep(Path("sweeps/linear/llama-mlp.toml"))
+    assert spec["dtype"] == "bf16" and spec["activation"] == "gelu" and spec["tokens"] == [2048, 4096, 8192]
+    assert ("8B gate+up", 28672, 4096) in spec["weights"]
+    bad = tmp_path / "bad.toml"
+    for text, match in (('tokens = [1]\nweight = {}', "unknown keys"), ('tokens = [1]\n[weights]\n"7by5" = "x"', "NxK"),
+                        ('tokens = [1]\nactivation = "tanh"\n[weights]\n"7x5" = "x"', "activation 'tanh'"),
+                        ('dtype = "int8"\ntokens = [1]', "dtype 'int8'"), ('tokens = [1]', "needs weights")):  # fmt: skip
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            read_linear_sweep(bad)
+
+
+def test_linear_table_from_a_record():
+    from gemmlab.bench.tables import linear_table
+
+    rec = dict(name="8B down", tokens=2048, N=4096, K=14336, dtype="bf16", activation="gelu", reps=20, ms=1.0,
+               unfused_ms=1.2, eager_ms=1.3, compiled_ms=1.1, tflops=240.5, vs_eager=1.3, vs_compiled=1.1)  # fmt: skip
+    run = dict(meta=dict(gpu="NVIDIA H100 80GB HBM3", commit="abc1234", time="2026-01-01T00:00:00+00:00",
+                         dtype="bf16", activation="gelu"), records=[rec, dict(rec, tokens=4096, vs_eager=1.1)])  # fmt: skip
+    table = linear_table(run)
+    assert "| 8B down | 2048 | 4096x14336 | 240 | 1.30x | 1.10x | 1.08x |" in table
+    assert f"geometric mean **{(1.3 * 1.1) ** 0.5:.2f}x** torch eager" in table
+
+
+def test_linear_bench_needs_a_gpu():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "gemmlab", "linear-bench"], capture_output=True, text=True,
+                       env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))  # fmt: skip
+    assert r.returncode != 0 and "needs one" in (r.stdout + r.stderr)
+
+
+@pytest.mark.gpu
+def test_linear_bench_runs_and_writes_its_record(tmp_path):
+    from gemmlab.bench.linear import read_linear_sweep, run_linear_bench
+
+    sweep = tmp_path / "small.toml"
+    sweep.write_text('tag = "linear-small"\ndtype = "bf16"\nactivation = "silu"\ntokens = [64, 300]\nreps = 3\n'
+                     '[weights]\n"1024x512" = "small"\n"129x1000" = "odd"\n')  # fmt: skip
+    path, records = run_linear_bench(read_linear_sweep(sweep), tmp_path)
+    assert path.exists() and len(records) == 4
+    for r in records:
+        assert r["errors"]["ours"] < 2e-2 and r["errors"]["eager"] < 2e-2, r["errors"]
+        assert r["ms"] > 0 and r["eager_ms"] > 0 and r["compiled_ms"] > 0

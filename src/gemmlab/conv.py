@@ -12,11 +12,14 @@ exist to remove. A 1x1 filter at stride 1 without padding needs no copy at all o
 input: its [N*H*W, C] memory is the matrix, which gemm reads in place. An NCHW input is read
 through the same view (a 1x1 filter's matrix is then one transposing copy of it).
 
-The bias and the activation are applied after the product by torch, as gemmlab.linear applies them.
+The bias and the activation join the product in the GEMM's epilogue (gemm's bias= and
+activation=), as in gemmlab.linear: where a gradient will be taken through the activation, torch
+applies it instead, so that its input is kept for the backward pass.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -142,11 +145,13 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
     a = im2col(x, g)  # [N*P*Q, R*S*C]
     b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place
-    d = gemm(a, b, precision=precision, device="cpu" if x.device.type == "cpu" else None)  # [N*P*Q, K]: NHWC
-    if bias is not None:
-        d = d + bias
-    act = ACTIVATIONS[activation]
-    if act is not None:
-        d = act(d)
+    # The bias and the activation in the GEMM's epilogue (as gemmlab.linear: the activation by torch
+    # where a gradient will be taken through it, so that its input is kept)
+    training = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    fused = None if training else activation
+    d = gemm(a, b, precision=precision, device="cpu" if x.device.type == "cpu" else None, bias=bias,
+             activation=fused)  # [N*P*Q, K]: NHWC  # fmt: skip
+    if activation is not None and fused is None:
+        d = ACTIVATIONS[activation](d)
     y = d.reshape(N, P, Q, K).permute(0, 3, 1, 2)  # NCHW sizes over NHWC memory: channels_last
     return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()

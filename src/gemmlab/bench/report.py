@@ -11,7 +11,7 @@ from .records import (
     _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_peak, record_paths, short_commit,
 )
 from .tables import (
-    bench_table, conv_table, cpu_vs_gpu_table, fp32_shapes_summary, fp32_shapes_table, k_sweep_shape, k_sweep_table,
+    bench_table, conv_table, linear_table, cpu_vs_gpu_table, fp32_shapes_summary, fp32_shapes_table, k_sweep_shape, k_sweep_table,
     models_summary, models_table, ncu_table,
     overhead_table, pad_table, peak_table, reorder_table, summary_table, sustained_table,
 )
@@ -72,9 +72,11 @@ def results_sections(results_root: Path) -> dict[str, str]:
     fp32_md = "\n\n".join(fp32_shapes_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "fp32-shapes")))
     conv_paths = _newest_per_gpu(find_runs(results_root, "conv-resnet50"), key=lambda m: m.get("dtype", ""))
     conv_md = "\n\n".join(conv_table(load_run(p)) for p in conv_paths)
+    linear_md = "\n\n".join(linear_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "linear-mlp")))
     none = "_no records yet_"
     return {"results": bench_md or none, "overhead": over_md or none, "results-cpu": cpu_md or none,
-            "models": models_md or none, "fp32-shapes": fp32_md or none, "conv": conv_md or none}
+            "models": models_md or none, "fp32-shapes": fp32_md or none, "conv": conv_md or none,
+            "linear": linear_md or none}
 
 
 def ladder_sections(results_root: Path) -> dict[str, str]:

@@ -560,3 +560,23 @@ def conv_table(run: dict) -> str:
         + ", ".join(means) + f"; ratio = cuDNN median time / gemmlab.conv2d's ({what}), median of {recs[0]['reps']} "
         "event-timed runs with L2 flushed, channels_last, cudnn.benchmark on; " + note
     )
+
+
+def linear_table(run: dict) -> str:
+    """A linear-bench run: rows the weights at each token count; gemmlab.linear (bias and
+    activation in the epilogue) against torch eager and torch.compile, and the unfused form beside."""
+    recs = run["records"]
+    act = run["meta"].get("activation", recs[0]["activation"])
+    lines = ["| layer | tokens | N x K | TFLOP/s | vs eager | vs compiled | unfused vs eager |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in recs:
+        lines.append(f"| {r['name']} | {r['tokens']} | {r['N']}x{r['K']} | {r['tflops']:.0f} | {r['vs_eager']:.2f}x | "
+                     f"{r['vs_compiled']:.2f}x | {r['eager_ms'] / r['unfused_ms']:.2f}x |")  # fmt: skip
+    geo = {key: statistics.geometric_mean([r[key] for r in recs]) for key in ("vs_eager", "vs_compiled")}
+    return "\n".join(lines) + (
+        f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}, {run['meta'].get('dtype', recs[0]['dtype'])}, {act}: "
+        f"geometric mean **{geo['vs_eager']:.2f}x** torch eager ({act}(F.linear(x, w, b))), **{geo['vs_compiled']:.2f}x** "
+        f"torch.compile of it; ratio = torch's median time / gemmlab.linear's (bias and {act} in the GEMM's epilogue), "
+        f"median of {recs[0]['reps']} event-timed runs with L2 flushed, no autograd; unfused: gemmlab's GEMM with its "
+        f"bias, then torch's {act}."
+    )

@@ -1,4 +1,5 @@
-"""Commands that measure on a device and write records: bench, pad, overhead, fuzz, sustained, peak, conv-bench."""
+"""Commands that measure on a device and write records: bench, pad, overhead, fuzz, sustained, peak, conv-bench,
+linear-bench."""
 
 from __future__ import annotations
 
@@ -422,3 +423,38 @@ def conv_bench_cmd(
 
         console.print(conv_table(load_run(path)), markup=False, highlight=False)
         console.print(f"record: {path}")
+
+
+def linear_bench_cmd(
+    sweep: Path = typer.Option(Path("sweeps/linear/llama-mlp.toml"), help="a linear sweep file: weights, tokens, dtype, activation"),
+    tokens: Optional[list[int]] = typer.Option(None, help="token counts (repeatable); default the sweep's"),
+    activation: Optional[str] = typer.Option(None, help="relu, gelu, gelu_tanh or silu; default the sweep's"),
+    out: Path = _out_option("linear"),
+) -> None:
+    """Time gemmlab.linear (bias and activation fused into the GEMM) against torch eager and torch.compile."""
+    _require_gpu()
+    from ..bench.linear import read_linear_sweep, run_linear_bench
+    from ..bench.records import load_run
+    from ..bench.tables import linear_table
+
+    try:
+        spec = read_linear_sweep(sweep)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if tokens:
+        spec["tokens"] = list(tokens)
+    if activation is not None:
+        if activation not in ("relu", "gelu", "gelu_tanh", "silu"):
+            raise typer.BadParameter(f"--activation {activation!r}: one of relu, gelu, gelu_tanh, silu")
+        spec["activation"] = activation
+    total = len(spec["weights"]) * len(spec["tokens"])
+    seen = []
+
+    def progress(rec: dict) -> None:
+        seen.append(rec)
+        console.print(f"[{len(seen)}/{total}] {rec['name']} tokens={rec['tokens']}: {rec['vs_eager']:.2f}x eager, "
+                      f"{rec['vs_compiled']:.2f}x compiled", highlight=False)  # fmt: skip
+
+    path, _ = run_linear_bench(spec, out, on_record=progress)
+    console.print(linear_table(load_run(path)), markup=False, highlight=False)
+    console.print(f"record: {path}")
