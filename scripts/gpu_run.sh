@@ -39,7 +39,7 @@ step "environment and compile (resource report for the driver's arch)"
   python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
   # COMPILE=0 skips the resource report of every config (several minutes on a fresh machine), for
   # calls that need the time: the racecheck step alone fits in a call, not after it (H200, 2026-11-24)
-  # -j 0: one process a CPU core (about a minute for every config on 16 cores)
+  # -j 0: one thread a CPU core (in processes it took about a minute for every config on 16 cores)
   [[ "${COMPILE:-1}" == 0 ]] || python3 -m gemmlab compile -j 0; } 2>&1 | tee -a "$LOG" || fail "environment and compile"
 
 if want tests; then

@@ -31,7 +31,7 @@ def compile_cmd(
     arch: Optional[str] = typer.Option(None, help="target, e.g. sm_90a; default: the current GPU's"),
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default all"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="compile in this many processes (0: one a CPU core)"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="compile in this many threads (0: one a CPU core)"),
 ) -> None:
     """Compile every kernel for an arch (no GPU needed) and print the resource report."""
     if arch is None:
@@ -53,7 +53,7 @@ def compile_cmd(
     rows, failed = [], False
     with _progress() as prog:
         task = prog.add_task(f"compiling for {arch}", total=len(work))
-        for (spec, *_), ck in zip(work, jit.compile_many([(s.id, c, d, o) for s, c, d, o in work], arch, registry.get, jobs or os.cpu_count())):
+        for (spec, *_), ck in zip(work, jit.compile_many(work, arch, jobs or os.cpu_count())):
             prog.advance(task)
             if isinstance(ck, jit.CompileError):
                 err_console.print(str(ck))
@@ -63,15 +63,18 @@ def compile_cmd(
             failed |= bad
             rows.append((spec, ck, bad))
     if as_json:
-        print(json.dumps([dict(kernel=s.id, config=c.name_expression, arch=arch, cached=c.from_cache, **c.usage.__dict__) for s, c, _ in rows], indent=1))
+        print(json.dumps([dict(kernel=s.id, config=c.name_expression, arch=arch, cached=c.from_cache,
+                               seconds=round(sum(t for _, t in c.timings), 4), **c.usage.__dict__)
+                          for s, c, _ in rows], indent=1))  # fmt: skip
     else:
         t = Table(title=f"resource report, {arch} (ptxas)")
-        for col in ("kernel", "regs", "static smem", "dynamic smem", "stack", "spill st/ld", "cached"):
+        for col in ("kernel", "regs", "static smem", "dynamic smem", "stack", "spill st/ld", "cached", "s"):
             t.add_column(col, no_wrap=col == "kernel")
         for spec, ck, bad in rows:
             u = ck.usage
             spill = f"{u.spill_stores}/{u.spill_loads}" + (" [red]SPILLS[/red]" if bad else "")
-            t.add_row(ck.name_expression, str(u.registers), f"{u.static_smem} B", f"{u.dynamic_smem} B", f"{u.stack_frame} B", spill, "yes" if ck.from_cache else "no")
+            t.add_row(ck.name_expression, str(u.registers), f"{u.static_smem} B", f"{u.dynamic_smem} B", f"{u.stack_frame} B", spill,
+                      "yes" if ck.from_cache else "no", f"{sum(x for _, x in ck.timings):.2f}")  # fmt: skip
         console.print(t)
     if failed:
         raise typer.Exit(1)
