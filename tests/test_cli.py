@@ -102,6 +102,40 @@ def test_gpu_commands_fail_in_one_line_without_gpu(cmd):
     assert res.exception is None or isinstance(res.exception, SystemExit)
 
 
+def test_compile_shape_warms_what_gemm_launches(tmp_path, monkeypatch):
+    """gemmlab compile -s: exactly the kernels gemm() launches for those problems (api.compile_jobs),
+    once each -- a float32 B stored transposed gets row-major copies and the nn problem's kernel --
+    and a second run finds them all in the cache."""
+    from gemmlab.api import compile_jobs
+    from gemmlab.problem import fresh_problem
+
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path))
+    args = ["compile", "--arch", "sm_90a", "--json", "-s", "2048", "--dtype", "bf16", "--dtype", "float32",
+            "--layout", "nn", "--layout", "nt", "-j", "2"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout[res.stdout.index("[") :])
+    problems = [fresh_problem(2048, 2048, 2048, d, layout=lay) for d in (torch.bfloat16, torch.float32) for lay in ("nn", "nt")]
+    jobs = compile_jobs(problems)
+    assert [(r["kernel"], r["config"]) for r in report] == [(s.id, s.name_expression(c, d, o)) for s, c, d, o in jobs]
+    assert [r["kernel"] for r in report] == ["tc07_persistent_cluster", "tc07_persistent_cluster", "sgemm_11_warp_tile"]
+    assert not any(r["cached"] for r in report) and all(r["seconds"] > 0 for r in report)
+    again = json.loads((out := runner.invoke(app, args).stdout)[out.index("[") :])
+    assert [r["config"] for r in again] == [r["config"] for r in report] and all(r["cached"] for r in again)
+    assert len(list(tmp_path.glob("*.bin"))) == 3
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-s", "64", "-k", "sgemm_02_coalesced"], "-k names kernels"),
+    (["--dtype", "bf16"], "say which problems of --shape"),
+    (["-s", "64", "--dtype", "int8"], "--dtype 'int8'"),
+    (["-s", "64", "--layout", "nx"], "--layout 'nx'"),
+])  # fmt: skip
+def test_compile_shape_refuses_what_it_cannot_warm(args, message):
+    res = runner.invoke(app, ["compile", "--arch", "sm_90a", *args], terminal_width=300)
+    assert res.exit_code == 2 and message in res.output, res.output
+
+
 def test_parse_shape():
     assert parse_shape("1024") == (1024, 1024, 1024)
     assert parse_shape("2048x2048x1024") == (2048, 2048, 1024)
