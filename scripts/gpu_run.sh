@@ -11,7 +11,7 @@
 # FUZZ_CASES random problems (default 100000; about 330 s on an H100 once compiled), failing on any wrong
 # one or on fewer problems than that; "sanitize" adds compute-sanitizer's memcheck, racecheck and
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
-# "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
+# "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
 # "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then STEPS="fuzz" then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
@@ -100,6 +100,13 @@ if want conv; then
   # gemmlab.conv2d (im2col, then gemm()) against cuDNN on ResNet-50's layers, bf16, fp16 and float32
   step "conv-bench: ResNet-50's convolutions against cuDNN (sweeps/conv/resnet50.toml)"
   python3 -m gemmlab conv-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "conv-bench"
+fi
+
+if want cold-start; then
+  # a program's first bf16 and fp32 gemm() with an empty and a warm cubin cache, in fresh processes
+  # with their own temporary caches (the compile step above does not warm them)
+  step "cold-start: first calls with an empty and a warm cache, beside torch.mm's"
+  python3 -m gemmlab cold-start --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "cold-start"
 fi
 
 if want overhead; then

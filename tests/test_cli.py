@@ -102,6 +102,36 @@ def test_gpu_commands_fail_in_one_line_without_gpu(cmd):
     assert res.exception is None or isinstance(res.exception, SystemExit)
 
 
+@pytest.mark.skipif(HAS_GPU, reason="checks the message a machine without a GPU gives")
+def test_cold_start_without_a_gpu_says_so_and_what_it_can_do_instead():
+    res = runner.invoke(app, ["cold-start"])
+    assert res.exit_code == 2
+    assert res.output.strip() == ("gemmlab: no CUDA GPU is visible on this machine; cold-start times first calls on one "
+                                  "(--arch sm_90a times only what they compile).")  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [["--reps", "0"], ["--size", "0"], ["--reps", "two"]])
+def test_cold_start_refuses_bad_arguments_before_measuring(args, tmp_path):
+    res = runner.invoke(app, ["cold-start", "--arch", "sm_90a", "--out", str(tmp_path), *args])
+    assert res.exit_code == 2 and "Invalid value" in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cold_start_compile_only_times_what_the_first_calls_compile(tmp_path, monkeypatch):
+    """--arch: fresh processes with their own empty caches (the user's is never touched), then warm;
+    the table names the kernels the first bf16 and fp32 calls compile; no record is written."""
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "users-cache"))
+    res = runner.invoke(app, ["cold-start", "--arch", "sm_90a", "--reps", "1", "--size", "64", "--out", str(tmp_path / "out")],
+                        terminal_width=300)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0] == "| 64x64x64, what the first call compiles for sm_90a | bfloat16 | float32 |"
+    assert "| &nbsp;&nbsp;kernels compiled | tc07_persistent_cluster | sgemm_12_split_k |" in lines
+    assert any(line.startswith("| gemmlab, warm cache, new process | ") for line in lines)
+    assert "torch.mm" not in res.stdout.split("Compile only")[0]  # nothing launched, so no baseline
+    assert not (tmp_path / "out").exists() and not (tmp_path / "users-cache").exists()
+
+
 def test_compile_shape_warms_what_gemm_launches(tmp_path, monkeypatch):
     """gemmlab compile -s: exactly the kernels gemm() launches for those problems (api.compile_jobs),
     once each -- a float32 B stored transposed gets row-major copies and the nn problem's kernel --

@@ -456,6 +456,12 @@ def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None, o
     return hit
 
 
+def loaded_kernels() -> list[LoadedKernel]:
+    """The kernels loaded in this process so far, in the order they were first loaded (what a first
+    call compiled or read from the cache: bench.coldstart lists them)."""
+    return list(_loaded.values())
+
+
 def clear_cache() -> int:
     """Delete every disk cache entry; return how many were removed."""
     n = 0
