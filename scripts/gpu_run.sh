@@ -11,7 +11,7 @@
 # FUZZ_CASES random problems (default 100000; about 330 s on an H100 once compiled), failing on any wrong
 # one or on fewer problems than that; "sanitize" adds compute-sanitizer's memcheck, racecheck and
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
-# "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
+# "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
 # "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "linear" the fused Linear + GELU against torch):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then STEPS="fuzz" then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
@@ -39,7 +39,7 @@ step "environment and compile (resource report for the driver's arch)"
   python3 -c "import torch, cuda.core; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda.core', cuda.core.__version__)"
   # COMPILE=0 skips the resource report of every config (several minutes on a fresh machine), for
   # calls that need the time: the racecheck step alone fits in a call, not after it (H200, 2026-11-24)
-  # -j 0: one process a CPU core (about a minute for every config on 16 cores)
+  # -j 0: one thread a CPU core (in processes it took about a minute for every config on 16 cores)
   [[ "${COMPILE:-1}" == 0 ]] || python3 -m gemmlab compile -j 0; } 2>&1 | tee -a "$LOG" || fail "environment and compile"
 
 if want tests; then
@@ -106,6 +106,13 @@ if want linear; then
   # gemmlab.linear (bias and GELU in the GEMM's epilogue) against torch eager and torch.compile
   step "linear-bench: Llama 3's MLP weights with GELU against torch eager and torch.compile (sweeps/linear/llama-mlp.toml)"
   python3 -m gemmlab linear-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "linear-bench"
+fi
+
+if want cold-start; then
+  # a program's first bf16 and fp32 gemm() with an empty and a warm cubin cache, in fresh processes
+  # with their own temporary caches (the compile step above does not warm them)
+  step "cold-start: first calls with an empty and a warm cache, beside torch.mm's"
+  python3 -m gemmlab cold-start --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "cold-start"
 fi
 
 if want overhead; then

@@ -102,6 +102,70 @@ def test_gpu_commands_fail_in_one_line_without_gpu(cmd):
     assert res.exception is None or isinstance(res.exception, SystemExit)
 
 
+@pytest.mark.skipif(HAS_GPU, reason="checks the message a machine without a GPU gives")
+def test_cold_start_without_a_gpu_says_so_and_what_it_can_do_instead():
+    res = runner.invoke(app, ["cold-start"])
+    assert res.exit_code == 2
+    assert res.output.strip() == ("gemmlab: no CUDA GPU is visible on this machine; cold-start times first calls on one "
+                                  "(--arch sm_90a times only what they compile).")  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [["--reps", "0"], ["--size", "0"], ["--reps", "two"]])
+def test_cold_start_refuses_bad_arguments_before_measuring(args, tmp_path):
+    res = runner.invoke(app, ["cold-start", "--arch", "sm_90a", "--out", str(tmp_path), *args])
+    assert res.exit_code == 2 and "Invalid value" in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cold_start_compile_only_times_what_the_first_calls_compile(tmp_path, monkeypatch):
+    """--arch: fresh processes with their own empty caches (the user's is never touched), then warm;
+    the table names the kernels the first bf16 and fp32 calls compile; no record is written."""
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "users-cache"))
+    res = runner.invoke(app, ["cold-start", "--arch", "sm_90a", "--reps", "1", "--size", "64", "--out", str(tmp_path / "out")],
+                        terminal_width=300)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0] == "| 64x64x64, what the first call compiles for sm_90a | bfloat16 | float32 |"
+    assert "| &nbsp;&nbsp;kernels compiled | tc07_persistent_cluster | sgemm_12_split_k |" in lines
+    assert any(line.startswith("| gemmlab, warm cache, new process | ") for line in lines)
+    assert "torch.mm" not in res.stdout.split("Compile only")[0]  # nothing launched, so no baseline
+    assert not (tmp_path / "out").exists() and not (tmp_path / "users-cache").exists()
+
+
+def test_compile_shape_warms_what_gemm_launches(tmp_path, monkeypatch):
+    """gemmlab compile -s: exactly the kernels gemm() launches for those problems (api.compile_jobs),
+    once each -- a float32 B stored transposed gets row-major copies and the nn problem's kernel --
+    and a second run finds them all in the cache."""
+    from gemmlab.api import compile_jobs
+    from gemmlab.problem import fresh_problem
+
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path))
+    args = ["compile", "--arch", "sm_90a", "--json", "-s", "2048", "--dtype", "bf16", "--dtype", "float32",
+            "--layout", "nn", "--layout", "nt", "-j", "2"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout[res.stdout.index("[") :])
+    problems = [fresh_problem(2048, 2048, 2048, d, layout=lay) for d in (torch.bfloat16, torch.float32) for lay in ("nn", "nt")]
+    jobs = compile_jobs(problems)
+    assert [(r["kernel"], r["config"]) for r in report] == [(s.id, s.name_expression(c, d, o)) for s, c, d, o in jobs]
+    assert [r["kernel"] for r in report] == ["tc07_persistent_cluster", "tc07_persistent_cluster", "sgemm_11_warp_tile"]
+    assert not any(r["cached"] for r in report) and all(r["seconds"] > 0 for r in report)
+    again = json.loads((out := runner.invoke(app, args).stdout)[out.index("[") :])
+    assert [r["config"] for r in again] == [r["config"] for r in report] and all(r["cached"] for r in again)
+    assert len(list(tmp_path.glob("*.bin"))) == 3
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-s", "64", "-k", "sgemm_02_coalesced"], "-k names kernels"),
+    (["--dtype", "bf16"], "say which problems of --shape"),
+    (["-s", "64", "--dtype", "int8"], "--dtype 'int8'"),
+    (["-s", "64", "--layout", "nx"], "--layout 'nx'"),
+])  # fmt: skip
+def test_compile_shape_refuses_what_it_cannot_warm(args, message):
+    res = runner.invoke(app, ["compile", "--arch", "sm_90a", *args], terminal_width=300)
+    assert res.exit_code == 2 and message in res.output, res.output
+
+
 def test_parse_shape():
     assert parse_shape("1024") == (1024, 1024, 1024)
     assert parse_shape("2048x2048x1024") == (2048, 2048, 1024)

@@ -213,3 +213,55 @@ def test_a_second_compile_of_one_program_still_reports_resources():
     name = spec.name_expression(spec.default_config(), None, None)
     logs = [jit.compile_source(src, spec.source, name, "sm_90a", spec.id)[2] for _ in range(2)]
     assert all("Compiling entry function" in log and "Used" in log for log in logs)
+
+
+def test_a_compile_says_how_long_each_phase_took(fresh_cache):
+    """CompiledKernel.timings: the lookup, NVRTC, the launch-register rewrite where a config has
+    one (tc07's 128 x 256 tile with the hand-over, which gemm() runs a 2048^3 bf16 problem with),
+    the write; a cache hit only its lookup."""
+    tc07 = registry.TC_07
+    cfg = tc07.config(EPI=0, CM=1)
+    assert tc07.launch_registers(cfg) is not None
+    ck = jit.compile_kernel(tc07, cfg, ARCH, torch.bfloat16)
+    assert [p for p, _ in ck.timings] == ["cache lookup", "nvrtc", "launch registers", "cache write"]
+    assert all(s >= 0 for _, s in ck.timings) and dict(ck.timings)["nvrtc"] > 0.05  # a compile, not a lookup
+    s11 = registry.SGEMM_11
+    assert [p for p, _ in jit.compile_kernel(s11, s11.default_config(), ARCH).timings] == ["cache lookup", "nvrtc", "cache write"]
+    hit = jit.compile_kernel(tc07, cfg, ARCH, torch.bfloat16)
+    assert hit.from_cache and [p for p, _ in hit.timings] == ["cache lookup"]
+    assert hit == ck.__class__(**{**ck.__dict__, "from_cache": True, "timings": ()})  # timings take no part in equality
+
+
+def test_key_covers_the_compiler_and_the_headers(monkeypatch):
+    """nvrtc_version and _headers_version are read once a process, and still part of every key."""
+    spec = registry.get("sgemm_02_coalesced")
+    src = jit.source_closure(spec.source_path())
+    base = jit._cache_key(src, "k", ARCH)
+    assert jit._cache_key(src, "k", ARCH) == base
+    monkeypatch.setattr(jit, "nvrtc_version", lambda: "13.9 (another)")
+    assert jit._cache_key(src, "k", ARCH) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(jit, "_headers_version", lambda: "/elsewhere (nvidia-cuda-runtime 13.9)")
+    assert jit._cache_key(src, "k", ARCH) != base
+
+
+def test_compile_many_in_threads_yields_what_one_at_a_time_gives(tmp_path, monkeypatch):
+    """Threads (NVRTC lets go of the GIL): the same cubins and reports, in the jobs' order, and a job
+    that fails yields its CompileError in its place without stopping the others."""
+    specs = [registry.get(k) for k in ("sgemm_03_smem_tile", "sgemm_04_thread_tile_1d", "sgemm_02_coalesced")]
+    jobs = [(s, s.default_config(), None, None) for s in specs]
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "one"))
+    alone = list(jit.compile_many(jobs, ARCH, workers=1))
+    real = jit.compile_source
+
+    def failing(sources, main, name, arch, kernel_id):
+        if kernel_id == "sgemm_04_thread_tile_1d":
+            raise jit.CompileError(kernel_id, "refused by the test")
+        return real(sources, main, name, arch, kernel_id)
+
+    monkeypatch.setattr(jit, "compile_source", failing)
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "threads"))
+    threaded = list(jit.compile_many(jobs, ARCH, workers=3))
+    assert isinstance(threaded[1], jit.CompileError) and "refused by the test" in threaded[1].log
+    for a, b in ((alone[0], threaded[0]), (alone[2], threaded[2])):
+        assert not b.from_cache and (a.kernel_id, a.cubin, a.usage) == (b.kernel_id, b.cubin, b.usage)

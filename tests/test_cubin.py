@@ -94,3 +94,27 @@ def test_a_kernel_without_setmaxnreg_is_not_rewritten():
     ck = jit.compile_kernel(spec, spec.default_config(), ARCH, torch.bfloat16)
     with pytest.raises(ValueError, match="no setmaxnreg"):
         cubin.lower_launch_registers(ck.cubin, 64)
+
+
+def _instructions(listing: str) -> dict[int, tuple[str, str, str]]:
+    """address -> (predicate, opcode, operands) of a listing, as the walk reads it."""
+    return {int(m.group(1), 16): ((m.group(2) or "").strip(), m.group(3), m.group(4).strip())
+            for m in cubin._LINE_RE.finditer(listing)}  # fmt: skip
+
+
+def test_the_quick_listing_is_cuobjdumps_instructions():
+    """sass.code_listing (nvdisasm without dataflow analysis, labels resolved to addresses) gives
+    the walk the instructions cuobjdump -sass prints, so the launch-register check reads the same
+    code: tc07's two rewritten tiles (128 x 256 with the hand-over, what a 2048^3 bf16 gemm() runs;
+    192 rows) and tc09's 192-row tile, whose branches and setmaxnreg differ."""
+    cases = [(registry.TC_07, registry.TC_07.config(EPI=0, CM=1), torch.bfloat16, None),
+             (registry.TC_07, registry.TC_07.config(BM=192, STAGES=3), torch.float16, torch.float32),
+             (registry.TC_09, registry.TC_09.config(BM=192, STAGES=3, EPI=0), torch.bfloat16, None)]  # fmt: skip
+    for spec, cfg, dtype, out in cases:
+        assert spec.launch_registers(cfg) is not None
+        ck = jit.compile_kernel(spec, cfg, ARCH, dtype, out)
+        slow, quick = sass.disassemble(ck.cubin), sass.code_listing(ck.cubin)
+        assert "`(" not in quick, "a branch label left unresolved"
+        code = _instructions(quick)
+        assert len(code) > 1000 and code == _instructions(slow), spec.name_expression(cfg, dtype, out)
+        assert cubin.registers_before_setmaxnreg(quick) == cubin.registers_before_setmaxnreg(slow)

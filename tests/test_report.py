@@ -321,3 +321,62 @@ def test_large_records_are_stored_compressed():
     big = [p for p in RESULTS.rglob("*") if p.is_file() and p.suffix in (".json", ".log", ".csv")
            and p.stat().st_size > 64 * 1024]
     assert not big, f"compress with gzip -9 (results/README.md): {[str(p.relative_to(ROOT)) for p in big][:5]}"
+
+
+def _cold_start_run(compile_only: bool = False) -> dict:
+    """A cold-start run as bench.coldstart makes it, from what its processes would have printed:
+    three repetitions; bf16 compiles tc07 (with the launch-register rewrite), float32 sgemm_11."""
+    from gemmlab.bench.coldstart import _case_record
+
+    def kernel(name: str, cached: bool, **timings) -> dict:
+        return dict(kernel=name, config=f"{name}<...>", cached=cached, timings=timings)
+
+    def child(bf16: tuple, fp32: tuple) -> dict:
+        """Each case: (first call's seconds, its kernels)."""
+        cases = {d: dict(first_s=t, kernels=k) | ({} if compile_only else dict(second_s=0.0002))
+                 for d, (t, k) in (("bfloat16", bf16), ("float32", fp32))}  # fmt: skip
+        return dict(import_s=1.2, cases=cases) | ({} if compile_only else dict(cuda_s=0.4))
+
+    cold = [child((2.5 + i, [kernel("tc07_persistent_cluster", False, **{"cache lookup": 0.01, "nvrtc": 1.0 + i,
+                                                                           "launch registers": 0.3})]),
+                  (0.6, [kernel("sgemm_11_warp_tile", False, **{"cache lookup": 0.001, "nvrtc": 0.5})]))
+            for i in range(3)]  # fmt: skip
+    warm = [child((0.04, [kernel("tc07_persistent_cluster", True, **{"cache lookup": 0.002})]),
+                  (0.02, [kernel("sgemm_11_warp_tile", True, **{"cache lookup": 0.001})]))] * 3
+    recs = [dict(scenario="import", times_s=[1.5, 1.6, 1.7], median_s=1.6)]
+    recs += [_case_record(s, d, 2048, runs) for s, runs in (("cold", cold), ("warm", warm)) for d in ("bfloat16", "float32")]
+    if not compile_only:
+        recs += [_case_record("torch", d, 2048, [child((0.3, []), (0.15, []))] * 3) for d in ("bfloat16", "float32")]
+    meta = dict(time="2026-11-25T00:00:00+00:00", commit="0123456789abcdef", gpu=None if compile_only else "NVIDIA H200",
+                gpu_slug="nvidia-h200", arch="sm_90a", kind="cold-start", cpu="Some CPU", cores=16)  # fmt: skip
+    return {"meta": meta, "records": recs}
+
+
+def test_cold_start_table_has_each_scenarios_medians():
+    run = _cold_start_run()
+    table = tables.cold_start_table(run).splitlines()
+    assert table[0] == "| 2048x2048x2048, first call, to completion | bfloat16 | float32 |"
+    assert table[2] == "| gemmlab, empty cache (a fresh install) | 3.50 s | 600.0 ms |"  # medians of 2.5, 3.5, 4.5
+    assert table[3] == ("| &nbsp;&nbsp;of it in jit: cache lookup, nvrtc, launch registers | 10.0 ms, 2.00 s, 300.0 ms "
+                        "| 1.0 ms, 500.0 ms, - |")  # fmt: skip
+    assert table[4] == "| &nbsp;&nbsp;of it outside jit (cuda.core's import, loading, launching) | 1.19 s | 99.0 ms |"
+    assert table[5] == "| &nbsp;&nbsp;kernels compiled | tc07_persistent_cluster | sgemm_11_warp_tile |"
+    assert "| gemmlab, warm cache, new process | 40.0 ms | 20.0 ms |" in table
+    assert "| torch.mm, new process | 300.0 ms | 150.0 ms |" in table
+    assert "| gemmlab, a second call | 0.2 ms | 0.2 ms |" in table
+    note = table[-1]
+    assert "NVIDIA H200, host CPU Some CPU (16 cores)" in note and "Medians of 3 repetitions" in note
+    assert "CUDA's context and the inputs 400.0 ms" in note and "took 1.60 s from the shell" in note
+    compile_only = tables.cold_start_table(_cold_start_run(compile_only=True))
+    assert compile_only.startswith("| 2048x2048x2048, what the first call compiles for sm_90a |")
+    assert "torch.mm" not in compile_only.split("\n\n")[0] and "second call" not in compile_only
+    assert "Compile only, on Some CPU (16 cores)" in compile_only
+
+
+def test_cold_start_section_is_the_newest_record_or_says_there_is_none(tmp_path):
+    assert report.results_sections(tmp_path)["cold-start"] == "_no records yet_"
+    from gemmlab.bench.run import results_path, write_run
+
+    run = _cold_start_run()
+    write_run(results_path(tmp_path, run["meta"], "cold-start"), run["meta"], run["records"])
+    assert report.results_sections(tmp_path)["cold-start"] == tables.cold_start_table(run)

@@ -200,3 +200,25 @@ def test_fp32_output_is_a_16_bit_kernel_feature():
     assert spec.name_expression(spec.default_config(), torch.float16, torch.float32).startswith("tc_wgmma<__half, float, ")
     with pytest.raises(ValueError, match="writes torch.float16 or float32 results, not torch.bfloat16"):
         spec.name_expression(spec.default_config(), torch.float16, torch.bfloat16)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("dtype,precision,out_dtype", [(torch.bfloat16, "fp32", None), (torch.float16, "fp32", torch.float32),
+                                                       (torch.float32, "tf32", None)])  # fmt: skip
+def test_a_fresh_problem_is_what_gemm_sees_for_new_tensors(layout, dtype, precision, out_dtype):
+    """problem.fresh_problem (what `gemmlab compile -s` warms the cache for) describes new tensors of
+    the shape in the layout as problem_from_tensors does, and 'auto' picks the same for both."""
+    from gemmlab.problem import fresh_problem
+
+    M, N, K = 300, 520, 136
+    a = r(K, M, dtype=dtype).t() if layout[0] == "t" else r(M, K, dtype=dtype)
+    b = r(N, K, dtype=dtype).t() if layout[1] == "t" else r(K, N, dtype=dtype)
+    real = P(a, b, precision=precision, out_dtype=out_dtype)
+    fresh = fresh_problem(M, N, K, dtype, layout=layout, precision=precision, out_dtype=out_dtype, device="cpu")
+    assert (fresh.M, fresh.N, fresh.K, fresh.dtype, fresh.layout, fresh.precision, fresh.out_dtype, fresh.device) == (
+        real.M, real.N, real.K, real.dtype, real.layout, real.precision, real.out_dtype, real.device)
+    for f, t in ((fresh.a, real.a), (fresh.b, real.b)):
+        assert (f.rows, f.cols, f.ld, f.trans, f.ptr % 16) == (t.rows, t.cols, t.ld, t.trans, t.ptr % 16)
+    assert select(fresh, device="cuda") == select(real, device="cuda")
+    with pytest.raises(ValueError, match="layout must be"):
+        fresh_problem(M, N, K, dtype, layout="tx")

@@ -15,13 +15,28 @@ from .device import sm_count
 from .problem import GemmProblem, problem_from_tensors
 from .specs.base import GemmConfig, KernelSpec, operands_to_copy
 
-__all__ = ["gemm", "kernels", "select", "prepare"]
+__all__ = ["gemm", "kernels", "select", "prepare", "compile_jobs"]
 
 
 def kernels(dtype: torch.dtype | None = None, device: str = "cuda") -> list[KernelSpec]:
     """The registered kernels of a device ('cuda' or 'cpu') in ladder order (optionally only
     those taking dtype)."""
     return registry.kernels(dtype, device)
+
+
+def compile_jobs(problems) -> list[tuple]:
+    """What gemm() compiles for each problem (problem.fresh_problem makes them from shapes): the
+    (spec, config, element type, result type) of the kernel it launches, once each -- the jobs of
+    jit.compile_many, with which `gemmlab compile --shape` warms the cache ahead of a program's
+    first calls. An empty problem (M or N 0) launches nothing."""
+    jobs = {}
+    for problem in problems:
+        if problem.is_empty:
+            continue
+        spec, cfg = select(problem)
+        types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
+        jobs.setdefault(spec.name_expression(cfg, *types), (spec, cfg, *types))
+    return list(jobs.values())
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",

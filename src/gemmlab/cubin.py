@@ -132,7 +132,7 @@ def lower_launch_registers(cubin: bytes, count: int) -> tuple[bytes, int, int]:
     old = register_counts(cubin)
     if len(old) != 1:
         raise ValueError(f"expected one kernel in the cubin, found {len(old)}")
-    top = registers_before_setmaxnreg(sass.disassemble(cubin))
+    top = registers_before_setmaxnreg(sass.code_listing(cubin))
     if top >= count:
         raise ValueError(f"the code before setmaxnreg uses R{top}; a launch count of {count} leaves it R0-R{count - 1}")
     return set_register_count(cubin, count), old[0], top

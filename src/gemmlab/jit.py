@@ -9,12 +9,14 @@
   stack frame, spills) is known without a GPU; with a GPU the loaded kernel's attributes say
   the same from the driver.
 * Loaded kernels are cached per process.
+* Each CompiledKernel says how long its phases took in this process (timings): what a first call
+  waits for (docs/notes/cold-start.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from functools import lru_cache
+from dataclasses import asdict, dataclass, field
+from functools import cache, lru_cache
 import hashlib
 import io
 import json
@@ -24,7 +26,7 @@ import re
 import struct
 import tempfile
 import threading
-from typing import Callable
+import time
 import warnings
 from importlib import metadata, resources
 
@@ -56,9 +58,6 @@ class CompileError(RuntimeError):
         self.kernel = kernel
         self.log = log
 
-    def __reduce__(self):  # rebuilt from its fields (compile_many's workers send it back)
-        return CompileError, (self.kernel, self.log)
-
 
 @dataclass(frozen=True)
 class ResourceUsage:
@@ -85,6 +84,10 @@ class CompiledKernel:
     usage: ResourceUsage
     log: str
     from_cache: bool
+    # seconds each phase took in this process: ("cache lookup", s) (the key, and reading the entry
+    # where there is one), then for a compile ("nvrtc", s), ("launch registers", s) where the count
+    # is rewritten, and ("cache write", s)
+    timings: tuple[tuple[str, float], ...] = field(default=(), compare=False)
 
 
 def kernels_dir() -> Path:
@@ -98,8 +101,10 @@ def cache_dir() -> Path:
     return user_cache_dir()
 
 
+@cache
 def nvrtc_version() -> str:
-    """The NVRTC in use: 'major.minor' from the library, plus the wheel's full version if any."""
+    """The NVRTC in use: 'major.minor' from the library, plus the wheel's full version if any (read
+    once a process: it is part of every cache key)."""
     from cuda.bindings import nvrtc
 
     err, major, minor = nvrtc.nvrtcVersion()
@@ -153,8 +158,9 @@ def cuda_include_dir() -> str | None:
     return None
 
 
+@cache
 def _headers_version() -> str:
-    """Which CUDA headers the include path resolves to (part of the cache key)."""
+    """Which CUDA headers the include path resolves to (part of the cache key; read once a process)."""
     inc = cuda_include_dir()
     if inc is None:
         return "none"
@@ -281,6 +287,7 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
     sources = source_closure(spec.source_path())
     name_expression = spec.name_expression(cfg, dtype, out_dtype, post)
     launch_registers = spec.launch_registers(cfg)
+    clock = time.perf_counter()
     key = _cache_key(sources, name_expression, arch, launch_registers)
     path = cache_dir() / f"{spec.id}-{arch}-{key[:24]}.bin"
     entry = _read_entry(path)
@@ -288,8 +295,19 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
     if entry is not None:
         header, cubin = entry
         usage = ResourceUsage(**{**header["usage"], "dynamic_smem": dynamic})
-        return CompiledKernel(spec.id, name_expression, header["lowered_name"], arch, cubin, usage, header["log"], True)
+        return CompiledKernel(spec.id, name_expression, header["lowered_name"], arch, cubin, usage, header["log"], True,
+                              (("cache lookup", time.perf_counter() - clock),))  # fmt: skip
+    timings = []
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings.append((phase, now - clock))
+        clock = now
+
+    lap("cache lookup")
     cubin, lowered, log = compile_source(sources, main, name_expression, arch, spec.id)
+    lap("nvrtc")
     try:
         usage = parse_ptxas(log, lowered, dynamic)
     except ValueError:
@@ -300,8 +318,9 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
         usage = ResourceUsage(-1, -1, dynamic, -1, -1, -1, source="unknown")
     if launch_registers is not None:
         cubin, usage, log = _lower_launch_registers(spec, name_expression, arch, cubin, usage, log, launch_registers)
+        lap("launch registers")
     if usage.source == "unknown":  # not cached: the next process compiles again and may get the report
-        return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False)
+        return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False, tuple(timings))
     header = dict(
         kernel=spec.id,
         name_expression=name_expression,
@@ -313,33 +332,36 @@ def compile_kernel(spec: KernelSpec, cfg: GemmConfig, arch: str, dtype=None, out
         cubin_sha256=hashlib.sha256(cubin).hexdigest(),
     )
     _write_atomic(path, header, cubin)
-    return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False)
+    lap("cache write")
+    return CompiledKernel(spec.id, name_expression, lowered, arch, cubin, usage, log, False, tuple(timings))
 
 
-def _compile_job(job: tuple, arch: str, find: Callable[[str], KernelSpec]) -> "CompiledKernel | CompileError":
-    kernel_id, cfg, dtype, out_dtype, *post = job
+def _compile_job(job: tuple, arch: str) -> "CompiledKernel | CompileError":
+    spec, cfg, dtype, out_dtype, *post = job
     try:
-        return compile_kernel(find(kernel_id), cfg, arch, dtype, out_dtype, *post)
+        return compile_kernel(spec, cfg, arch, dtype, out_dtype, *post)
     except CompileError as exc:
         return exc
 
 
-def compile_many(jobs: list[tuple], arch: str, find: Callable[[str], KernelSpec], workers: int = 1):
-    """compile_kernel over (kernel id, config, dtype, out dtype[, post]) jobs, yielding each result (or its
-    CompileError) in order; with workers > 1 in that many fresh processes (NVRTC runs in the
-    process that calls it, so threads would take turns), filling the same disk cache. find gives
-    the spec of a kernel id (registry.get): a worker looks its specs up itself, as they do not
-    pickle."""
+def compile_many(jobs: list[tuple], arch: str, workers: int = 1):
+    """compile_kernel over (spec, config, dtype, out dtype[, post]) jobs, yielding each result (or its
+    CompileError) in order; with workers > 1 in that many threads, filling the same disk cache.
+    NVRTC lets go of the GIL while it compiles (cuda.bindings), so the threads' compiles run side by
+    side: sgemm_11's and sgemm_10's defaults took 0.45 s one after the other and 0.25 s in two
+    threads on two cores (docs/notes/cold-start.md), and no worker spends a second importing torch
+    and gemmlab first, as a spawned process did."""
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
-            yield _compile_job(job, arch, find)
+            yield _compile_job(job, arch)
         return
     import concurrent.futures as cf
-    import multiprocessing as mp
-    from functools import partial
 
-    with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-        yield from pool.map(partial(_compile_job, arch=arch, find=find), jobs)
+    from cuda.core import Program  # noqa: F401  (imported once here: threads importing it at once can
+    # see the package half initialised, "cannot import name 'Program' from 'cuda.core.cu13'")
+
+    with cf.ThreadPoolExecutor(min(workers, len(jobs))) as pool:
+        yield from pool.map(lambda job: _compile_job(job, arch), jobs)
 
 
 def _lower_launch_registers(spec: KernelSpec, name_expression: str, arch: str, cubin: bytes, usage: ResourceUsage,
@@ -434,6 +456,12 @@ def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None, o
         launch.raise_dynamic_smem(hit, device_id)
         hit.device_ids_with_smem_raised.add(device_id)
     return hit
+
+
+def loaded_kernels() -> list[LoadedKernel]:
+    """The kernels loaded in this process so far, in the order they were first loaded (what a first
+    call compiled or read from the cache: bench.coldstart lists them)."""
+    return list(_loaded.values())
 
 
 def clear_cache() -> int:

@@ -199,6 +199,24 @@ def problem_from_tensors(
                        result if result != dtype else None)  # fmt: skip
 
 
+def fresh_problem(M: int, N: int, K: int, dtype: torch.dtype, *, layout: str = "nn", precision: str = "fp32",
+                  out_dtype: torch.dtype | None = None, device: torch.device | str = "cuda") -> GemmProblem:  # fmt: skip
+    """The problem gemm(a, b) sees for freshly allocated a [M, K] and b [K, N] of dtype on device,
+    each a transposed view where layout says so ("nt": b = w.t() of a [N, K] weight, as x @ w.t()
+    passes it), beta 0 and a new result: what `gemmlab compile --shape` warms the cache for. Built
+    from meta tensors, so nothing is allocated (their address, 0, is as aligned as a fresh one)."""
+    if layout not in ("nn", "nt", "tn", "tt"):
+        raise ValueError(f"layout must be nn, nt, tn or tt, got {layout!r}")
+
+    def operand(rows: int, cols: int, trans: bool) -> torch.Tensor:
+        t = torch.empty((cols, rows) if trans else (rows, cols), dtype=dtype, device="meta")
+        return t.t() if trans else t
+
+    a, b = operand(M, K, layout[0] == "t"), operand(K, N, layout[1] == "t")
+    problem = problem_from_tensors(a, b, device_type="meta", precision=precision, out_dtype=out_dtype)
+    return replace(problem, device=torch.device(device))
+
+
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
 

@@ -57,6 +57,42 @@ def disassemble(cubin: bytes) -> str:
     return out.stdout
 
 
+_LABEL_RE = re.compile(r"^(\.L_x_\d+):", re.MULTILINE)
+_ADDRESS_RE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/", re.MULTILINE)
+_TARGET_RE = re.compile(r"`\((\.L_x_\d+)\)")
+
+
+def code_listing(cubin: bytes) -> str:
+    """The cubin's instructions, one a line as cuobjdump -sass prints them (/*0040*/ @!P0 BRA 0x440 ;),
+    from nvdisasm without its dataflow analysis (-ndf), its branch labels replaced by the addresses
+    they mark. The launch-register check (gemmlab.cubin) reads these lines only; a first call of a
+    kernel whose count is rewritten waits for it: tc07's 128 x 256 tile took 0.30 s through
+    cuobjdump -sass and 0.24 s this way (docs/notes/cold-start.md), the same instructions."""
+    nvdisasm = find_tool("nvdisasm")
+    if nvdisasm is None:
+        raise ToolMissing("nvdisasm not found: pip install 'nvidia-cuda-nvdisasm>=13.2', or put a CUDA toolkit's bin on PATH")
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "kernel.cubin"
+        path.write_bytes(cubin)
+        out = subprocess.run([str(nvdisasm), "-c", "-ndf", str(path)], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed: {out.stderr.strip()}")
+    text = out.stdout
+    # a label line names the address of the next instruction; one after the last names the end
+    marks = sorted([(m.start(), "label", m.group(1)) for m in _LABEL_RE.finditer(text)]
+                   + [(m.start(), "insn", m.group(1)) for m in _ADDRESS_RE.finditer(text)])  # fmt: skip
+    labels, waiting, last = {}, [], -16
+    for _, kind, value in marks:
+        if kind == "label":
+            waiting.append(value)
+            continue
+        last = int(value, 16)
+        labels.update((name, last) for name in waiting)
+        waiting = []
+    labels.update((name, last + 16) for name in waiting)
+    return _TARGET_RE.sub(lambda m: f"{labels[m.group(1)]:#x}", text)
+
+
 def width_of(opcode: str) -> int:
     """Bits a memory instruction moves per thread: .128/.64/.U16/.U8 suffixes, else 32."""
     for suffix, bits in ((".128", 128), (".64", 64), (".U16", 16), (".S16", 16), (".U8", 8), (".S8", 8)):

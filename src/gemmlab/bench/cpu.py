@@ -28,22 +28,12 @@ from .run import results_path, sweep, tflops
 CPU_SHAPES = ((256, 256, 256), (512, 512, 512), (1022, 1022, 1022), (1024, 1024, 1024))
 
 
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def describe_cpu() -> dict:
     import numba
     import threadpoolctl
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    model = _cpu_model()
+    model = environment.cpu_model()
     return dict(
         time=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         commit=environment.git_commit(),

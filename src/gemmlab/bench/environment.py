@@ -84,6 +84,17 @@ def driver_version() -> str | None:
         return None
 
 
+def cpu_model() -> str:
+    """The host CPU's model name (/proc/cpuinfo), else what platform knows."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def describe(device_id: int = 0) -> dict:
     from ..jit import nvrtc_version
 

@@ -13,7 +13,7 @@ from .records import (
 from .tables import (
     bench_table, conv_table, linear_table, cpu_vs_gpu_table, fp32_shapes_summary, fp32_shapes_table, k_sweep_shape, k_sweep_table,
     models_summary, models_table, ncu_table,
-    overhead_table, pad_table, peak_table, reorder_table, summary_table, sustained_table,
+    overhead_table, pad_table, peak_table, reorder_table, summary_table, sustained_table, cold_start_table,
 )
 
 
@@ -60,7 +60,8 @@ def readme_sections(results_root: Path) -> dict[str, str]:
 
 
 def results_sections(results_root: Path) -> dict[str, str]:
-    """docs/results.md: every GPU's ladders per dtype, a model's layers, the CPU ladder, the overhead."""
+    """docs/results.md: every GPU's ladders per dtype, a model's layers, the CPU ladder, the overhead,
+    the first call."""
     runs = merged_runs(find_runs(results_root, "bench"))
     bench_md = "\n\n".join(
         f"### {r['meta']['gpu']}\n\n" + bench_table(r, newest_peak(results_root, r["meta"]["gpu_slug"]), label=f"#### {r['meta']['gpu']}: {{}}")
@@ -73,10 +74,11 @@ def results_sections(results_root: Path) -> dict[str, str]:
     conv_paths = _newest_per_gpu(find_runs(results_root, "conv-resnet50"), key=lambda m: m.get("dtype", ""))
     conv_md = "\n\n".join(conv_table(load_run(p)) for p in conv_paths)
     linear_md = "\n\n".join(linear_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "linear-mlp")))
+    cold_md = "\n\n".join(cold_start_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "cold-start")))
     none = "_no records yet_"
     return {"results": bench_md or none, "overhead": over_md or none, "results-cpu": cpu_md or none,
             "models": models_md or none, "fp32-shapes": fp32_md or none, "conv": conv_md or none,
-            "linear": linear_md or none}
+            "linear": linear_md or none, "cold-start": cold_md or none}
 
 
 def ladder_sections(results_root: Path) -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 import statistics
+from typing import Callable
 
 import torch
 
@@ -196,6 +197,53 @@ def _overhead_rows(r: dict) -> str:
     for name, ours, theirs in rows:
         lines.append(f"| {name} | {ours:.1f} | {'' if theirs is None else f'{theirs:.1f}'} |")
     return "\n".join(lines)
+
+
+def _duration(s: float) -> str:
+    return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.1f} ms"
+
+
+def cold_start_table(run: dict) -> str:
+    """A cold-start run (gemmlab cold-start): a row a scenario, a column a dtype, first calls to
+    completion (or, compile only, what they compile); what the empty cache compiled, and jit's time
+    on each phase of it."""
+    meta, recs = run["meta"], run["records"]
+    cell = {(r["scenario"], r["dtype"]): r for r in recs if r["scenario"] != "import"}
+    dtypes = list(dict.fromkeys(d for _, d in cell))
+    first = next(iter(cell.values()))
+    compile_only = meta.get("gpu") is None
+    what = f"what the first call compiles for {meta['arch']}" if compile_only else "first call, to completion"
+    lines = [f"| {first['M']}x{first['N']}x{first['K']}, {what} | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
+
+    def row(scenario: str, label: str, value: Callable[[dict], str]) -> None:
+        cells = [value(cell[(scenario, d)]) if (scenario, d) in cell else "" for d in dtypes]
+        if any(cells):
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    phases = list(dict.fromkeys(p for (sc, _), r in cell.items() if sc == "cold" for p in r["phases_median_s"]))
+    row("cold", "gemmlab, empty cache (a fresh install)", lambda r: _duration(r["median_s"]))
+    row("cold", f"&nbsp;&nbsp;of it in jit: {', '.join(phases)}",
+        lambda r: ", ".join(_duration(r["phases_median_s"][p]) if p in r["phases_median_s"] else "-" for p in phases))
+    outside = "&nbsp;&nbsp;of it outside jit" + ("" if compile_only else " (cuda.core's import, loading, launching)")
+    row("cold", outside, lambda r: _duration(r["outside_jit_median_s"]))
+    row("cold", "&nbsp;&nbsp;kernels compiled", lambda r: ", ".join(k["kernel"] for k in r["kernels"]) or "none")
+    row("warm", "gemmlab, warm cache, new process", lambda r: _duration(r["median_s"]))
+    row("warm", outside, lambda r: _duration(r["outside_jit_median_s"]))
+    row("torch", "torch.mm, new process", lambda r: _duration(r["median_s"]))
+    row("warm", "gemmlab, a second call", lambda r: _duration(r["second_median_s"]) if "second_median_s" in r else "")
+    row("torch", "torch.mm, a second call", lambda r: _duration(r["second_median_s"]))
+    imports = next(r["median_s"] for r in recs if r["scenario"] == "import")
+    where = (f"Compile only, on {meta['cpu']} ({meta['cores']} cores)" if compile_only
+             else f"{meta['gpu']}, host CPU {meta['cpu']} ({meta['cores']} cores)")  # fmt: skip
+    setup = "" if compile_only else f", CUDA's context and the inputs {_duration(first['cuda_median_s'])}"
+    return "\n".join(lines) + (
+        f"\n\n{where}, commit `{short_commit(meta['commit'])}`, {meta['time']}. Medians of {len(first['times_s'])} "
+        "repetitions, each in fresh processes with a new, empty GEMMLAB_CACHE_DIR (NVRTC's own cache off); the "
+        "dtypes' first calls one after the other in one process, in the table's order. Before them, in each "
+        f"process: importing torch and gemmlab {_duration(first['import_median_s'])}{setup}; "
+        f"`python -c \"import gemmlab\"` took {_duration(imports)} from the shell. Target: an empty cache's first "
+        "call within 1.0 s, a warm one's within 50 ms."
+    )
 
 
 def model_layers(run: dict) -> tuple[list[str], list[int], dict[tuple[str, int], dict]]:

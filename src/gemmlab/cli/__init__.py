@@ -20,6 +20,7 @@ for name, command in (
     ("bench", lab.bench_cmd),
     ("pad", lab.pad_cmd),
     ("overhead", lab.overhead_cmd),
+    ("cold-start", lab.cold_start_cmd),
     ("fuzz", lab.fuzz_cmd),
     ("sustained", lab.sustained_cmd),
     ("peak", lab.peak_cmd),

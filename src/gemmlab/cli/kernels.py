@@ -31,9 +31,22 @@ def compile_cmd(
     arch: Optional[str] = typer.Option(None, help="target, e.g. sm_90a; default: the current GPU's"),
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="kernel id (repeatable); default all"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="compile in this many processes (0: one a CPU core)"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="compile in this many threads (0: one a CPU core)"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK or N (repeatable): only what gemm() launches for these problems, in each --dtype and --layout"),
+    dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="with --shape: float32, tf32, bf16, fp16, bf16-fp32out or fp16-fp32out (repeatable; default float32 and bf16)"),
+    layout: Optional[list[str]] = typer.Option(None, "--layout", help="with --shape: nn, nt (x @ w.t(), as nn.Linear passes it), tn or tt (repeatable; default nn)"),
 ) -> None:
-    """Compile every kernel for an arch (no GPU needed) and print the resource report."""
+    """Compile kernels for an arch (no GPU needed) and print the resource report.
+
+    By default every config 'auto' can launch of every kernel (-k: of the kernels named), some
+    minutes on one core. With --shape, only the kernels gemm() launches for those problems: run it
+    before a program's first calls (gemmlab compile -s 2048 --dtype bf16 --layout nt) and they load
+    their cubins from the cache (GEMMLAB_CACHE_DIR, else the user's cache folder) instead of
+    compiling them, a second or more each."""
+    if shape and kernel:
+        raise typer.BadParameter("--shape compiles what gemm() chooses for the shapes; -k names kernels: give one of them")
+    if (dtype or layout) and not shape:
+        raise typer.BadParameter("--dtype and --layout say which problems of --shape to compile for")
     if arch is None:
         _require_gpu()
         arch = jit.device_arch(0)
@@ -41,19 +54,21 @@ def compile_cmd(
 
     from ..configs import configs_in_use
 
-    ids = _kernel_ids(kernel)
-    work = [
-        (spec, cfg, dt, od)
-        for spec in (registry.get(kid) for kid in ids)
-        for cfg in configs_in_use(spec)
-        for dt in (spec.dtypes if spec.type_param else (None,))
-        for od in ((dt, torch.float32) if spec.type_param else (None,))  # 16-bit kernels: fp32 output too
-        if spec.builds_for(cfg, dt, od)  # (tc07 with one staging buffer: 16-bit results only)
-    ]
+    if shape:
+        work = _shape_jobs([parse_shape(s) for s in shape], dtype or ["float32", "bf16"], layout or ["nn"])
+    else:
+        work = [
+            (spec, cfg, dt, od)
+            for spec in (registry.get(kid) for kid in _kernel_ids(kernel))
+            for cfg in configs_in_use(spec)
+            for dt in (spec.dtypes if spec.type_param else (None,))
+            for od in ((dt, torch.float32) if spec.type_param else (None,))  # 16-bit kernels: fp32 output too
+            if spec.builds_for(cfg, dt, od)  # (tc07 with one staging buffer: 16-bit results only)
+        ]
     rows, failed = [], False
     with _progress() as prog:
         task = prog.add_task(f"compiling for {arch}", total=len(work))
-        for (spec, *_), ck in zip(work, jit.compile_many([(s.id, c, d, o) for s, c, d, o in work], arch, registry.get, jobs or os.cpu_count())):
+        for (spec, *_), ck in zip(work, jit.compile_many(work, arch, jobs or os.cpu_count())):
             prog.advance(task)
             if isinstance(ck, jit.CompileError):
                 err_console.print(str(ck))
@@ -63,18 +78,46 @@ def compile_cmd(
             failed |= bad
             rows.append((spec, ck, bad))
     if as_json:
-        print(json.dumps([dict(kernel=s.id, config=c.name_expression, arch=arch, cached=c.from_cache, **c.usage.__dict__) for s, c, _ in rows], indent=1))
+        print(json.dumps([dict(kernel=s.id, config=c.name_expression, arch=arch, cached=c.from_cache,
+                               seconds=round(sum(t for _, t in c.timings), 4), **c.usage.__dict__)
+                          for s, c, _ in rows], indent=1))  # fmt: skip
     else:
         t = Table(title=f"resource report, {arch} (ptxas)")
-        for col in ("kernel", "regs", "static smem", "dynamic smem", "stack", "spill st/ld", "cached"):
+        for col in ("kernel", "regs", "static smem", "dynamic smem", "stack", "spill st/ld", "cached", "s"):
             t.add_column(col, no_wrap=col == "kernel")
         for spec, ck, bad in rows:
             u = ck.usage
             spill = f"{u.spill_stores}/{u.spill_loads}" + (" [red]SPILLS[/red]" if bad else "")
-            t.add_row(ck.name_expression, str(u.registers), f"{u.static_smem} B", f"{u.dynamic_smem} B", f"{u.stack_frame} B", spill, "yes" if ck.from_cache else "no")
+            t.add_row(ck.name_expression, str(u.registers), f"{u.static_smem} B", f"{u.dynamic_smem} B", f"{u.stack_frame} B", spill,
+                      "yes" if ck.from_cache else "no", f"{sum(x for _, x in ck.timings):.2f}")  # fmt: skip
         console.print(t)
     if failed:
         raise typer.Exit(1)
+
+
+def _shape_jobs(shapes: list[tuple[int, int, int]], dtypes: list[str], layouts: list[str]) -> list[tuple]:
+    """The (spec, config, types) jobs of what gemm() launches for each shape in each dtype name
+    (bench.run.DTYPES) and layout, on this machine's GPU (its SM count steers the choice), else as
+    on an H100 or H200 (132 SMs)."""
+    import torch
+
+    from ..api import compile_jobs
+    from ..bench.run import DTYPES, LAYOUTS, OUT_DTYPES, PRECISIONS
+    from ..problem import fresh_problem
+
+    for name in dtypes:
+        if name not in DTYPES:
+            raise typer.BadParameter(f"--dtype {name!r}: one of {', '.join(DTYPES)}")
+    for name in layouts:
+        if name not in LAYOUTS:
+            raise typer.BadParameter(f"--layout {name!r}: one of {', '.join(LAYOUTS)}")
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cuda")
+    problems = [fresh_problem(*s, DTYPES[d], layout=lay, precision=PRECISIONS.get(d, "fp32"), out_dtype=OUT_DTYPES.get(d),
+                              device=device) for s in shapes for d in dtypes for lay in layouts]  # fmt: skip
+    try:
+        return compile_jobs(problems)
+    except (ValueError, TypeError) as exc:  # no kernel serves a problem (an empty one, a dtype none takes)
+        raise typer.BadParameter(str(exc)) from None
 
 
 def check_cmd(

@@ -1,5 +1,5 @@
-"""Commands that measure on a device and write records: bench, pad, overhead, fuzz, sustained, peak, conv-bench,
-linear-bench."""
+"""Commands that measure on a device and write records: bench, pad, overhead, cold-start, fuzz, sustained, peak,
+conv-bench, linear-bench."""
 
 from __future__ import annotations
 
@@ -258,6 +258,39 @@ def overhead_cmd(
 
     console.print(overhead_table({"meta": meta, "records": recs}))
     console.print(f"record: {path}")
+
+
+def cold_start_cmd(
+    size: int = typer.Option(2048, min=1, help="M = N = K"),
+    reps: int = typer.Option(5, min=1, help="repetitions, each in fresh processes with a new, empty cache (medians reported)"),
+    arch: Optional[str] = typer.Option(None, help="time only what the first calls compile for this target (e.g. sm_90a): no GPU needed, no record written"),
+    out: Path = _out_option("cold-start"),
+) -> None:
+    """Time a program's first gemm() of each dtype, with an empty and with a warm cubin cache.
+
+    In fresh processes: `python -c "import gemmlab"`; the first bf16 and the first fp32 SIZE^3
+    gemm() to completion with a new, empty GEMMLAB_CACHE_DIR (the kernels are compiled), then in a
+    new process with the cache they left; torch.mm's first calls in a new process beside them.
+    Without a GPU it exits 2, unless --arch asks for the compile-only measurement."""
+    import torch
+
+    if arch is None and not torch.cuda.is_available():
+        err_console.print("gemmlab: no CUDA GPU is visible on this machine; cold-start times first calls on one "
+                          "(--arch sm_90a times only what they compile).")  # fmt: skip
+        raise typer.Exit(2)
+    from ..bench import coldstart
+    from ..bench.run import results_path, write_run
+    from ..bench.tables import cold_start_table
+
+    meta = coldstart.host_meta(arch)
+    with _progress() as prog:
+        task = prog.add_task("cold-start repetitions", total=reps)
+        recs = coldstart.measure(size, reps, arch, on_rep=lambda i: prog.update(task, completed=i))
+    console.print(cold_start_table({"meta": meta, "records": recs}), markup=False, highlight=False)
+    if arch is None:
+        path = results_path(out, meta, "cold-start")
+        write_run(path, meta, recs)
+        console.print(f"record: {path}", highlight=False)
 
 
 def fuzz_cmd(
