@@ -14,10 +14,11 @@ ACTIVATIONS = {
     "silu": F.silu,
 }
 
-# gemmlab::ACT_* and POST_BIAS: a fused epilogue's POST is the activation's code plus POST_BIAS
-# where a bias is added.
+# gemmlab::ACT_* and POST_FUSED: a fused epilogue's POST is POST_FUSED plus the activation's code,
+# compiled in; the bias is the kernel's argument (null where there is none), so one build serves a
+# layer with and without its bias.
 ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
-POST_BIAS = 8
+POST_FUSED = 8
 
 
 def check_activation(activation) -> None:
@@ -27,9 +28,10 @@ def check_activation(activation) -> None:
 
 
 def post_code(has_bias: bool, activation) -> int:
-    """The POST template argument of a fused epilogue: 0 for none."""
+    """The POST template argument a call needs: POST_FUSED plus the activation's code where it adds
+    a bias or applies an activation, else 0 (the plain epilogue)."""
     check_activation(activation)
-    return ACTIVATION_CODES[activation] + (POST_BIAS if has_bias else 0)
+    return POST_FUSED + ACTIVATION_CODES[activation] if has_bias or activation is not None else 0
 
 
 def apply_post(d: torch.Tensor, bias, activation) -> torch.Tensor:

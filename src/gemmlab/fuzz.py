@@ -10,7 +10,10 @@ Each problem: inputs drawn fresh (normal), output poisoned with NaN unless gemm(
 it is C itself, C full of NaN where beta = 0 (it must not be read), now and then a NaN or an Inf
 in A or B (it must reach exactly the elements it should), and in about a third of them a fused
 epilogue: a bias over D's columns and an activation (every kernel serves them: those without
-the fused epilogue through torch after the launch). The result is compared with float64
+the fused epilogue through torch after the launch). A run draws one activation for all its
+epilogues (run_activation: the kernels compile each activation in, the bias they read at run
+time), so the fused builds it needs are one a kernel config, compiled side by side before it
+starts (warm_fused); runs of other seeds take the other activations. The result is compared with float64
 (reference.error_terms) and so is cuBLAS's (torch.addmm on the same tensors): a problem is wrong
 where NaN or Inf appears or vanishes, C changes though D is elsewhere, or an error exceeds both
 the dtype's stated tolerance (reference.tolerance) and CUBLAS_FACTOR times cuBLAS's own error on
@@ -35,7 +38,7 @@ from . import registry
 from .api import gemm
 from .configs import select
 from .problem import problem_from_tensors
-from .activations import ACTIVATIONS, apply_post
+from .activations import ACTIVATIONS, apply_post, post_code
 from .reference import error_terms, reference, reference_norm, reference_post, tolerance
 
 EPILOGUE_SHARE = 0.3  # of the problems drawn with a fused epilogue (bias, activation or both)
@@ -193,8 +196,15 @@ def _weighted(rng: random.Random, weights: dict[str, float]) -> str:
     return rng.choices(list(weights), weights=list(weights.values()))[0]
 
 
-def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, ...] | None = None) -> Case:
-    """Case `seed`: every choice but a named kernel's (which needs the tensors: pick_kernel)."""
+def run_activation(seed: int) -> str | None:
+    """The activation of a run's epilogues (None: a bias alone), drawn from its seed."""
+    return random.Random(f"activation {seed}").choice([None, *(a for a in ACTIVATIONS if a is not None)])
+
+
+def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, ...] | None = None,
+         activation: str | None = None) -> Case:  # fmt: skip
+    """Case `seed`: every choice but a named kernel's (which needs the tensors: pick_kernel).
+    activation: the run's (run_activation), taken by the cases drawn with an epilogue."""
     rng = random.Random(seed)
     regime = _weighted(rng, {k: w for k, (w, _, _) in REGIMES.items()})
     M, N, K = _fit(*REGIMES[regime][2](rng))
@@ -217,8 +227,8 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, .
     erng = random.Random(f"epilogue {seed}")
     epilogue = ""
     if erng.random() < EPILOGUE_SHARE:
-        act = erng.choice([a for a in ACTIVATIONS if a is not None] + [None])
-        epilogue = "+".join(p for p in ("bias" if erng.random() < 0.6 else "", act or "") if p) or "bias"
+        with_bias = activation is None or erng.random() < 0.6
+        epilogue = "+".join(p for p in ("bias" if with_bias else "", activation or "") if p)
     return Case(seed, regime, dt, M, N, K, layout, pad, offset, alpha, beta, c, out, special, kernel, epilogue)
 
 
@@ -458,10 +468,13 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
                     on_wrong(o)
         queued.clear()
 
+    activation = run_activation(seed)
+    warm_fused(activation, dtypes, kernels)
+    t0 = time.monotonic()  # (the warm-up's compiles are not the run's time)
     i = seed
     try:
         while (max_cases is None or s.tried + len(queued) < max_cases) and time.monotonic() - t0 < seconds:
-            case = draw(i, dtypes, kernels)
+            case = draw(i, dtypes, kernels, activation)
             i += 1
             try:
                 queued.append(start(case, kernels))
@@ -488,6 +501,35 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
                          if DTYPES[dt][0] != torch.float32 or k.math == DTYPES[dt][2]]  # fmt: skip
     s.not_reached = sorted(set(wanted) - ran)
     return s
+
+
+def warm_fused(activation: str | None, dtypes: tuple[str, ...] | None = None,
+               kernels: tuple[str, ...] | None = None) -> int:  # fmt: skip
+    """Compile, side by side in threads, the fused-epilogue build of every config auto can choose
+    (configs_in_use) in the dtypes drawn, for this activation: a run's epilogue cases then wait for
+    no compile. Returns how many builds there are (most come from the disk cache after a first run)."""
+    import os
+
+    from .configs import configs_in_use
+    from .jit import compile_many, device_arch
+
+    post = post_code(True, activation)
+    jobs = {}
+    for dt in dtypes or DTYPES:
+        dtype, result, precision = DTYPES[dt]
+        for spec in registry.kernels(dtype):
+            if not spec.epilogues or (kernels and spec.id not in kernels) or (dtype == torch.float32 and spec.math != precision):
+                continue
+            types = (dtype, result) if spec.type_param else (None, None)
+            for cfg in configs_in_use(spec):
+                if spec.type_param and not spec.builds_for(cfg, *types):
+                    continue
+                jobs.setdefault(spec.name_expression(cfg, *types, post), (spec, cfg, *types, post))
+    arch = device_arch(torch.cuda.current_device())
+    for done in compile_many(list(jobs.values()), arch, workers=os.cpu_count() or 1):
+        if isinstance(done, Exception):
+            raise done
+    return len(jobs)
 
 
 def replay(case: Case, repeats: int = 1) -> list[Outcome]:

@@ -141,6 +141,8 @@ class KernelSpec:
         (activations.post_code), given after the config where it is not 0."""
         args = [str(v) for _, v in cfg.values]
         if post:
+            if not 8 <= post <= 12:
+                raise ValueError(f"POST is 0 (the plain epilogue) or 8 + an activation's code (activations.post_code), not {post!r}")
             if not self.epilogues:
                 raise ValueError(f"{self.id} does not fuse a bias or an activation into its epilogue")
             args.append(str(post))

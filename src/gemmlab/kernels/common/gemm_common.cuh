@@ -25,10 +25,11 @@ __device__ __forceinline__ float epilogue(float acc, float alpha, float beta,
 //
 // The steps that fuse it (their specs say `epilogues`) take a template argument POST (0, the plain
 // epilogue, by default) and a last kernel argument `bias`, a vector of N elements of D's type added
-// to every row. POST is the activation (its low three bits) plus POST_BIAS where a bias is added.
-// Both are applied in registers to the fp32 value, before D is rounded to its type and stored; with
-// POST = 0 nothing is added and the code is the plain epilogue's.
-enum : int { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2, ACT_GELU_TANH = 3, ACT_SILU = 4, POST_BIAS = 8 };
+// to every row, or null. POST = POST_FUSED + the activation (ACT_*): the activation is compiled in,
+// the bias read at run time where there is one, so that one build serves a layer with or without
+// its bias. Both are applied in registers to the fp32 value, before D is rounded to its type and
+// stored; with POST = 0 neither is and the code is the plain epilogue's.
+enum : int { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2, ACT_GELU_TANH = 3, ACT_SILU = 4, POST_FUSED = 8 };
 
 template <int ACT>
 __device__ __forceinline__ float activate(float v) {
@@ -40,20 +41,20 @@ __device__ __forceinline__ float activate(float v) {
     } else if constexpr (ACT == ACT_GELU_TANH) {  // torch's approximate="tanh"
         return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
     } else if constexpr (ACT == ACT_SILU) {  // the approximate division (2 ulp): IEEE division's
-        // slow path is a call, whose registers made steps 12 and tc09 spill
+        // slow path is a call, whose registers made step 12 and tc09 spill
         return __fdividef(v, 1.0f + expf(-v));
     } else {
         return v;
     }
 }
 
-// The bias of column n where POST adds one, else 0; columns at or past N (a tile's overhang,
-// clipped by the store) read none.
+// The bias of column n where the fused epilogue has one, else 0; columns at or past N (a tile's
+// overhang, clipped by the store) read none.
 template <int POST, typename TB>
 __device__ __forceinline__ float bias_of(const TB* bias, int n, int N) {
-    static_assert(POST >= 0 && POST < 16, "POST: an activation, plus POST_BIAS");
-    if constexpr ((POST & POST_BIAS) != 0) {
-        return n < N ? static_cast<float>(bias[n]) : 0.0f;
+    static_assert(POST == 0 || (POST >= POST_FUSED && POST <= POST_FUSED + ACT_SILU), "POST: 0, or POST_FUSED + ACT_*");
+    if constexpr (POST != 0) {
+        return bias != nullptr && n < N ? static_cast<float>(bias[n]) : 0.0f;
     } else {
         return 0.0f;
     }
@@ -62,7 +63,7 @@ __device__ __forceinline__ float bias_of(const TB* bias, int n, int N) {
 // v (alpha * acc + beta * C, in fp32) with the bias of column n added and the activation applied.
 template <int POST, typename TB>
 __device__ __forceinline__ float post(float v, const TB* bias, int n, int N) {
-    if constexpr ((POST & POST_BIAS) != 0) v += bias_of<POST>(bias, n, N);
+    if constexpr (POST != 0) v += bias_of<POST>(bias, n, N);
     return activate<POST & 7>(v);
 }
 
