@@ -327,7 +327,7 @@ def test_gradients_match_float64_torch_on_every_path_on_the_gpu(case, x_last):
 # The conv benchmark: its sweep file, its table, and (GPU) one small run
 
 from gemmlab.bench import conv as conv_bench  # noqa: E402
-from gemmlab.bench import tables  # noqa: E402
+from gemmlab.bench import layer_tables as tables  # noqa: E402
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

@@ -304,7 +304,7 @@ def test_linear_sweep_files_are_read_and_checked(tmp_path):
 
 
 def test_linear_table_from_a_record():
-    from gemmlab.bench.tables import linear_table
+    from gemmlab.bench.layer_tables import linear_table
 
     rec = dict(name="8B down", tokens=2048, N=4096, K=14336, dtype="bf16", activation="gelu", reps=20, ms=1.0,
                unfused_ms=1.2, eager_ms=1.3, compiled_ms=1.1, tflops=240.5, vs_eager=1.3, vs_compiled=1.1)  # fmt: skip

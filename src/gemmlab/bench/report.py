@@ -10,8 +10,9 @@ from .. import registry
 from .records import (
     _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_peak, record_paths, short_commit,
 )
+from .layer_tables import conv_table, linear_table
 from .tables import (
-    bench_table, conv_table, linear_table, cpu_vs_gpu_table, fp32_shapes_summary, fp32_shapes_table, k_sweep_shape, k_sweep_table,
+    bench_table, cpu_vs_gpu_table, fp32_shapes_summary, fp32_shapes_table, k_sweep_shape, k_sweep_table,
     models_summary, models_table, ncu_table,
     overhead_table, pad_table, peak_table, reorder_table, summary_table, sustained_table, cold_start_table,
 )

@@ -431,7 +431,7 @@ def conv_bench_cmd(
     """Time gemmlab.conv2d against cuDNN on a sweep of convolution layers, its im2col step timed beside them."""
     _require_gpu()
     from ..bench.conv import read_conv_sweep, run_conv_bench
-    from ..bench.tables import conv_table
+    from ..bench.layer_tables import conv_table
 
     try:
         spec = read_conv_sweep(sweep)
@@ -468,7 +468,7 @@ def linear_bench_cmd(
     _require_gpu()
     from ..bench.linear import read_linear_sweep, run_linear_bench
     from ..bench.records import load_run
-    from ..bench.tables import linear_table
+    from ..bench.layer_tables import linear_table
 
     try:
         spec = read_linear_sweep(sweep)

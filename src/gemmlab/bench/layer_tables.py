@@ -1,0 +1,68 @@
+"""Tables of the layer benchmarks: conv-bench (gemmlab.conv2d against cuDNN) and linear-bench
+(gemmlab.linear with its fused epilogue against torch), from their records."""
+
+from __future__ import annotations
+
+import statistics
+
+from .records import _commits
+
+
+def _im2col_share(r: dict) -> str:
+    """conv2d's data movement against its time: the im2col step (im2col_ms; None where the GEMM's A
+    operand was a view of the input), or, in records written before that step existed, the unfold."""
+    if "unfold_ms" in r:
+        return f"{r['unfold_ms'] / r['ms']:.0%}"
+    return "none (view)" if r["im2col_ms"] is None else f"{r['im2col_ms'] / r['ms']:.0%}"
+
+
+def conv_table(run: dict) -> str:
+    """A conv-bench run (one dtype): rows the layers at each batch; gemmlab.conv2d's ratio to cuDNN,
+    the rates, and the share of conv2d's time its data movement takes (the im2col step timed alone;
+    in older records, torch's unfold), with the geometric mean per batch."""
+    recs = run["records"]
+    old = any("unfold_ms" in r for r in recs)
+    share = "unfold share" if old else "im2col share"
+    lines = [f"| layer | N | C -> K | filter | GEMM M x N x K | TFLOP/s | cuDNN TFLOP/s | ratio | {share} |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in recs:
+        g = r["gemm"]
+        lines.append(f"| {r['name']} | {r['N']} | {r['C']} -> {r['K']} | {r['R']}x{r['S']}/{r['stride']} | "
+                     f"{g['M']}x{g['N']}x{g['K']} | {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['ratio']:.2f}x | "
+                     f"{_im2col_share(r)} |")  # fmt: skip
+    means = []
+    for n in sorted({r["N"] for r in recs}):
+        ratios = [r["ratio"] for r in recs if r["N"] == n]
+        means.append(f"batch {n}: **{statistics.geometric_mean(ratios):.2f}x** (lowest {min(ratios):.2f}x)")
+    if old:
+        what = "im2col by torch's unfold, then gemm()"
+        note = "unfold share: torch's unfold alone against conv2d's time."
+    else:
+        what = "NHWC im2col, then gemm()"
+        note = ("im2col share: conv2d's im2col alone (padding and the one copy that builds the GEMM's A operand) "
+                "against conv2d's time; none (view): A is the input itself (1x1, stride 1, no padding), nothing copied.")  # fmt: skip
+    return "\n".join(lines) + (
+        f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}, {run['meta'].get('dtype', recs[0]['dtype'])}: geometric mean "
+        + ", ".join(means) + f"; ratio = cuDNN median time / gemmlab.conv2d's ({what}), median of {recs[0]['reps']} "
+        "event-timed runs with L2 flushed, channels_last, cudnn.benchmark on; " + note
+    )
+
+
+def linear_table(run: dict) -> str:
+    """A linear-bench run: rows the weights at each token count; gemmlab.linear (bias and
+    activation in the epilogue) against torch eager and torch.compile, and the unfused form beside."""
+    recs = run["records"]
+    act = run["meta"].get("activation", recs[0]["activation"])
+    lines = ["| layer | tokens | N x K | TFLOP/s | vs eager | vs compiled | unfused vs eager |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in recs:
+        lines.append(f"| {r['name']} | {r['tokens']} | {r['N']}x{r['K']} | {r['tflops']:.0f} | {r['vs_eager']:.2f}x | "
+                     f"{r['vs_compiled']:.2f}x | {r['eager_ms'] / r['unfused_ms']:.2f}x |")  # fmt: skip
+    geo = {key: statistics.geometric_mean([r[key] for r in recs]) for key in ("vs_eager", "vs_compiled")}
+    return "\n".join(lines) + (
+        f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}, {run['meta'].get('dtype', recs[0]['dtype'])}, {act}: "
+        f"geometric mean **{geo['vs_eager']:.2f}x** torch eager ({act}(F.linear(x, w, b))), **{geo['vs_compiled']:.2f}x** "
+        f"torch.compile of it; ratio = torch's median time / gemmlab.linear's (bias and {act} in the GEMM's epilogue), "
+        f"median of {recs[0]['reps']} event-timed runs with L2 flushed, no autograd; unfused: gemmlab's GEMM with its "
+        f"bias, then torch's {act}."
+    )
