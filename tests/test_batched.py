@@ -1,0 +1,99 @@
+"""gemmlab.bmm: a batch of products as torch.bmm and torch.matmul take them, on the CPU ladder here
+(values, the one-launch path for a shared B, gradients, argument errors) and on the GPU (marker
+`gpu`) in bf16 and float32 against float64."""
+
+import pytest
+import torch
+
+import gemmlab
+from gemmlab import batched
+from gemmlab.reference import check_result
+
+
+def _ref(a, b, c=None, alpha=1.0, beta=0.0):
+    d = alpha * torch.matmul(a.double(), b.double())
+    return d + beta * c.double() if c is not None else d
+
+
+@pytest.mark.parametrize("B,M,K,N", [(1, 1, 1, 1), (3, 7, 5, 17), (4, 33, 1, 9), (2, 1, 127, 3)])
+@pytest.mark.parametrize("form", ["both", "shared_b", "shared_a"])
+def test_values_against_float64_on_the_cpu(B, M, K, N, form):
+    a = torch.randn(M, K) if form == "shared_a" else torch.randn(B, M, K)
+    b = torch.randn(K, N) if form == "shared_b" else torch.randn(B, K, N)
+    c = torch.randn(B, M, N)
+    d = gemmlab.bmm(a, b, c, alpha=1.5, beta=-0.5, device="cpu")
+    assert d.shape == (B, M, N)
+    torch.testing.assert_close(d.double(), _ref(a, b, c, 1.5, -0.5), rtol=1e-4, atol=1e-4)
+
+
+def test_a_shared_b_is_one_gemm_over_the_stacked_rows(monkeypatch):
+    calls = []
+    real = batched.gemm
+
+    def spy(a, b, c=None, **kw):
+        calls.append((tuple(a.shape), a.untyped_storage().data_ptr()))
+        return real(a, b, c, **kw)
+
+    monkeypatch.setattr(batched, "gemm", spy)
+    a = torch.randn(4, 6, 5)
+    gemmlab.bmm(a, torch.randn(5, 3), device="cpu")
+    assert calls == [((24, 5), a.untyped_storage().data_ptr())]  # the batch's rows, not a copy
+    calls.clear()
+    gemmlab.bmm(a.transpose(0, 1), torch.randn(5, 3), device="cpu")  # matrices not one after another
+    assert len(calls) == 6
+    calls.clear()
+    gemmlab.bmm(a, torch.randn(4, 5, 3), device="cpu")  # distinct B matrices: one launch each
+    assert len(calls) == 4
+
+
+def test_gradients_match_torch_on_the_cpu():
+    a = torch.randn(3, 7, 5, requires_grad=True)
+    b = torch.randn(3, 5, 4, requires_grad=True)
+    w = torch.randn(5, 4, requires_grad=True)
+    g = torch.randn(3, 7, 4)
+    (gemmlab.bmm(a, b, device="cpu") * g).sum().backward()
+    (gemmlab.bmm(a, w, device="cpu") * g).sum().backward()
+    a2, b2, w2 = (t.detach().double().requires_grad_() for t in (a, b, w))
+    ((torch.bmm(a2, b2) + torch.matmul(a2, w2)) * g.double()).sum().backward()
+    for got, want in ((a.grad, a2.grad), (b.grad, b2.grad), (w.grad, w2.grad)):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_bias_and_activation_over_the_batch():
+    a, b, bias = torch.randn(2, 5, 6), torch.randn(6, 3), torch.randn(3)
+    d = gemmlab.bmm(a, b, bias=bias, activation="silu", device="cpu")
+    torch.testing.assert_close(d.double(), torch.nn.functional.silu(_ref(a, b) + bias.double()), rtol=1e-4, atol=1e-4)
+
+
+def test_bad_arguments_are_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="neither a nor b has a batch"):
+        gemmlab.bmm(torch.randn(3, 4), torch.randn(4, 5), device="cpu")
+    with pytest.raises(ValueError, match="batch sizes differ"):
+        gemmlab.bmm(torch.randn(2, 3, 4), torch.randn(3, 4, 5), device="cpu")
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        gemmlab.bmm(torch.randn(2, 3, 4), torch.randn(2, 5, 5), device="cpu")
+    with pytest.raises(ValueError, match=r"must be \[batch, rows, cols\]"):
+        gemmlab.bmm(torch.randn(2, 2, 3, 4), torch.randn(4, 5), device="cpu")
+    with pytest.raises(ValueError, match=r"c must be \[2, 3, 5\]"):
+        gemmlab.bmm(torch.randn(2, 3, 4), torch.randn(4, 5), torch.randn(3, 5), beta=1.0, device="cpu")
+    with pytest.raises(TypeError, match="torch tensor"):
+        gemmlab.bmm([[1.0]], torch.randn(2, 1, 1), device="cpu")
+
+
+def test_an_empty_batch():
+    d = gemmlab.bmm(torch.randn(0, 3, 4), torch.randn(0, 4, 5), device="cpu")
+    assert d.shape == (0, 3, 5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("form", ["both", "shared_b", "shared_a"])
+def test_values_against_float64_on_the_gpu(dtype, form):
+    for B, M, K, N in ((8, 512, 512, 512), (3, 127, 1000, 33), (17, 1, 64, 7)):
+        a = torch.randn(M, K, device="cuda").to(dtype) if form == "shared_a" else torch.randn(B, M, K, device="cuda").to(dtype)
+        b = torch.randn(K, N, device="cuda").to(dtype) if form == "shared_b" else torch.randn(B, K, N, device="cuda").to(dtype)
+        d = gemmlab.bmm(a, b)
+        torch.cuda.synchronize()
+        for i in range(B):
+            rep = check_result(d[i], a[i] if a.dim() == 3 else a, b[i] if b.dim() == 3 else b)
+            assert rep.passed, f"{form} {B}x{M}x{K}x{N} [{i}]: {rep.summary()}"
