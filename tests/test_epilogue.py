@@ -3,6 +3,7 @@ kernel that fuses it, spill-free for sm_90a), argument errors before any launch,
 results and gradients here; on a GPU (marker `gpu`) every kernel that fuses it, and one that does
 not, against float64 at odd shapes, with NaN in C at beta = 0 and a poisoned D."""
 
+import json
 import math
 import os
 from pathlib import Path
@@ -336,3 +337,18 @@ def test_linear_bench_runs_and_writes_its_record(tmp_path):
     for r in records:
         assert r["errors"]["ours"] < 2e-2 and r["errors"]["eager"] < 2e-2, r["errors"]
         assert r["ms"] > 0 and r["eager_ms"] > 0 and r["compiled_ms"] > 0
+
+
+def test_compile_warms_the_fused_builds_a_linear_layer_needs():
+    from typer.testing import CliRunner
+
+    from gemmlab.cli import app
+
+    r = CliRunner().invoke(app, ["compile", "--arch", ARCH, "-s", "64x96x128", "--dtype", "bf16", "--layout", "nt",
+                                 "--activation", "gelu", "--activation", "none", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    names = [row["config"] for row in json.loads(r.output[r.output.index("[\n"):])]  # (after the progress bar)
+    plain = [n for n in names if not n.endswith((", 10>", ", 8>"))]
+    assert len(plain) == 1 and f"{plain[0][:-1]}, 10>" in names and f"{plain[0][:-1]}, 8>" in names
+    bad = CliRunner().invoke(app, ["compile", "--arch", ARCH, "-s", "64", "--activation", "tanh"])
+    assert bad.exit_code != 0 and "--activation 'tanh'" in bad.output

@@ -35,6 +35,7 @@ def compile_cmd(
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK or N (repeatable): only what gemm() launches for these problems, in each --dtype and --layout"),
     dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="with --shape: float32, tf32, bf16, fp16, bf16-fp32out or fp16-fp32out (repeatable; default float32 and bf16)"),
     layout: Optional[list[str]] = typer.Option(None, "--layout", help="with --shape: nn, nt (x @ w.t(), as nn.Linear passes it), tn or tt (repeatable; default nn)"),
+    activation: Optional[list[str]] = typer.Option(None, "--activation", help="with --shape: also the fused-epilogue build (bias= and activation=, as gemmlab.linear asks) for none (a bias alone), relu, gelu, gelu_tanh or silu (repeatable)"),
 ) -> None:
     """Compile kernels for an arch (no GPU needed) and print the resource report.
 
@@ -45,8 +46,14 @@ def compile_cmd(
     compiling them, a second or more each."""
     if shape and kernel:
         raise typer.BadParameter("--shape compiles what gemm() chooses for the shapes; -k names kernels: give one of them")
-    if (dtype or layout) and not shape:
-        raise typer.BadParameter("--dtype and --layout say which problems of --shape to compile for")
+    if (dtype or layout or activation) and not shape:
+        raise typer.BadParameter("--dtype, --layout and --activation say which problems of --shape to compile for")
+    from ..activations import post_code
+
+    acts = [None if a == "none" else a for a in (activation or [])]
+    bad_act = [a for a in acts if a not in (None, "relu", "gelu", "gelu_tanh", "silu")]
+    if bad_act:
+        raise typer.BadParameter(f"--activation {bad_act[0]!r}: one of none, relu, gelu, gelu_tanh, silu")
     if arch is None:
         _require_gpu()
         arch = jit.device_arch(0)
@@ -56,6 +63,8 @@ def compile_cmd(
 
     if shape:
         work = _shape_jobs([parse_shape(s) for s in shape], dtype or ["float32", "bf16"], layout or ["nn"])
+        # the fused builds of the kernels that have the epilogue (the others apply it with torch)
+        work += [(*job, post_code(True, a)) for a in acts for job in work if job[0].epilogues]
     else:
         work = [
             (spec, cfg, dt, od)
