@@ -1,0 +1,121 @@
+"""Real clients: a small transformer block and a 3-layer MLP trained for 200 steps with every Linear
+replaced by gemmlab.nn.Linear, against the same models on torch's own Linear from the same seed
+and batches. Here on the CPU ladder (float32); on the GPU (marker `gpu`) in float32 and bf16,
+eager, under torch.compile(fullgraph=True) and with mode="reduce-overhead" (CUDA graphs).
+
+Stated tolerances: the losses of every step agree to LOSS_RTOL and the final weights to WEIGHT_ATOL
+(the two products sum in different orders, and 200 steps of AdamW carry the difference on)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import gemmlab
+
+STEPS = 200
+TOLERANCES = {torch.float32: (1e-3, 2e-3), torch.bfloat16: (5e-2, 5e-2)}  # dtype -> (LOSS_RTOL, WEIGHT_ATOL)
+
+
+class Block(nn.Module):
+    """Pre-norm attention (fused qkv projection, torch's scaled_dot_product_attention) and a
+    SiLU-gated MLP: the Linear layers of a Llama-style transformer block."""
+
+    def __init__(self, d: int = 32, heads: int = 4, ffn: int = 64, linear=nn.Linear):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.out = linear(d, 3 * d), linear(d, d)
+        self.gate_up, self.down = linear(d, 2 * ffn), linear(ffn, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).transpose(1, 3).unbind(2)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
+        x = x + self.out(att)
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+def mlp(linear=nn.Linear):
+    return nn.Sequential(linear(24, 64), nn.GELU(), linear(64, 48), nn.GELU(), linear(48, 8))
+
+
+def on_gemmlab(model: nn.Module) -> nn.Module:
+    """A copy of the model with every nn.Linear replaced by gemmlab.nn.Linear holding the same weights."""
+    ours = copy.deepcopy(model)
+    for parent in ours.modules():
+        for name, child in parent.named_children():
+            if type(child) is nn.Linear:
+                swap = gemmlab.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                         device=child.weight.device, dtype=child.weight.dtype)  # fmt: skip
+                swap.load_state_dict(child.state_dict())
+                setattr(parent, name, swap)
+    assert not any(type(m) is nn.Linear for m in ours.modules())
+    return ours
+
+
+def train_both(ref: nn.Module, ours: nn.Module, batch, steps: int = STEPS, step_of=lambda m: m):
+    """AdamW on both models with the same batches; returns the two loss curves."""
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (ref, ours)]
+    fns = [step_of(ref), step_of(ours)]
+    curves = ([], [])
+    for i in range(steps):
+        x, target = batch(i)
+        for fn, opt, curve in zip(fns, opts, curves):
+            opt.zero_grad(set_to_none=True)
+            loss = F.mse_loss(fn(x).float(), target.float())
+            loss.backward()
+            opt.step()
+            curve.append(loss.item())
+    return curves
+
+
+def assert_same_training(ref, ours, curves, dtype):
+    loss_rtol, weight_atol = TOLERANCES[dtype]
+    for i, (a, b) in enumerate(zip(*curves)):
+        assert b == pytest.approx(a, rel=loss_rtol), f"step {i}: torch {a}, gemmlab {b}"
+    assert curves[0][-1] < curves[0][0]  # (it learned something)
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q.float(), p.float(), rtol=0, atol=weight_atol, msg=lambda m: f"{name}: {m}")
+
+
+def batches(device: str, dtype, shape_in, shape_out):
+    gen = torch.Generator(device=device).manual_seed(7)
+
+    def batch(i):
+        return (torch.randn(*shape_in, generator=gen, device=device).to(dtype),
+                torch.randn(*shape_out, generator=gen, device=device).to(dtype))  # fmt: skip
+
+    return batch
+
+
+@pytest.mark.parametrize("which", ["block", "mlp"])
+def test_training_matches_torch_on_the_cpu(which):
+    torch.manual_seed(0)
+    ref = Block() if which == "block" else mlp()
+    ours = on_gemmlab(ref)
+    shapes = ((4, 8, 32), (4, 8, 32)) if which == "block" else ((16, 24), (16, 8))
+    curves = train_both(ref, ours, batches("cpu", torch.float32, *shapes))
+    assert_same_training(ref, ours, curves, torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("which", ["block", "mlp"])
+@pytest.mark.parametrize("mode", ["eager", "compiled", "reduce-overhead"])
+def test_training_matches_torch_on_the_gpu(which, dtype, mode):
+    torch.manual_seed(0)
+    ref = (Block(d=256, heads=8, ffn=688) if which == "block" else mlp()).to("cuda", dtype)
+    ours = on_gemmlab(ref)
+    shapes = ((8, 128, 256), (8, 128, 256)) if which == "block" else ((1000, 24), (1000, 8))
+    if mode == "eager":
+        step_of = lambda m: m  # noqa: E731
+    elif mode == "compiled":
+        step_of = lambda m: torch.compile(m, fullgraph=True)  # noqa: E731
+    else:
+        step_of = lambda m: torch.compile(m, fullgraph=True, mode="reduce-overhead")  # noqa: E731
+    curves = train_both(ref, ours, batches("cuda", dtype, *shapes), step_of=step_of)
+    assert_same_training(ref, ours, curves, dtype)
