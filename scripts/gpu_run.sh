@@ -8,7 +8,8 @@
 # Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
 # when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
 # STEPS, the parts to run (default "tests check fuzz overhead bench"; "fuzz" is `gemmlab fuzz` over
-# FUZZ_CASES random problems (default 100000; about 330 s on an H100 once compiled), failing on any wrong
+# FUZZ_CASES random problems (default 100000; about 330 s on an H100 once compiled, after about two minutes
+# compiling the fused-epilogue builds of the run's activation, which FUZZ_SECONDS does not count), failing on any wrong
 # one or on fewer problems than that; "sanitize" adds compute-sanitizer's memcheck, racecheck and
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
@@ -54,7 +55,7 @@ fi
 
 if want fuzz; then
   step "fuzz: ${FUZZ_CASES:-100000} random problems in the kernels' risky regimes against float64 and cuBLAS"
-  python3 -m gemmlab fuzz --cases "${FUZZ_CASES:-100000}" --min-cases "${FUZZ_CASES:-100000}" --seconds "${FUZZ_SECONDS:-540}" \
+  python3 -m gemmlab fuzz --cases "${FUZZ_CASES:-100000}" --min-cases "${FUZZ_CASES:-100000}" --seconds "${FUZZ_SECONDS:-400}" \
     --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "fuzz"
 fi
 

@@ -331,7 +331,9 @@ def fuzz_cmd(
             raise typer.BadParameter(f"--dtype {d!r}: one of {', '.join(fuzz.DTYPES)}")
     ids = tuple(_kernel_ids(kernel)) if kernel else None
     seed = seed if seed is not None else _random.randrange(2**40)
-    err_console.print(f"fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} problems" if cases else ""), highlight=False)
+    err_console.print(f"fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} problems" if cases else "")
+                      + f"; epilogues with {fuzz.run_activation(seed) or 'a bias alone'}: their fused builds compile first, "
+                      "side by side (not counted in the seconds)", highlight=False)  # fmt: skip
     last = [_time.monotonic()]
 
     def progress(s) -> None:  # a line every 15 s: readable in a log as on a terminal
