@@ -424,6 +424,25 @@ def peak_cmd(out: Path = _out_option("peak")) -> None:
     console.print(f"record: {path}", highlight=False)
 
 
+def _layer_sweep(read, path: Path) -> dict:
+    """A layer benchmark's sweep file, as `read` takes it, or why not, as a bad --sweep."""
+    try:
+        return read(path)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _numbered(total: int, line):
+    """What a layer benchmark calls after each record: '[i/total]' and the record's line."""
+    done = [0]
+
+    def progress(rec: dict) -> None:
+        done[0] += 1
+        console.print(f"[{done[0]}/{total}] {line(rec)}", highlight=False)
+
+    return progress
+
+
 def conv_bench_cmd(
     sweep: Path = typer.Option(Path("sweeps/conv/resnet50.toml"), help="a conv sweep file: layers, batches, dtypes"),
     dtype: Optional[list[str]] = typer.Option(None, help="float32, tf32, bf16 or fp16 (repeatable); default the sweep's"),
@@ -435,10 +454,7 @@ def conv_bench_cmd(
     from ..bench.conv import read_conv_sweep, run_conv_bench
     from ..bench.layer_tables import conv_table
 
-    try:
-        spec = read_conv_sweep(sweep)
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from None
+    spec = _layer_sweep(read_conv_sweep, sweep)
     if dtype:
         spec["dtypes"] = list(dtype)
     if batch:
@@ -446,13 +462,8 @@ def conv_bench_cmd(
     bad = [d for d in spec["dtypes"] if d not in ("float32", "tf32", "bf16", "fp16")]
     if bad:
         raise typer.BadParameter(f"--dtype {bad[0]!r}: one of float32, tf32, bf16, fp16")
-    total = len(spec["dtypes"]) * len(spec["batches"]) * len(spec["layers"])
-    seen = []
-
-    def progress(rec: dict) -> None:
-        seen.append(rec)
-        console.print(f"[{len(seen)}/{total}] {rec['dtype']} N={rec['N']} {rec['name']}: {rec['ratio']:.2f}x cuDNN", highlight=False)
-
+    progress = _numbered(len(spec["dtypes"]) * len(spec["batches"]) * len(spec["layers"]),
+                         lambda r: f"{r['dtype']} N={r['N']} {r['name']}: {r['ratio']:.2f}x cuDNN")  # fmt: skip
     for path, records in run_conv_bench(spec, out, on_record=progress):
         from ..bench.records import load_run
 
@@ -472,24 +483,15 @@ def linear_bench_cmd(
     from ..bench.records import load_run
     from ..bench.layer_tables import linear_table
 
-    try:
-        spec = read_linear_sweep(sweep)
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from None
+    spec = _layer_sweep(read_linear_sweep, sweep)
     if tokens:
         spec["tokens"] = list(tokens)
     if activation is not None:
         if activation not in ("relu", "gelu", "gelu_tanh", "silu"):
             raise typer.BadParameter(f"--activation {activation!r}: one of relu, gelu, gelu_tanh, silu")
         spec["activation"] = activation
-    total = len(spec["weights"]) * len(spec["tokens"])
-    seen = []
-
-    def progress(rec: dict) -> None:
-        seen.append(rec)
-        console.print(f"[{len(seen)}/{total}] {rec['name']} tokens={rec['tokens']}: {rec['vs_eager']:.2f}x eager, "
-                      f"{rec['vs_compiled']:.2f}x compiled", highlight=False)  # fmt: skip
-
+    progress = _numbered(len(spec["weights"]) * len(spec["tokens"]),
+                         lambda r: f"{r['name']} tokens={r['tokens']}: {r['vs_eager']:.2f}x eager, {r['vs_compiled']:.2f}x compiled")  # fmt: skip
     path, _ = run_linear_bench(spec, out, on_record=progress)
     console.print(linear_table(load_run(path)), markup=False, highlight=False)
     console.print(f"record: {path}")
