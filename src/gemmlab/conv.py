@@ -133,16 +133,68 @@ def filter_matrix(weight: Tensor) -> Tensor:
     return weight.permute(0, 2, 3, 1).reshape(weight.shape[0], -1).contiguous()
 
 
+def implicit_gemm_why_not(x: Tensor, weight: Tensor, bias: Tensor | None) -> str | None:
+    """Why conv02 (implicit GEMM) cannot serve a convolution, or None."""
+    if x.device.type != "cuda":
+        return f"it runs on CUDA tensors, x is on {x.device}"
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        return f"it takes bf16 or fp16, not {str(x.dtype).removeprefix('torch.')}"
+    if x.shape[1] % 8:
+        return f"it reads channels 8 at a time (16 bytes): C = {x.shape[1]} is not a multiple of 8"
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return "it has no backward pass yet (a gradient is wanted)"
+    return None
+
+
+def implicit_gemm(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str | None) -> Tensor:
+    """The convolution as conv02 computes it (kernels/conv/02_implicit_gemm.cu): the [N*P*Q, K] NHWC
+    result, its A tiles gathered from x's NHWC memory as they are staged (x is copied into that
+    layout first unless it is channels_last), the bias and the activation in its epilogue."""
+    from . import jit, launch
+    from .activations import post_code
+    from .specs.conv import CONV_02
+
+    xs = x.contiguous(memory_format=torch.channels_last)  # NHWC memory
+    wm = filter_matrix(weight).contiguous()  # [K, R*S*C], KRSC
+    if xs.data_ptr() % 16 or wm.data_ptr() % 16:  # (an offset view's storage)
+        xs, wm = xs.clone(memory_format=torch.channels_last), wm.clone()
+    M, K = g["N"] * g["P"] * g["Q"], g["K"]
+    d = torch.empty((M, K), dtype=x.dtype, device=x.device)
+    if d.numel() == 0:
+        return d
+    b = None if bias is None else bias.to(d.dtype).contiguous()
+    spec, cfg = CONV_02, CONV_02.default_config()
+    device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    loaded = jit.load_kernel(spec, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
+    sizes = (g["N"], g["H"], g["W"], g["C"], K, g["R"], g["S"], g["P"], g["Q"], *g["stride"], g["pads"][0], g["pads"][2],
+             *g["dilation"], K)  # (the last: D's row stride)  # fmt: skip
+    launch.launch(loaded, device_id, spec.grid(M, K, cfg), spec.block(cfg), xs.data_ptr(), wm.data_ptr(), d.data_ptr(),
+                  *(launch.i32(v) for v in sizes), launch.f32(1.0), 0 if b is None else b.data_ptr())  # fmt: skip
+    return d
+
+
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
-           activation: str | None = None, precision: str = "fp32") -> Tensor:  # fmt: skip
+           activation: str | None = None, precision: str = "fp32", algorithm: str = "im2col") -> Tensor:  # fmt: skip
     """activation(conv2d(x, weight) + bias) with torch.nn.functional.conv2d's semantics: x [N, C, H, W]
     and weight [K, C, R, S], each NCHW or channels_last (the result is channels_last where torch's is:
     where x's or the weight's strides are channels_last, ambiguous ones read as torch reads them), stride, padding (int, pair, "same", "valid") and dilation as ints or pairs. The
     product runs on gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor
-    cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused."""
+    cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused.
+
+    algorithm: "im2col" (the default: the matrix of receptive fields, then gemm()) or "implicit"
+    (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, no gradients yet; not
+    yet run on a GPU, so taken only when asked for)."""
     _check(x, weight, bias, groups, activation)
+    if algorithm not in ("im2col", "implicit"):
+        raise ValueError(f"algorithm must be 'im2col' or 'implicit', got {algorithm!r}")
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
+    if algorithm == "implicit":
+        why = implicit_gemm_why_not(x, weight, bias)
+        if why:
+            raise ValueError(f"algorithm='implicit' cannot serve this convolution: {why}; use algorithm='im2col'")
+        y = implicit_gemm(x, weight, bias, g, activation).reshape(N, P, Q, K).permute(0, 3, 1, 2)
+        return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
     a = im2col(x, g)  # [N*P*Q, R*S*C]
     b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place
     # The bias and the activation in the GEMM's epilogue (as gemmlab.linear: the activation by torch

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..conv import conv2d, conv_geometry, im2col
+from ..conv import conv2d, conv_geometry, im2col, implicit_gemm_why_not
 from . import environment
 from .run import DTYPES, PRECISIONS, REPS, results_path, write_run
 from .timing import L2Flusher, interleaved, median
@@ -72,25 +72,31 @@ def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
-def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int, flusher, device: str = "cuda") -> dict:
+def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int, flusher, device: str = "cuda",
+              algorithm: str = "im2col") -> dict:  # fmt: skip
     """One layer at one batch and dtype: the error of both sides against float64 on the first
     images, then the median times of gemmlab.conv2d, cuDNN and conv2d's im2col alone (None where
-    im2col returns a view of x: no work)."""
+    im2col returns a view of x: no work, or where the algorithm is implicit GEMM, which has none).
+    algorithm: conv2d's; a layer implicit GEMM cannot serve (C not a multiple of 8) runs im2col,
+    and its record says which ran."""
     dtype, precision = DTYPES[dtype_name], PRECISIONS.get(dtype_name, "fp32")
     g = conv_geometry((batch, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
     x = torch.randn(batch, layer.C, layer.H, layer.W, device=device).to(dtype).to(memory_format=torch.channels_last)
     w = (torch.randn(layer.K, layer.C, layer.R, layer.S, device=device) / (layer.C * layer.R * layer.S) ** 0.5).to(dtype)
     w = w.to(memory_format=torch.channels_last)
     kw = dict(stride=layer.stride, padding=layer.padding)
-    copies = im2col(x, g).untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
-    fns = {"ours": lambda: conv2d(x, w, precision=precision, **kw), "cudnn": lambda: F.conv2d(x, w, **kw)}
+    if algorithm == "implicit" and implicit_gemm_why_not(x, w, None) is not None:
+        algorithm = "im2col"
+    kw_ours = dict(kw, precision=precision, algorithm=algorithm)
+    copies = algorithm == "im2col" and im2col(x, g).untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    fns = {"ours": lambda: conv2d(x, w, **kw_ours), "cudnn": lambda: F.conv2d(x, w, **kw)}
     if copies:
         fns["im2col"] = lambda: im2col(x, g)
     tf32 = precision == "tf32"
     with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=tf32):
         first = x[:CHECK_IMAGES]
         ref = F.conv2d(first.double(), w.double(), **kw)
-        err = _rel_err(conv2d(first, w, precision=precision, **kw), ref)
+        err = _rel_err(conv2d(first, w, **kw_ours), ref)
         cudnn_err = _rel_err(F.conv2d(first, w, **kw), ref)
         times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
     ms = {k: median(v) for k, v in times.items()}
@@ -103,24 +109,27 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
         cudnn_times_ms=times["cudnn"], tflops=flops / ms["ours"] / 1e9, cudnn_tflops=flops / ms["cudnn"] / 1e9,
         ratio=ms["cudnn"] / ms["ours"],
         im2col_bytes=batch * g["P"] * g["Q"] * layer.C * layer.R * layer.S * x.element_size() if copies else 0,
-        error=err, cudnn_error=cudnn_err, reps=reps,
+        error=err, cudnn_error=cudnn_err, reps=reps, algorithm=algorithm,
     )  # fmt: skip
 
 
 def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
-                   on_record: Callable[[dict], None] | None = None) -> list[tuple[Path, list[dict]]]:  # fmt: skip
-    """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder),
-    rewritten after each layer, so an interrupted run keeps what it measured."""
+                   on_record: Callable[[dict], None] | None = None, algorithm: str = "im2col") -> list[tuple[Path, list[dict]]]:  # fmt: skip
+    """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder;
+    tag-implicit-<time>.json for algorithm="implicit"), rewritten after each layer, so an
+    interrupted run keeps what it measured."""
     flusher = L2Flusher(device_id)
     done = []
     for dtype_name in sweep["dtypes"]:
         meta = environment.describe(device_id)
-        meta.update(kind="conv", dtype=dtype_name, baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last")
-        path = results_path(out_root, meta, sweep["tag"])
+        meta.update(kind="conv", dtype=dtype_name, algorithm=algorithm,
+                    baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last")  # fmt: skip
+        path = results_path(out_root, meta, sweep["tag"] + ("-implicit" if algorithm == "implicit" else ""))
         records: list[dict] = []
         for batch in sweep["batches"]:
             for layer in sweep["layers"]:
-                rec = conv_case(layer, batch, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}")
+                rec = conv_case(layer, batch, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}",
+                                algorithm)  # fmt: skip
                 records.append(rec)
                 write_run(path, meta, records)
                 if on_record:
