@@ -352,3 +352,14 @@ def test_compile_warms_the_fused_builds_a_linear_layer_needs():
     assert len(plain) == 1 and f"{plain[0][:-1]}, 10>" in names and f"{plain[0][:-1]}, 8>" in names
     bad = CliRunner().invoke(app, ["compile", "--arch", ARCH, "-s", "64", "--activation", "tanh"])
     assert bad.exit_code != 0 and "--activation 'tanh'" in bad.output
+
+
+def test_check_takes_the_epilogue_variants_for_the_kernels_that_fuse_it():
+    from gemmlab.check import EPILOGUE_VARIANTS, cases, run_case
+
+    names = lambda k: {v.name for _, _, _, v in cases([k], [(7, 9, 11)])}  # noqa: E731
+    assert {v.name for v in EPILOGUE_VARIANTS} <= names("tc07_persistent_cluster")
+    assert not {v.name for v in EPILOGUE_VARIANTS} & names("tc04_wgmma")
+    for v in EPILOGUE_VARIANTS:  # the CPU ladder applies them with torch, and check compares to float64
+        r = run_case("cpu03_blocked", 17, 13, 9, v, device="cpu")
+        assert r.passed, (r.message, r.error)

@@ -56,6 +56,8 @@ class Variant:
     beta: float
     c: str  # "none", "random", "nan" (C full of NaN, must not be read), "inplace" (out is c)
     fp32_out: bool = False  # 16-bit inputs, C and D in float32 (out_dtype=torch.float32)
+    bias: bool = False  # a bias over D's columns (gemm's bias=)
+    activation: str | None = None  # gemm's activation=
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -63,6 +65,12 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("a=1.5 b=-0.75", 1.5, -0.75, "random"),
     Variant("a=-1 b=0 C=NaN", -1.0, 0.0, "nan"),
     Variant("a=0.5 b=2 in-place", 0.5, 2.0, "inplace"),
+)
+
+# What the kernels with the fused epilogue add: a bias and an activation in it, with C read and not.
+EPILOGUE_VARIANTS: tuple[Variant, ...] = (
+    Variant("bias+gelu a=1 b=0 C=NaN", 1.0, 0.0, "nan", bias=True, activation="gelu"),
+    Variant("silu a=1.5 b=-0.75", 1.5, -0.75, "random", activation="silu"),
 )
 
 # What the bf16/fp16 kernels add: their fp32 output.
@@ -143,12 +151,14 @@ def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cud
     elif v.c == "nan":
         c = _matrix(M, N, pad, float("nan"), device, od, gen)
     c_before = c.clone() if c is not None else None
+    bias = _matrix(1, N, pad, None, device, od, gen)[0] if v.bias else None
     if v.c == "inplace":
         out = c
     else:
         out = _matrix(M, N, pad, float("nan"), device, od, gen)  # poison
     try:
-        gemm(a, b, c, alpha=v.alpha, beta=v.beta, kernel=kernel, out=out, device=device, precision=precision)
+        gemm(a, b, c, alpha=v.alpha, beta=v.beta, kernel=kernel, out=out, device=device, precision=precision,
+             bias=bias, activation=v.activation)  # fmt: skip
         if device == "cuda":
             torch.cuda.synchronize()
     except ValueError as exc:
@@ -158,7 +168,7 @@ def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cud
         return CaseResult(kernel, label, M, N, K, v.name, None, f"ValueError: {exc}")
     except Exception as exc:  # reported per case, never swallowed silently
         return CaseResult(kernel, label, M, N, K, v.name, None, f"{type(exc).__name__}: {exc}")
-    err = check_result(out, a, b, c_before, v.alpha, v.beta, precision)
+    err = check_result(out, a, b, c_before, v.alpha, v.beta, precision, bias=bias, activation=v.activation)
     if v.c in ("random", "nan") and not _same(c, c_before):
         return CaseResult(kernel, label, M, N, K, v.name, err, "c was modified though out is separate")
     return CaseResult(kernel, label, M, N, K, v.name, err)
@@ -175,12 +185,13 @@ def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 def cases(kernels: Iterable[str], shapes: Iterable[tuple[int, int, int]], variants=VARIANTS):
     """(kernel, dtype, shape, variant) for every dtype each kernel takes; the bf16/fp16 kernels
-    also with fp32 output."""
+    also with fp32 output, the kernels with the fused epilogue also with a bias and an activation."""
     out = []
     for k in kernels:
         spec = registry.get(k)
         for d in spec.dtypes:
             extra = FP32_OUT_VARIANTS if getattr(spec, "type_param", False) and variants is VARIANTS else ()
+            extra += EPILOGUE_VARIANTS if getattr(spec, "epilogues", False) and variants is VARIANTS else ()
             out += [(k, d, s, v) for s in shapes for v in (*variants, *extra)]
     return out
 
