@@ -97,3 +97,11 @@ def test_values_against_float64_on_the_gpu(dtype, form):
         for i in range(B):
             rep = check_result(d[i], a[i] if a.dim() == 3 else a, b[i] if b.dim() == 3 else b)
             assert rep.passed, f"{form} {B}x{M}x{K}x{N} [{i}]: {rep.summary()}"
+
+
+def test_a_compiled_bmm_is_one_graph():
+    a, b, w = torch.randn(3, 5, 4), torch.randn(3, 4, 6), torch.randn(4, 6)
+    f = torch.compile(lambda a, b: gemmlab.bmm(a, b, activation="relu", device="cpu"), fullgraph=True)
+    torch.testing.assert_close(f(a, b), torch.relu(torch.bmm(a, b)), rtol=1e-5, atol=1e-5)
+    g = torch.compile(lambda a: gemmlab.bmm(a, w, device="cpu"), fullgraph=True)  # the one-GEMM path
+    torch.testing.assert_close(g(a), a @ w, rtol=1e-5, atol=1e-5)
