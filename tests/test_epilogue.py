@@ -363,3 +363,11 @@ def test_check_takes_the_epilogue_variants_for_the_kernels_that_fuse_it():
     for v in EPILOGUE_VARIANTS:  # the CPU ladder applies them with torch, and check compares to float64
         r = run_case("cpu03_blocked", 17, 13, 9, v, device="cpu")
         assert r.passed, (r.message, r.error)
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_opcheck_with_bias_and_activation_on_the_cpu_ladder(activation):
+    from torch.library import opcheck
+
+    x, w, bias = (torch.randn(*s, requires_grad=True) for s in ((7, 5), (3, 5), (3,)))
+    opcheck(torch.ops.gemmlab.gemm.default, (x, w.t(), None, 1.0, 0.0, "auto", "fp32", None, bias, activation))
