@@ -3,8 +3,9 @@ replaced by gemmlab.nn.Linear, against the same models on torch's own Linear fro
 and batches. Here on the CPU ladder (float32); on the GPU (marker `gpu`) in float32 and bf16,
 eager, under torch.compile(fullgraph=True) and with mode="reduce-overhead" (CUDA graphs).
 
-Stated tolerances: the losses of every step agree to LOSS_RTOL and the final weights to WEIGHT_ATOL
-(the two products sum in different orders, and 200 steps of AdamW carry the difference on)."""
+Stated tolerances: the losses of every step agree to LOSS_RTOL, and each final weight to WEIGHT_RTOL
+in the norm of its difference over its own (the two products sum in different orders, and 200 steps
+of AdamW carry the difference on; in bf16 a weight whose gradient is near zero may step either way)."""
 
 import copy
 
@@ -16,7 +17,7 @@ from torch import nn
 import gemmlab
 
 STEPS = 200
-TOLERANCES = {torch.float32: (1e-3, 2e-3), torch.bfloat16: (5e-2, 5e-2)}  # dtype -> (LOSS_RTOL, WEIGHT_ATOL)
+TOLERANCES = {torch.float32: (1e-3, 1e-3), torch.bfloat16: (5e-2, 3e-2)}  # dtype -> (LOSS_RTOL, WEIGHT_RTOL)
 
 
 class Block(nn.Module):
@@ -27,7 +28,10 @@ class Block(nn.Module):
         super().__init__()
         self.heads = heads
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.out = linear(d, 3 * d), linear(d, d)
+        # (no bias on the projections to q, k, v: the key's would get a gradient of exactly zero --
+        # softmax does not see a shift shared by a query's scores -- which AdamW turns into steps
+        # of either sign from rounding noise, in any implementation; Llama has none there either)
+        self.qkv, self.out = linear(d, 3 * d, bias=False), linear(d, d)
         self.gate_up, self.down = linear(d, 2 * ffn), linear(ffn, d)
 
     def forward(self, x):
@@ -74,12 +78,13 @@ def train_both(ref: nn.Module, ours: nn.Module, batch, steps: int = STEPS, step_
 
 
 def assert_same_training(ref, ours, curves, dtype):
-    loss_rtol, weight_atol = TOLERANCES[dtype]
+    loss_rtol, weight_rtol = TOLERANCES[dtype]
     for i, (a, b) in enumerate(zip(*curves)):
         assert b == pytest.approx(a, rel=loss_rtol), f"step {i}: torch {a}, gemmlab {b}"
     assert curves[0][-1] < curves[0][0]  # (it learned something)
     for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
-        torch.testing.assert_close(q.float(), p.float(), rtol=0, atol=weight_atol, msg=lambda m: f"{name}: {m}")
+        rel = float(torch.linalg.vector_norm((q - p).double()) / torch.linalg.vector_norm(p.double()))
+        assert rel <= weight_rtol, f"{name}: the weights differ by {rel:.2e} of their norm"
 
 
 def batches(device: str, dtype, shape_in, shape_out):
