@@ -28,6 +28,9 @@ from .timing import L2Flusher, interleaved, median
 LAYER_KEYS = {"name", "C", "H", "W", "K", "R", "S", "stride", "padding"}
 SWEEP_KEYS = {"tag", "batches", "dtypes", "reps", "warmup", "layers"}
 CHECK_IMAGES = 4  # images of a batch compared with float64 before timing
+# The largest error (max element over max |result|) against float64 a result may have and be timed:
+# a few roundings of the output type (the GPU tests' bounds)
+WRONG_ABOVE = {"bf16": 2e-2, "fp16": 4e-3, "tf32": 5e-3, "float32": 1e-4}
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
         ref = F.conv2d(first.double(), w.double(), **kw)
         err = _rel_err(conv2d(first, w, **kw_ours), ref)
         cudnn_err = _rel_err(F.conv2d(first, w, **kw), ref)
+        if not err <= WRONG_ABOVE[dtype_name]:  # (NaN too) a wrong result is not timed
+            raise RuntimeError(f"{layer.name} N={batch} {dtype_name} ({algorithm}): gemmlab.conv2d's error against float64 "
+                               f"is {err:.2e}, over {WRONG_ABOVE[dtype_name]:.0e} (cuDNN's: {cudnn_err:.2e}); not timed")  # fmt: skip
         times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
     ms = {k: median(v) for k, v in times.items()}
     flops = 2.0 * batch * g["P"] * g["Q"] * layer.K * layer.C * layer.R * layer.S

@@ -27,6 +27,7 @@ from .timing import L2Flusher, interleaved, median
 
 SWEEP_KEYS = {"tag", "dtype", "activation", "tokens", "weights", "reps", "warmup"}
 CHECK_ROWS = 8  # rows of x whose results are compared with float64 before timing
+WRONG_ABOVE = {"bf16": 2e-2, "fp16": 4e-3, "float32": 1e-4}  # the largest error (max over max |result|) timed
 
 
 def read_linear_sweep(path: Path) -> dict:
@@ -84,6 +85,10 @@ def linear_case(name: str, tokens: int, n: int, k: int, dtype_name: str, activat
         rows = x[:CHECK_ROWS]
         ref = act(rows.double() @ w.double().t() + b.double())
         errors = {key: _rel_err(fn()[:CHECK_ROWS], ref) for key, fn in fns.items()}  # (compiles torch's graph too)
+        for key in ("ours", "unfused"):
+            if not errors[key] <= WRONG_ABOVE[dtype_name]:  # (NaN too) a wrong result is not timed
+                raise RuntimeError(f"{name} tokens={tokens} {dtype_name} {activation} ({key}): error {errors[key]:.2e} "
+                                   f"against float64, over {WRONG_ABOVE[dtype_name]:.0e} (torch's: {errors['eager']:.2e}); not timed")  # fmt: skip
         times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
     ms = {key: median(v) for key, v in times.items()}
     flops = 2.0 * tokens * n * k
