@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from . import jit, launch, registry, tma
-from .activations import apply_post, check_activation, post_code
+from .activations import apply_post, post_code
 from .configs import _choice_key, select
 from .configs.rules import problem_flags, wide_d
 from .device import sm_count
@@ -69,7 +69,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
 
     Raises TypeError/ValueError before any launch if the arguments cannot be served.
     """
-    check_activation(activation)
+    post = post_code(bias is not None, activation)  # (and the activation's name checked)
     if device is not None and device != "cuda":
         if device != "cpu":
             raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
@@ -77,10 +77,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
 
         if precision != "fp32" or out_dtype not in (None, torch.float32):
             raise ValueError("the CPU ladder computes and writes fp32 only: drop precision=/out_dtype= or use the GPU")
-        if bias is not None or activation is not None:
+        if post:
             _check_cpu_post(a, b, bias)
         d = gemm_cpu(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out)
-        if bias is not None or activation is not None:
+        if post:
             apply_post(torch.as_tensor(d), None if bias is None else torch.as_tensor(bias, dtype=torch.float32), activation)
         return d
     problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision, out_dtype=out_dtype)
@@ -92,7 +92,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
             a, b = _row_major(problem, a, b)
             problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision,
                                            out_dtype=out_dtype)  # fmt: skip
-    post = post_code(bias is not None, activation)
     plan = _plan(problem, kernel, post)
     if out is None:
         out = torch.empty((problem.M, problem.N), dtype=problem.result_dtype, device=problem.device)

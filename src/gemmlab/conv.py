@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .activations import ACTIVATIONS
-from .ops import gemm
+from .ops import gemm, wants_grad
 
 
 def _pair(value, name: str) -> tuple[int, int]:
@@ -141,7 +141,7 @@ def implicit_gemm_why_not(x: Tensor, weight: Tensor, bias: Tensor | None) -> str
         return f"it takes bf16 or fp16, not {str(x.dtype).removeprefix('torch.')}"
     if x.shape[1] % 8:
         return f"it reads channels 8 at a time (16 bytes): C = {x.shape[1]} is not a multiple of 8"
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+    if wants_grad(x, weight, bias):
         return "it has no backward pass yet (a gradient is wanted)"
     return None
 
@@ -199,8 +199,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place
     # The bias and the activation in the GEMM's epilogue (as gemmlab.linear: the activation by torch
     # where a gradient will be taken through it, so that its input is kept)
-    training = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    fused = None if training else activation
+    fused = None if wants_grad(x, weight, bias) else activation
     d = gemm(a, b, precision=precision, device="cpu" if x.device.type == "cpu" else None, bias=bias,
              activation=fused)  # [N*P*Q, K]: NHWC  # fmt: skip
     if activation is not None and fused is None:

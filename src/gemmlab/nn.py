@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .activations import ACTIVATIONS, check_activation
 from .conv import conv2d
-from .ops import gemm
+from .ops import gemm, wants_grad
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None) -> Tensor:
@@ -29,8 +29,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     x2 = x.reshape(-1, x.shape[-1])
     if x2.shape[0] > 1 and x2.shape[1] > 1 and 1 not in x2.stride():  # a view gemm cannot read
         x2 = x2.contiguous()
-    training = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    fused = None if training else activation
+    fused = None if wants_grad(x, weight, bias) else activation
     d = gemm(x2, weight.t(), device="cpu" if x.device.type == "cpu" else None, bias=bias, activation=fused)
     if activation is not None and fused is None:
         d = ACTIVATIONS[activation](d)

@@ -74,11 +74,15 @@ def _backward(ctx, grad):
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def wants_grad(*tensors) -> bool:
+    """Whether autograd would record a call on these tensors (grad mode on, one of them requiring
+    grad): where gemmlab.linear and conv2d leave the activation to torch, to keep its input."""
+    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+
+
 def _needs_operator(*tensors) -> bool:
     """Under a torch.compile trace, or where autograd would record the call."""
-    if torch.compiler.is_compiling():
-        return True
-    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+    return torch.compiler.is_compiling() or wants_grad(*tensors)
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",
