@@ -290,7 +290,12 @@ def _workspace(plan: _Plan) -> tuple[torch.Tensor, torch.Tensor] | None:
     floats, flags = plan.spec.workspace(plan.config, plan.grid)
     key = (plan.device_id, launch.current_stream_handle(plan.device_id))
     ws = _WORKSPACES.get(key)
-    if ws is None or ws[0].numel() < floats or ws[1].numel() < flags:
+    fits = ws is not None and ws[0].numel() >= floats and ws[1].numel() >= flags
+    if not fits and torch.cuda.is_current_stream_capturing():
+        # a workspace of this call's own, from the graph's pool (its zeroing is captured too)
+        dev = torch.device("cuda", plan.device_id)
+        return torch.empty(floats, dtype=torch.float32, device=dev), torch.zeros(flags, dtype=torch.int32, device=dev)
+    if not fits:
         # at least a block on every SM, so that problems of growing size do not reallocate it each time
         most = plan.spec.workspace(plan.config, (sm_count(plan.device_id), 1, 1))
         floats, flags = max(floats, most[0]), max(flags, most[1])
@@ -298,9 +303,8 @@ def _workspace(plan: _Plan) -> tuple[torch.Tensor, torch.Tensor] | None:
             have_floats, have_flags = ws[0].numel(), ws[1].numel()
             floats = max(floats, 2 * have_floats) if floats > have_floats else have_floats
             flags = max(flags, 2 * have_flags) if flags > have_flags else have_flags
-        dev = torch.device("cuda", plan.device_id)
-        ws = _WORKSPACES[key] = (torch.empty(floats, dtype=torch.float32, device=dev),
-                                 torch.zeros(flags, dtype=torch.int32, device=dev))  # fmt: skip
+        ws = _WORKSPACES[key] = (launch.held_tensor((floats,), torch.float32, plan.device_id),
+                                 launch.held_tensor((flags,), torch.int32, plan.device_id))  # fmt: skip
     return ws
 
 
@@ -377,7 +381,9 @@ _PLACEHOLDERS: dict[tuple, torch.Tensor] = {}
 def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     key = (device, dtype)
     if key not in _PLACEHOLDERS:
-        _PLACEHOLDERS[key] = torch.zeros((1, 8), device=device, dtype=dtype)
+        if torch.cuda.is_current_stream_capturing():  # (never read: a map needs an address)
+            return torch.zeros((1, 8), device=device, dtype=dtype)
+        _PLACEHOLDERS[key] = launch.held_tensor((1, 8), dtype, device.index if device.index is not None else torch.cuda.current_device())
     return _PLACEHOLDERS[key]
 
 

@@ -12,8 +12,8 @@ in A or B (it must reach exactly the elements it should), and in about a third o
 epilogue: a bias over D's columns and an activation (every kernel serves them: those without
 the fused epilogue through torch after the launch). A run draws one activation for all its
 epilogues (run_activation: the kernels compile each activation in, the bias they read at run
-time), so the fused builds it needs are one a kernel config, compiled side by side before it
-starts (warm_fused); runs of other seeds take the other activations. The result is compared with float64
+time), so the fused builds it needs are one a kernel config; they and the plain builds are
+compiled side by side before it starts (warm); runs of other seeds take the other activations. The result is compared with float64
 (reference.error_terms) and so is cuBLAS's (torch.addmm on the same tensors): a problem is wrong
 where NaN or Inf appears or vanishes, C changes though D is elsewhere, or an error exceeds both
 the dtype's stated tolerance (reference.tolerance) and CUBLAS_FACTOR times cuBLAS's own error on
@@ -469,7 +469,7 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
         queued.clear()
 
     activation = run_activation(seed)
-    warm_fused(activation, dtypes, kernels)
+    warm(activation, dtypes, kernels)
     t0 = time.monotonic()  # (the warm-up's compiles are not the run's time)
     i = seed
     try:
@@ -503,28 +503,32 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
     return s
 
 
-def warm_fused(activation: str | None, dtypes: tuple[str, ...] | None = None,
-               kernels: tuple[str, ...] | None = None) -> int:  # fmt: skip
-    """Compile, side by side in threads, the fused-epilogue build of every config auto can choose
-    (configs_in_use) in the dtypes drawn, for this activation: a run's epilogue cases then wait for
-    no compile. Returns how many builds there are (most come from the disk cache after a first run)."""
+def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
+         kernels: tuple[str, ...] | None = None) -> int:  # fmt: skip
+    """Compile, side by side in threads, every build a run may launch: the plain build of every
+    config auto can choose (configs_in_use) of every kernel in the dtypes drawn, and the
+    fused-epilogue build of those that fuse one, for this activation. A run's cases then wait for
+    no compile (compiled one at a time as cases met them, a run on an H100 got through 8,002
+    problems in its 400 s instead of 100,000). Returns how many builds there are (most come from
+    the disk cache after a first run)."""
     import os
 
     from .configs import configs_in_use
     from .jit import compile_many, device_arch
 
-    post = post_code(True, activation)
+    fused = post_code(True, activation)
     jobs = {}
     for dt in dtypes or DTYPES:
         dtype, result, precision = DTYPES[dt]
         for spec in registry.kernels(dtype):
-            if not spec.epilogues or (kernels and spec.id not in kernels) or (dtype == torch.float32 and spec.math != precision):
+            if (kernels and spec.id not in kernels) or (dtype == torch.float32 and spec.math != precision):
                 continue
             types = (dtype, result) if spec.type_param else (None, None)
             for cfg in configs_in_use(spec):
                 if spec.type_param and not spec.builds_for(cfg, *types):
                     continue
-                jobs.setdefault(spec.name_expression(cfg, *types, post), (spec, cfg, *types, post))
+                for post in (0, fused) if spec.epilogues else (0,):
+                    jobs.setdefault(spec.name_expression(cfg, *types, post), (spec, cfg, *types, post))
     arch = device_arch(torch.cuda.current_device())
     for done in compile_many(list(jobs.values()), arch, workers=os.cpu_count() or 1):
         if isinstance(done, Exception):

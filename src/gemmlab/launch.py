@@ -168,3 +168,37 @@ def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tu
 
 i32 = np.int32
 f32 = np.float32
+
+
+class _DriverMemory:
+    """A block of device memory from the driver (cuMemAlloc), seen by torch through the CUDA array
+    interface. Never freed (see held_tensor)."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": 3}
+
+
+_HELD: list = []  # every block held_tensor handed out, kept for the process's life
+
+
+def held_tensor(shape: tuple[int, ...], dtype, device_id: int):
+    """A zeroed tensor on memory from the driver, outside torch's caching allocator and any of its
+    pools, for what gemmlab keeps between calls (workspaces, placeholders). Memory torch allocates
+    while torch.compile's mode="reduce-overhead" warms up or records a CUDA graph comes from the
+    graph's pool, and the graph is refused if the pool still holds memory its outputs do not account
+    for after the call. Never freed: a workspace that is replaced stays allocated (each replacement
+    at least doubles, so the retired ones hold less than the live one). Not while the current
+    stream is capturing a graph (cuMemAlloc is not a captured call): there, allocate per call."""
+    import torch
+    from cuda.bindings import driver
+
+    ensure_current(device_id)
+    numel = math.prod(shape)
+    view_dtype = {torch.bfloat16: torch.int16}.get(dtype, dtype)  # (no bfloat16 typestr: viewed after)
+    err, ptr = driver.cuMemAlloc(max(1, numel) * view_dtype.itemsize)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise MemoryError(f"cuMemAlloc of {numel} x {dtype} on device {device_id}: {err}")
+    _HELD.append(ptr)
+    typestr = {torch.float32: "<f4", torch.int32: "<i4", torch.float16: "<f2", torch.int16: "<i2"}[view_dtype]
+    t = torch.as_tensor(_DriverMemory(int(ptr), tuple(shape), typestr), device=f"cuda:{device_id}")
+    return t.zero_().view(dtype)

@@ -332,8 +332,8 @@ def fuzz_cmd(
     ids = tuple(_kernel_ids(kernel)) if kernel else None
     seed = seed if seed is not None else _random.randrange(2**40)
     err_console.print(f"fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} problems" if cases else "")
-                      + f"; epilogues with {fuzz.run_activation(seed) or 'a bias alone'}: their fused builds compile first, "
-                      "side by side (not counted in the seconds)", highlight=False)  # fmt: skip
+                      + f"; epilogues with {fuzz.run_activation(seed) or 'a bias alone'}: every build a case may "
+                      "launch compiles first, side by side (not counted in the seconds)", highlight=False)  # fmt: skip
     last = [_time.monotonic()]
 
     def progress(s) -> None:  # a line every 15 s: readable in a log as on a terminal
