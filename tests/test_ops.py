@@ -135,3 +135,28 @@ def test_torch_compile_fullgraph_on_cuda():
     a = torch.randn(1000, 3135, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(3135, 257, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(f(a, b), torch.relu(a @ b) + 1, rtol=2e-2, atol=2e-2)
+
+
+def test_the_operator_takes_whatever_strides_inductor_gives_it():
+    """Tagged flexible_layout (where torch has the tag), so inductor hands the operator its inputs
+    in the strides it made them instead of copying them into the traced ones (a copy that read a
+    padded row stride its source did not have, in torch 2.11: docs/notes/compiled-input-strides.md);
+    strides gemm does not read are made contiguous by the operator itself."""
+    if hasattr(torch.Tag, "flexible_layout"):
+        assert torch.Tag.flexible_layout in torch.ops.gemmlab.gemm.default.tags
+    a = torch.randn(9, 14)[:, ::2]  # 9 x 7, no unit stride
+    b = torch.randn(5, 7).t()  # 7 x 5, column-major
+    c = torch.randn(5, 9).t()  # 9 x 5, column-major: gemm reads C row-major only
+    d = torch.ops.gemmlab.gemm(a, b, c, 1.5, 0.5, "auto", "fp32", None)
+    torch.testing.assert_close(d, 1.5 * a @ b + 0.5 * c, rtol=1e-5, atol=1e-5)
+
+
+def test_a_view_past_its_storage_is_refused_before_any_read():
+    """The layout torch.compile handed the operator in one graph (a buffer of 1024 rows of 1376,
+    viewed at a padded row stride of 1408: inductor's reinterpret_tensor does not check bounds)."""
+    from torch._C._dynamo.guards import _reinterpret_tensor
+
+    grad = _reinterpret_tensor(torch.randn(1024 * 1376), (1024, 1376), (1408, 1), 0)
+    x = torch.randn(256, 1024).t()
+    with pytest.raises(RuntimeError, match="reaches element 1441759 of a storage of 1409024.*comprehensive_padding"):
+        torch.ops.gemmlab.gemm(x.t(), grad, None, 1.0, 0.0, "auto", "fp32", None)

@@ -279,6 +279,9 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor 
 # their own. A workspace that grows is replaced; each replacement at least doubles what grew, so
 # few are made. A launch made by prepare() holds the workspace it was made with (and its tensors):
 # it keeps their addresses, and memory torch handed to another tensor would be written under it.
+# Their memory comes from the driver (launch.held_tensor), not from torch's allocator, whose
+# memory during torch.compile's CUDA graph warm-up and recording belongs to the graph's pool; while
+# a stream captures a graph and has no workspace big enough, the call takes one of its own.
 _WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 

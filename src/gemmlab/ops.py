@@ -24,14 +24,57 @@ from . import api
 from .activations import ACTIVATIONS
 
 
-@torch.library.custom_op("gemmlab::gemm", mutates_args=(), device_types=("cpu", "cuda"))
+# flexible_layout: inductor passes the inputs in whatever strides it made them, and the operator
+# takes them as they come (gemm reads row- and column-major operands, rows padded or not). With
+# torch's default for custom operators (the strides seen when traced), inductor adds a copy into
+# those strides; either way, one graph met an inductor padding bug (_check_in_storage).
+_FLEXIBLE = {"tags": (torch.Tag.flexible_layout,)} if hasattr(torch.Tag, "flexible_layout") else {}  # (torch < 2.6: no such tag)
+
+
+@torch.library.custom_op("gemmlab::gemm", mutates_args=(), device_types=("cpu", "cuda"), **_FLEXIBLE)
 def gemm_op(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float, kernel: str, precision: str,
             out_dtype: Optional[torch.dtype], bias: Optional[Tensor] = None,
             activation: Optional[str] = None) -> Tensor:  # fmt: skip
     """D = activation(alpha a @ b + beta c + bias): the CUDA kernels for CUDA tensors, the CPU
     ladder for CPU tensors."""
+    for name, t in (("a", a), ("b", b), ("c", c), ("bias", bias)):
+        _check_in_storage(name, t)
+    a, b, c = _readable(a, True), _readable(b, True), _readable(c, False)
     return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, precision=precision, out_dtype=out_dtype,
                     device="cpu" if a.device.type == "cpu" else None, bias=bias, activation=activation)  # fmt: skip
+
+
+def _check_in_storage(name: str, t: Optional[Tensor]) -> None:
+    """A RuntimeError where t's view reaches past the end of its storage. No tensor a program makes
+    does; one made by torch.compile did: with inductor's comprehensive padding (torch 2.11), a
+    gradient buffer allocated with rows of 1376 reached the operator viewed at a padded row stride
+    of 1408, so its rows ran into each other and past the buffer, and the weight gradient came out
+    NaN or near 1e22 (docs/notes/compiled-input-strides.md). Refused rather than read."""
+    if t is None or t.numel() == 0:
+        return
+    last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    have = t.untyped_storage().nbytes() // t.element_size()
+    if last >= have:
+        raise RuntimeError(
+            f"gemmlab.gemm: {name} is a view of shape {tuple(t.shape)}, strides {t.stride()} and offset "
+            f"{t.storage_offset()} that reaches element {last} of a storage of {have}: torch.compile passed "
+            "a layout its buffer does not have (an inductor padding bug). Compile with "
+            "torch._inductor.config.comprehensive_padding = False, which avoids it"
+        )
+
+
+def _readable(t: Optional[Tensor], transposable: bool) -> Optional[Tensor]:
+    """t, or a contiguous copy where its strides are ones gemm does not read (an operand neither
+    row- nor column-major, or whose rows overlap; a C not row-major): a layout the operator's
+    callers may hand it under torch.compile, where its inputs' strides are left to inductor."""
+    if t is None or t.dim() != 2 or min(t.shape) <= 1:
+        return t
+    rows, cols = t.shape
+    if t.stride(1) == 1 and t.stride(0) >= cols:
+        return t
+    if transposable and t.stride(0) == 1 and t.stride(1) >= rows:
+        return t
+    return t.contiguous()
 
 
 @gemm_op.register_fake

@@ -35,7 +35,7 @@ def compile_cmd(
     shape: Optional[list[str]] = typer.Option(None, "--shape", "-s", help="MxNxK or N (repeatable): only what gemm() launches for these problems, in each --dtype and --layout"),
     dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="with --shape: float32, tf32, bf16, fp16, bf16-fp32out or fp16-fp32out (repeatable; default float32 and bf16)"),
     layout: Optional[list[str]] = typer.Option(None, "--layout", help="with --shape: nn, nt (x @ w.t(), as nn.Linear passes it), tn or tt (repeatable; default nn)"),
-    activation: Optional[list[str]] = typer.Option(None, "--activation", help="with --shape: also the fused-epilogue build (bias= and activation=, as gemmlab.linear asks) for none (a bias alone), relu, gelu, gelu_tanh or silu (repeatable)"),
+    activation: Optional[list[str]] = typer.Option(None, "--activation", help="also the fused-epilogue builds (bias= and activation=, as gemmlab.linear asks) for none (a bias alone), relu, gelu, gelu_tanh or silu (repeatable): of what --shape compiles, else of every config"),
 ) -> None:
     """Compile kernels for an arch (no GPU needed) and print the resource report.
 
@@ -46,8 +46,8 @@ def compile_cmd(
     compiling them, a second or more each."""
     if shape and kernel:
         raise typer.BadParameter("--shape compiles what gemm() chooses for the shapes; -k names kernels: give one of them")
-    if (dtype or layout or activation) and not shape:
-        raise typer.BadParameter("--dtype, --layout and --activation say which problems of --shape to compile for")
+    if (dtype or layout) and not shape:
+        raise typer.BadParameter("--dtype and --layout say which problems of --shape to compile for")
     from ..activations import post_code
 
     acts = [None if a == "none" else a for a in (activation or [])]
@@ -63,8 +63,6 @@ def compile_cmd(
 
     if shape:
         work = _shape_jobs([parse_shape(s) for s in shape], dtype or ["float32", "bf16"], layout or ["nn"])
-        # the fused builds of the kernels that have the epilogue (the others apply it with torch)
-        work += [(*job, post_code(True, a)) for a in acts for job in work if job[0].epilogues]
     else:
         work = [
             (spec, cfg, dt, od)
@@ -74,17 +72,20 @@ def compile_cmd(
             for od in ((dt, torch.float32) if spec.type_param else (None,))  # 16-bit kernels: fp32 output too
             if spec.builds_for(cfg, dt, od)  # (tc07 with one staging buffer: 16-bit results only)
         ]
+    # the fused builds of the kernels that have the epilogue (the others apply it with torch)
+    work += [(*job, post_code(True, a)) for a in acts for job in work if job[0].epilogues]
     rows, failed = [], False
     with _progress() as prog:
         task = prog.add_task(f"compiling for {arch}", total=len(work))
-        for (spec, *_), ck in zip(work, jit.compile_many(work, arch, jobs or os.cpu_count())):
+        for (spec, *rest), ck in zip(work, jit.compile_many(work, arch, jobs or os.cpu_count())):
             prog.advance(task)
             if isinstance(ck, jit.CompileError):
                 err_console.print(str(ck))
                 failed = True
                 continue
             bad = spec.spill_free and ck.usage.spills > 0
-            failed |= bad
+            # a fused build's spills are shown, not failed on: a few are known (tests/test_epilogue.py)
+            failed |= bad and not rest[3:]
             rows.append((spec, ck, bad))
     if as_json:
         print(json.dumps([dict(kernel=s.id, config=c.name_expression, arch=arch, cached=c.from_cache,
