@@ -8,14 +8,14 @@
 # Knobs (environment): FP32_BENCH_ARGS, extra arguments of the FP32 bench (e.g. "-k sgemm_11_warp_tile"
 # when the FP32 ladder is unchanged since its last full run); CPU_BENCH=0 skips the CPU ladder;
 # STEPS, the parts to run (default "tests check fuzz overhead bench"; "fuzz" is `gemmlab fuzz` over
-# FUZZ_CASES random problems (default 100000; about 330 s on an H100 once compiled, after about two minutes
-# compiling the fused-epilogue builds of the run's activation, which FUZZ_SECONDS does not count), failing on any wrong
+# FUZZ_CASES random problems (default 100000; on an H100, 454 s with a third of them through a fused epilogue,
+# after about two minutes compiling every build a case may launch, plain and fused for the run's activation, which FUZZ_SECONDS does not count), failing on any wrong
 # one or on fewer problems than that; "sanitize" adds compute-sanitizer's memcheck, racecheck and
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
 # "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "linear" the fused Linear + GELU against torch):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
-# STEPS="tests check" then STEPS="fuzz" then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
+# STEPS="tests check" then COMPILE=0 STEPS="fuzz" (the fuzz compiles what it launches; the call is then full) then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
 # (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
 # H200 the compile step, memcheck and the small racecheck alone took most of a call, 2026-11-24).
 set -uo pipefail
@@ -55,7 +55,7 @@ fi
 
 if want fuzz; then
   step "fuzz: ${FUZZ_CASES:-100000} random problems in the kernels' risky regimes against float64 and cuBLAS"
-  python3 -m gemmlab fuzz --cases "${FUZZ_CASES:-100000}" --min-cases "${FUZZ_CASES:-100000}" --seconds "${FUZZ_SECONDS:-400}" \
+  python3 -m gemmlab fuzz --cases "${FUZZ_CASES:-100000}" --min-cases "${FUZZ_CASES:-100000}" --seconds "${FUZZ_SECONDS:-480}" \
     --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "fuzz"
 fi
 

@@ -3,10 +3,8 @@ replaced by gemmlab.nn.Linear, against the same models on torch's own Linear fro
 and batches. Here on the CPU ladder (float32); on the GPU (marker `gpu`) in float32 and bf16,
 eager, under torch.compile(fullgraph=True) and with mode="reduce-overhead" (CUDA graphs).
 
-Stated tolerances: the losses of every step agree to LOSS_RTOL (in bf16, the mean loss of every
-WINDOW steps, each step's to 3 LOSS_RTOL: rounding a bf16 step apart can lift one step's loss by
-5%, under torch.compile on an H100), and each final weight to WEIGHT_RTOL in the norm of its
-difference over its own (the two products sum in different orders, and 200 steps
+Stated tolerances: the losses of every step agree to LOSS_RTOL, and each final weight to WEIGHT_RTOL
+in the norm of its difference over its own (the two products sum in different orders, and 200 steps
 of AdamW carry the difference on; in bf16 a weight whose gradient is near zero may step either way)."""
 
 import copy
@@ -20,7 +18,6 @@ import gemmlab
 
 STEPS = 200
 TOLERANCES = {torch.float32: (1e-3, 1e-3), torch.bfloat16: (5e-2, 3e-2)}  # dtype -> (LOSS_RTOL, WEIGHT_RTOL)
-WINDOW = 10  # bf16: the mean loss of every WINDOW steps within LOSS_RTOL, each step's within 3 LOSS_RTOL
 
 
 class Block(nn.Module):
@@ -84,14 +81,8 @@ def assert_same_training(ref, ours, curves, dtype):
     loss_rtol, weight_rtol = TOLERANCES[dtype]
     gaps = [abs(b - a) / abs(a) for a, b in zip(*curves)]
     worst = max(range(len(gaps)), key=gaps.__getitem__)
-    stats = f"loss gap: worst {gaps[worst]:.2e} at step {worst}, mean {sum(gaps) / len(gaps):.2e}"
-    if dtype == torch.float32:
-        assert gaps[worst] <= loss_rtol, f"step {worst}: torch {curves[0][worst]}, gemmlab {curves[1][worst]} ({stats})"
-    else:  # one step's loss may jump apart; the curve, WINDOW steps at a time, may not
-        for i in range(0, len(gaps), WINDOW):
-            a, b = (sum(c[i : i + WINDOW]) for c in curves)
-            assert abs(b - a) <= loss_rtol * abs(a), f"steps {i}-{i + WINDOW - 1}: torch {a / WINDOW}, gemmlab {b / WINDOW} ({stats})"
-        assert gaps[worst] <= 3 * loss_rtol, f"step {worst}: torch {curves[0][worst]}, gemmlab {curves[1][worst]} ({stats})"
+    assert gaps[worst] <= loss_rtol, (f"step {worst}: torch {curves[0][worst]}, gemmlab {curves[1][worst]} "
+                                      f"(mean gap over the steps {sum(gaps) / len(gaps):.2e})")  # fmt: skip
     assert curves[0][-1] < curves[0][0]  # (it learned something)
     for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
         rel = float(torch.linalg.vector_norm((q - p).double()) / torch.linalg.vector_norm(p.double()))
