@@ -270,6 +270,20 @@ def test_check_and_fuzz_run_3xtf32_against_sgemm():
     assert fuzz.pick_kernel(case, p, None) == "tc11_3xtf32"
 
 
+def test_bench_and_compile_take_3xtf32():
+    """`gemmlab bench --dtype 3xtf32` times gemm(precision="3xtf32") against cuBLAS SGEMM, in records
+    of their own name; `gemmlab compile -s ... --dtype 3xtf32` warms tc11 and the pre-pass."""
+    from gemmlab.bench import run as bench_run
+    from gemmlab.bench.tables import _arithmetic
+    from gemmlab.cli.kernels import _shape_jobs
+
+    assert bench_run.DTYPES["3xtf32"] == torch.float32 and bench_run.PRECISIONS["3xtf32"] == "3xtf32"
+    assert bench_run.dtype_name(torch.float32, "3xtf32") == "3xtf32" and bench_run.dtype_name(torch.float32, "3xtf32", layout="nt") == "3xtf32-nt"
+    assert "SGEMM" in _arithmetic("3xtf32") and "tc11 reads the transposed operands in place" in _arithmetic("3xtf32-tt")
+    jobs = _shape_jobs([(300, 520, 136)], ["3xtf32"], ["nn"])
+    assert [j[0].id for j in jobs] == ["tc11_3xtf32", "split_tf32", "split_tf32"]
+
+
 # ---- On a GPU -------------------------------------------------------------------------------
 
 
