@@ -249,7 +249,7 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor 
     addresses it reads and writes alone -- the caller's, or a staged kernel's padded copies (torch's
     caching allocator mostly hands the same blocks back, so their maps are found again too)."""
     if plan.spec.split_operands:
-        return _launch_split(plan, problem, a, b, out)
+        return _launch_split(plan, problem, out)
     maps, copies, d = (), {}, out
     c_ptr = problem.c.ptr if problem.c is not None else 0
     if plan.wide_d:  # D through a padded buffer (with C in it, when C is read), copied out after
@@ -279,7 +279,7 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor 
     del copies, d
 
 
-def _launch_split(plan: _Plan, problem: GemmProblem, a, b, out) -> None:
+def _launch_split(plan: _Plan, problem: GemmProblem, out) -> None:
     """tc11 (3xTF32): A and B^T split into TF32 big and small parts (gemmlab.split) in scratch
     tensors of this call, then the GEMM on their tensor maps (placeholders where K = 0: nothing is
     loaded), with the caller's A and B and their element strides for its fp32 recompute of

@@ -45,7 +45,7 @@ TF32_TOLERANCE = Tolerance(2e-3, 4e-3, "TF32 factors (10 mantissa bits), fp32 ac
 
 
 # fp32 inputs as three TF32 products (precision="3xtf32", tc11): each factor is split into TF32 parts
-# that hold it to 22 of its 24 bits, and the MMAs' sums are promoted into fp32 every K stage, so the
+# that hold it to 23 of its 24 bits, and the MMAs' sums are promoted into fp32 every K stage, so the
 # result is held to SGEMM's bound (fp32's) -- the reason to ask for it.
 THREE_TF32_TOLERANCE = TOLERANCES[torch.float32]
 
@@ -97,8 +97,9 @@ def round_tf32(x: torch.Tensor) -> torch.Tensor:
 def split_tf32(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(big, small): float32 x split into two TF32 values as tc11's pre-pass splits it, big = x
     rounded to TF32 and small = (x - big) rounded to TF32 (x - big is exact in fp32); Inf and NaN
-    in big, small = 0. big + small is x where x has 22 significant bits or fewer, and within
-    max(2^-22 |x|, 2^-137) of it otherwise (TF32's subnormals are 2^-136 apart)."""
+    in big, small = 0. big + small is x where x has 23 significant bits or fewer (from 2^-114 up to
+    the largest TF32 value), and within max(2^-23 |x|, 2^-137) of it otherwise (TF32's subnormals
+    are 2^-136 apart; at or above the largest TF32 value, where big is truncated, 2^-22 |x|)."""
     big = round_tf32(x)
     small = torch.where(torch.isfinite(x), round_tf32(x - big), torch.zeros_like(x))
     return big, small

@@ -1,7 +1,7 @@
 // Tensor-core step 11 -- 3xTF32: float32 products as accurate as SGEMM's, on the TF32 tensor cores.
 //
 // tc08 multiplies fp32 inputs by their top 10 mantissa bits (~1e-3 relative error). Here a
-// pre-pass (split_tf32.cu) splits each operand x into TF32 parts, big + small = x to 22 of its 24
+// pre-pass (split_tf32.cu) splits each operand x into TF32 parts, big + small = x to 23 of its 24
 // bits, and a b is taken as small_a big_b + big_a small_b + big_a big_b (small_a small_b, 2^-22 of
 // it, left out): three TF32 MMAs where tc08 makes one, on twice the operand bytes. wgmma adds its
 // products in fixed point aligned to the largest exponent and truncates, so one accumulator over a

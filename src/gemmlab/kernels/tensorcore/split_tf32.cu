@@ -2,11 +2,12 @@
 // big = x rounded to TF32 and small = (x - big) rounded to TF32, written K-major for TMA.
 //
 // TF32 keeps fp32's sign and 8 exponent bits and the top 10 of its 23 mantissa bits, so
-// big + small holds x to 22 of its 24 significant bits (x - big is exact in fp32 and has at most
-// 13 significant bits, of which small keeps 11): exactly where x has 22 or fewer. Near fp32's
-// underflow edge both parts round to TF32's own subnormal spacing, 2^-136, which is all two TF32
-// values can hold there. Inf and NaN stay in big, small = 0; at or above the largest TF32 value
-// big is x truncated (rounding would overflow to Inf). gemmlab.reference.split_tf32 is the same
+// big + small holds x to 23 of its 24 significant bits (x - big is exact in fp32 and at most half a
+// unit of big's last bit: 12 significant bits, of which small keeps 11): exactly where x has 23 or
+// fewer, within 2^-23 |x| otherwise. Near fp32's underflow edge (below 2^-114) both parts round to
+// TF32's own subnormal spacing, 2^-136, which is all two TF32 values can hold there. Inf and NaN
+// stay in big, small = 0; at or above the largest TF32 value big is x truncated (rounding would
+// overflow to Inf), and big + small within 2^-22 |x|. gemmlab.reference.split_tf32 is the same
 // split in torch bit operations, for tests.
 #include "common/gemm_common.cuh"
 
