@@ -237,8 +237,9 @@ def test_default_kernels_follow_the_dtype():
     from gemmlab.cli.common import _kernel_ids
 
     assert _kernel_ids(None, "cuda", False, torch.float32) == [k.id for k in registry.SGEMM_LADDER]
-    assert _kernel_ids(None, "cuda", False, torch.bfloat16) == [k.id for k in registry.TC_LADDER if k.math != "tf32"]
+    assert _kernel_ids(None, "cuda", False, torch.bfloat16) == [k.id for k in registry.TC_LADDER if torch.bfloat16 in k.dtypes]
     assert _kernel_ids(None, "cuda", False, torch.float32, "tf32") == ["tc08_tf32"]  # TF32 only when asked
+    assert _kernel_ids(None, "cuda", False, torch.float32, "3xtf32") == ["tc11_3xtf32"]
     assert _kernel_ids(None, "cpu") == [k.id for k in registry.CPU_LADDER]
 
 

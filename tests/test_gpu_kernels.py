@@ -32,9 +32,10 @@ def rand(*shape, dtype=torch.float32):
 
 
 def uses_tma(kernel: str) -> bool:
-    """The kernel reads the caller's tensors through TMA (staged kernels get copies from gemm)."""
+    """The kernel reads the caller's tensors through TMA (staged kernels get copies from gemm, tc11
+    the parts its pre-pass splits them into)."""
     spec = registry.get(kernel)
-    return bool(spec.tma) and not spec.staged
+    return bool(spec.tma) and not spec.staged and not spec.split_operands
 
 
 def gemm_k(kernel, a, b, c=None, **kw):

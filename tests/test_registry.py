@@ -54,6 +54,8 @@ def test_spec_is_complete(spec):
     assert spec.idea and spec.title and spec.seeds
     if spec.math == "tf32":  # the tensor-core ladder's float32 step: TF32, on request only
         assert set(spec.dtypes) == {torch.float32} and spec.staged
+    elif spec.math == "3xtf32":  # float32 at fp32's accuracy on the tensor cores, on request only
+        assert set(spec.dtypes) == {torch.float32} and spec.split_operands and not spec.staged
     else:
         assert set(spec.dtypes) == set(dtypes)
     if spec.type_param:  # the element type, then the type of C and D, are the first template parameters
@@ -122,8 +124,8 @@ def test_unknown_kernel_and_parameter_errors():
 
 
 def test_kernels_filter_by_dtype():
-    assert registry.kernels(torch.float32) == list(registry.SGEMM_LADDER) + [registry.get("tc08_tf32")]
-    assert registry.kernels(torch.bfloat16) == [k for k in registry.TC_LADDER if k.math != "tf32"]
+    assert registry.kernels(torch.float32) == list(registry.SGEMM_LADDER) + [registry.get("tc08_tf32"), registry.get("tc11_3xtf32")]
+    assert registry.kernels(torch.bfloat16) == [k for k in registry.TC_LADDER if k.math not in ("tf32", "3xtf32")]
     assert registry.kernels(torch.float64) == []
 
 

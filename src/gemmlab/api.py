@@ -7,7 +7,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import jit, launch, registry, tma
+from . import jit, launch, registry, split, tma
 from .activations import apply_post, post_code
 from .configs import _choice_key, select
 from .configs.rules import problem_flags, wide_d
@@ -36,6 +36,8 @@ def compile_jobs(problems) -> list[tuple]:
         spec, cfg = select(problem)
         types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
         jobs.setdefault(spec.name_expression(cfg, *types), (spec, cfg, *types))
+        for job in split.split_jobs(problem) if spec.split_operands else ():  # 3xTF32's pre-pass
+            jobs.setdefault(job[0].name_expression(job[1]), job)
     return list(jobs.values())
 
 
@@ -53,9 +55,11 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     an in-place update); allocated when None. kernel: a registered kernel id, or "auto" for the
     fastest registered kernel that can serve the problem. Returns D.
 
-    precision: for float32 tensors, "fp32" (the default: FFMA, fp32 all the way) or "tf32" (the
-    tensor cores, multiplying TF32-rounded inputs: ~1e-3 relative error, several times faster).
-    TF32 is used only when asked for. bf16/fp16 tensors always run on the tensor cores with fp32
+    precision: for float32 tensors, "fp32" (the default: FFMA, fp32 all the way), "tf32" (the
+    tensor cores, multiplying TF32-rounded inputs: ~1e-3 relative error, several times faster) or
+    "3xtf32" (the tensor cores at fp32's accuracy: each input split into two TF32 parts by a
+    pre-pass into scratch memory, three TF32 products a product, tc11). The tensor cores are used
+    for float32 only when asked for. bf16/fp16 tensors always run on the tensor cores with fp32
     accumulation; their result is rounded to their own type, or written in fp32 with
     out_dtype=torch.float32 (or an fp32 out), and c is then fp32 too.
 
@@ -244,6 +248,8 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor 
     The plan fixes shapes, strides, dtypes and boxes, so a kernel finds its maps by the three
     addresses it reads and writes alone -- the caller's, or a staged kernel's padded copies (torch's
     caching allocator mostly hands the same blocks back, so their maps are found again too)."""
+    if plan.spec.split_operands:
+        return _launch_split(plan, problem, out)
     maps, copies, d = (), {}, out
     c_ptr = problem.c.ptr if problem.c is not None else 0
     if plan.wide_d:  # D through a padded buffer (with C in it, when C is read), copied out after
@@ -271,6 +277,29 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor 
     # stream. Freed before the launch, a block allocated in between (a stream-K workspace, created or
     # grown on first use) could take their memory and be written while the kernel reads it.
     del copies, d
+
+
+def _launch_split(plan: _Plan, problem: GemmProblem, out) -> None:
+    """tc11 (3xTF32): A and B^T split into TF32 big and small parts (gemmlab.split) in scratch
+    tensors of this call, then the GEMM on their tensor maps (placeholders where K = 0: nothing is
+    loaded), with the caller's A and B and their element strides for its fp32 recompute of
+    non-finite results. The scratch goes back to torch's allocator after the GEMM is queued."""
+    M, N, K = problem.M, problem.N, problem.K
+    boxes = plan.spec.tma_boxes(plan.config)
+    (sam, sak), (sbn, sbk) = split.split_strides(problem)
+    if K:
+        parts_a = split.split(problem.a.ptr, M, K, sam, sak, problem.device, plan.device_id)  # [2, M, ld]
+        parts_b = split.split(problem.b.ptr, N, K, sbn, sbk, problem.device, plan.device_id)  # [2, N, ld]
+        mats = {"a": parts_a[0], "a_small": parts_a[1], "b": parts_b[0], "b_small": parts_b[1]}
+        maps = [tma.tensor_map(mats[n], mats[n].shape[0], K, mats[n].shape[1], boxes[n]) for n in plan.spec.tma]
+    else:  # nothing to load
+        parts_a = parts_b = mats = None
+        maps = [tma.tensor_map(_placeholder(problem.device, problem.dtype), 1, 8, 8, boxes[n]) for n in plan.spec.tma]
+    i64 = launch.i64
+    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr,
+                  problem.c.ptr if problem.c is not None else 0, out.data_ptr(), *plan.tail[:3], i64(sam), i64(sak),
+                  i64(sbk), i64(sbn), *plan.tail[5:])  # fmt: skip
+    del parts_a, parts_b, mats  # only now: the GEMM that reads them is queued
 
 
 # (device, stream) -> (fp32 parts, uint32 flags) of the kernels that pass parts between blocks
@@ -396,8 +425,8 @@ def _ld(t: torch.Tensor) -> int:
 
 def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, b, c, out: torch.Tensor):
     plan = _make_plan(spec, cfg, problem)
-    if plan.wide_d or plan.copy:
-        return partial(_launch, plan, problem, a, b, c, out)  # the copies are part of every call
+    if plan.wide_d or plan.copy or spec.split_operands:
+        return partial(_launch, plan, problem, a, b, c, out)  # the copies (or the split) are part of every call
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(problem, a, b, out)) if spec.tma else ()
     ws = _workspace(plan)

@@ -123,14 +123,15 @@ def _tma_padding(kernel: str, dtype: torch.dtype, M: int, N: int, K: int) -> int
     strides TMA cannot take: then strides are padded to 16 bytes, the layout such a caller passes,
     so the kernel's edge handling is checked at every odd size rather than skipped."""
     spec = registry.get(kernel) if kernel != "auto" else None
-    if spec is None or not getattr(spec, "tma", ()) or spec.staged:  # CPU kernels have no TMA; staged
-        return 1  # kernels get TMA-ready copies from gemm()
+    if spec is None or not getattr(spec, "tma", ()) or spec.staged or spec.split_operands:  # CPU kernels
+        return 1  # have no TMA; staged kernels get TMA-ready copies from gemm(), tc11 its split parts
     per16 = 16 // dtype.itemsize
     return 1 if (K % per16 == 0 and N % per16 == 0) else per16
 
 
 def precision_of(kernel: str, dtype: torch.dtype) -> str:
-    """The precision= a named kernel needs: "tf32" for TF32 kernels on float32, else "fp32"."""
+    """The precision= a named kernel needs: its math on float32 ("tf32" for tc08, "3xtf32" for tc11),
+    else "fp32"."""
     if kernel == "auto" or dtype != torch.float32:
         return "fp32"
     return getattr(registry.get(kernel), "math", "fp32")
@@ -138,7 +139,7 @@ def precision_of(kernel: str, dtype: torch.dtype) -> str:
 
 def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cuda", dtype=torch.float32) -> CaseResult:
     precision = precision_of(kernel, dtype)
-    label = "tf32" if precision == "tf32" else _dt(dtype)  # float32 inputs, TF32 math
+    label = precision if precision != "fp32" else _dt(dtype)  # float32 inputs, TF32 or 3xTF32 math
     gen = torch.Generator(device=device)
     gen.seed()
     pad = _tma_padding(kernel, dtype, M, N, K)

@@ -54,8 +54,10 @@ DTYPES: dict[str, tuple[torch.dtype, torch.dtype, str]] = {
     "fp16-fp32out": (torch.float16, torch.float32, "fp32"),
     "tf32": (torch.float32, torch.float32, "tf32"),
     "fp32": (torch.float32, torch.float32, "fp32"),
+    "3xtf32": (torch.float32, torch.float32, "3xtf32"),
 }
-DTYPE_WEIGHTS = {"bf16": 0.25, "fp16": 0.2, "bf16-fp32out": 0.1, "fp16-fp32out": 0.1, "tf32": 0.2, "fp32": 0.15}
+DTYPE_WEIGHTS = {"bf16": 0.25, "fp16": 0.2, "bf16-fp32out": 0.1, "fp16-fp32out": 0.1, "tf32": 0.2, "fp32": 0.15,
+                 "3xtf32": 0.1}  # fmt: skip
 
 # Sizes where tiles and stages begin and end (powers of two, the 192-wide tile, and either side).
 EDGES = (1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 45, 63, 64, 65, 86, 127, 128, 129, 191, 192, 193, 207, 208, 209,
@@ -515,6 +517,7 @@ def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
 
     from .configs import configs_in_use
     from .jit import compile_many, device_arch
+    from .split import split_jobs
 
     fused = post_code(True, activation)
     jobs = {}
@@ -529,6 +532,8 @@ def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
                     continue
                 for post in (0, fused) if spec.epilogues else (0,):
                     jobs.setdefault(spec.name_expression(cfg, *types, post), (spec, cfg, *types, post))
+            for job in split_jobs() if spec.split_operands else ():  # tc11's pre-pass
+                jobs.setdefault(job[0].name_expression(job[1]), job)
     arch = device_arch(torch.cuda.current_device())
     for done in compile_many(list(jobs.values()), arch, workers=os.cpu_count() or 1):
         if isinstance(done, Exception):

@@ -167,6 +167,7 @@ def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tu
 
 
 i32 = np.int32
+i64 = np.int64
 f32 = np.float32
 
 

@@ -51,7 +51,7 @@ class GemmProblem:
     d: Operand | None  # None: the output is allocated by gemm()
     alpha: float
     beta: float
-    precision: str = "fp32"  # float32 inputs: "fp32" (FFMA) or "tf32" (TF32 tensor cores, asked for)
+    precision: str = "fp32"  # float32 inputs: "fp32" (FFMA), "tf32" (TF32 tensor cores) or "3xtf32" (fp32-accurate, on them)
     out_dtype: torch.dtype | None = None  # the type of C and D: dtype, or float32 for 16-bit inputs
 
     @property
@@ -134,7 +134,10 @@ def _overlaps(x: Operand, y: Operand) -> bool:
     return x.ptr < y.end and y.ptr < x.end  # empty ranges (end == ptr) never overlap
 
 
-PRECISIONS = ("fp32", "tf32")
+# The arithmetic of a float32 problem: "fp32" (FFMA, the default), "tf32" (the TF32 tensor cores,
+# ~1e-3 relative error) or "3xtf32" (three TF32 products a product: fp32's accuracy on the tensor
+# cores). The tensor cores only when asked for.
+PRECISIONS = ("fp32", "tf32", "3xtf32")
 
 
 def problem_from_tensors(
@@ -193,8 +196,8 @@ def problem_from_tensors(
             raise ValueError("out partially overlaps c; pass out=c exactly for an in-place update, or separate memory")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "tf32" and dtype != torch.float32:
-        raise ValueError(f"precision='tf32' is for float32 inputs; {dtype} inputs use their own tensor-core math")
+    if precision in ("tf32", "3xtf32") and dtype != torch.float32:
+        raise ValueError(f"precision={precision!r} is for float32 inputs; {dtype} inputs use their own tensor-core math")
     return GemmProblem(M, N, K, dtype, device, oa, ob, oc, od, alpha_f, beta_f, precision,
                        result if result != dtype else None)  # fmt: skip
 

@@ -44,6 +44,12 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
 TF32_TOLERANCE = Tolerance(2e-3, 4e-3, "TF32 factors (10 mantissa bits), fp32 accumulation, with margin")
 
 
+# fp32 inputs as three TF32 products (precision="3xtf32", tc11): each factor is split into TF32 parts
+# that hold it to 23 of its 24 bits, and the MMAs' sums are promoted into fp32 every K stage, so the
+# result is held to SGEMM's bound (fp32's) -- the reason to ask for it.
+THREE_TF32_TOLERANCE = TOLERANCES[torch.float32]
+
+
 # 16-bit inputs with an fp32 result: the tensor cores' fp32 accumulation loses more than FFMA's
 # and the loss grows linearly with the K steps one accumulator takes (measured on an H100, bf16 and
 # fp16 alike, every step from tc01 to tc07 within 3%: rel_fro 9e-6 at K = 8192, 1.8e-5 at 16384,
@@ -59,11 +65,44 @@ def tolerance(dtype: torch.dtype, precision: str = "fp32", input_dtype: torch.dt
     an fp32 result of 16-bit inputs (input_dtype) over k products gets the tensor cores' bound."""
     if precision == "tf32":
         return TF32_TOLERANCE
+    if precision == "3xtf32":
+        return THREE_TF32_TOLERANCE
     tol = TOLERANCES[dtype]
     if dtype == torch.float32 and input_dtype in (torch.bfloat16, torch.float16) and k * TC_FP32_OUT_REL_PER_K > tol.rel_fro:
         return Tolerance(k * TC_FP32_OUT_REL_PER_K, tol.max_scaled,
                          f"16-bit inputs, fp32 result: tensor-core accumulation over K = {k} (K x {TC_FP32_OUT_REL_PER_K:g})")  # fmt: skip
     return tol
+
+
+_TF32_KEEP = 0xFFFFE000  # sign, exponent and the top 10 mantissa bits
+_TF32_HALF = 0x1000  # half a unit of TF32's last mantissa bit
+_TF32_MAX = 0x7F7FE000  # the largest finite TF32 value, (2 - 2^-10) 2^127, as bits
+_FP32_INF = 0x7F800000
+
+
+def round_tf32(x: torch.Tensor) -> torch.Tensor:
+    """float32 x rounded to TF32 as tc11's pre-pass rounds it (kernels/tensorcore/split_tf32.cu,
+    round_tf32), in torch bit operations: to nearest with ties away from zero (cvt.rna's rounding:
+    add half a unit, clear the 13 bits below TF32's mantissa); Inf and NaN as they are; at or above
+    the largest TF32 value truncated, where rounding would overflow to Inf."""
+    if x.dtype != torch.float32:
+        raise TypeError(f"round_tf32 takes float32, not {x.dtype}")
+    u = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF  # the bits, as an unsigned 32-bit value
+    mag = u & 0x7FFFFFFF
+    r = torch.where(mag >= _TF32_MAX, u & _TF32_KEEP, (u + _TF32_HALF) & _TF32_KEEP)
+    r = torch.where(mag >= _FP32_INF, u, r)
+    return torch.where(r >= 2**31, r - 2**32, r).to(torch.int32).view(torch.float32)
+
+
+def split_tf32(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(big, small): float32 x split into two TF32 values as tc11's pre-pass splits it, big = x
+    rounded to TF32 and small = (x - big) rounded to TF32 (x - big is exact in fp32); Inf and NaN
+    in big, small = 0. big + small is x where x has 23 significant bits or fewer (from 2^-114 up to
+    the largest TF32 value), and within max(2^-23 |x|, 2^-137) of it otherwise (TF32's subnormals
+    are 2^-136 apart; at or above the largest TF32 value, where big is truncated, 2^-22 |x|)."""
+    big = round_tf32(x)
+    small = torch.where(torch.isfinite(x), round_tf32(x - big), torch.zeros_like(x))
+    return big, small
 
 
 def reference(a, b, c=None, alpha=1.0, beta=0.0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -111,10 +111,12 @@ def parse_kernel_config(text: str):
 
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16, "tf32": torch.float32,
+          "float16": torch.float16, "fp16": torch.float16, "tf32": torch.float32, "3xtf32": torch.float32,
           "bf16-fp32out": torch.bfloat16, "fp16-fp32out": torch.float16}  # fmt: skip
-# --dtype tf32: float32 tensors multiplied as TF32 (precision="tf32"), against cuBLAS with TF32 on
-PRECISIONS = {"tf32": "tf32"}
+# --dtype tf32: float32 tensors multiplied as TF32 (precision="tf32"), against cuBLAS with TF32 on;
+# --dtype 3xtf32: float32 at fp32's accuracy on the tensor cores (precision="3xtf32", tc11: the
+# pre-pass inside the timed call), against cuBLAS SGEMM (TF32 off)
+PRECISIONS = {"tf32": "tf32", "3xtf32": "3xtf32"}
 # --dtype bf16-fp32out / fp16-fp32out: 16-bit inputs, the fp32 accumulators written as they are
 # (gemm's out_dtype=torch.float32), against torch.mm(a, b, torch.float32)
 OUT_DTYPES = {"bf16-fp32out": torch.float32, "fp16-fp32out": torch.float32}
@@ -128,8 +130,8 @@ LAYOUTS = ("nn", "nt", "tn", "tt")
 def dtype_name(dtype: torch.dtype, precision: str = "fp32", out_dtype: torch.dtype | None = None,
                layout: str = "nn") -> str:  # fmt: skip
     """The dtype a record carries (reports make one table per name), with the layout unless nn."""
-    if precision == "tf32":
-        name = "tf32"
+    if precision in ("tf32", "3xtf32"):
+        name = precision
     else:
         name = str(dtype).removeprefix("torch.")
         name = f"{name}-fp32out" if out_dtype not in (None, dtype) else name

@@ -135,8 +135,8 @@ def _layout_note(layout: str, base: str) -> str:
     """A layout's views, and which steps of the table's dtype (base: bfloat16, tf32, ...) read them
     in place (KernelSpec.layouts) rather than copy them."""
     name = base.removesuffix("-fp32out")
-    math = "tf32" if name == "tf32" else "fp32"
-    dtype = getattr(torch, "float32" if name == "tf32" else name, None)
+    math = name if name in ("tf32", "3xtf32") else "fp32"
+    dtype = getattr(torch, "float32" if math != "fp32" else name, None)
     readers = [k.id.split("_")[0] for k in registry.KERNELS
                if layout in getattr(k, "layouts", ()) and dtype in k.dtypes and getattr(k, "math", "fp32") == math]
     if not readers:
@@ -157,6 +157,9 @@ def _arithmetic(dtype: str) -> str:
         return "float32 (TF32 off)"
     if dtype == "tf32":
         return f"float32 inputs multiplied as TF32 (cuBLAS with TF32 on); {_STAGED}"
+    if dtype == "3xtf32":
+        return ("float32 inputs as three TF32 products, fp32's accuracy (cuBLAS SGEMM, TF32 off); A and B split "
+                "into TF32 parts by tc11's pre-pass inside the timed call")
     if dtype.endswith("-fp32out"):
         what = f"{dtype.removesuffix('-fp32out')} inputs, fp32 accumulation and output (cuBLAS: torch.mm with out_dtype float32)"
     else:

@@ -104,9 +104,10 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out.append(_rule_config(spec, tuple(sorted({**spec.default_config().as_dict(), "SK": 1}.items()))))
     if "EPI" in spec.default_config().as_dict():  # each again with the lean epilogue (epilogue_for)
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "EPI": 0}.items()))) for c in out if c["TMA_STORE"]]
-    if "nt" in getattr(spec, "layouts", ()):  # each again for a B stored transposed
+    params = spec.default_config().as_dict()  # (tc11 reads every layout through its pre-pass: no TA, TB)
+    if "nt" in getattr(spec, "layouts", ()) and "TB" in params:  # each again for a B stored transposed
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "TB": 1}.items()))) for c in out]
-    if "tn" in getattr(spec, "layouts", ()):  # and for an A stored transposed
+    if "tn" in getattr(spec, "layouts", ()) and "TA" in params:  # and for an A stored transposed
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), "TA": 1}.items()))) for c in out]
     return out
 

@@ -22,6 +22,9 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
     "sgemm_11_warp_tile": [(2048 * 2048, None, dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8))],
     "tc07_persistent_cluster": [(0, 2560 * 2560, dict(CM=1))],
     "tc09_stream_k": [(0, 2560 * 2560, dict(CM=1))],  # tc07's schedule up to its last wave
+    # tc11's 64 x 128 tiles where its 128 x 128 ones would leave half of 132 SMs idle: a count of
+    # tiles, not yet a measurement (tc11 has not run on a GPU; its tiles, STAGES and PROMOTE are to be tuned)
+    "tc11_3xtf32": [(0, 64 * 128 * 132, dict(BM=64, STAGES=4))],
 }
 
 

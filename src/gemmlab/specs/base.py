@@ -87,8 +87,9 @@ class KernelSpec:
     cluster: Callable[[GemmConfig], Dim3] | None = field(default=None, repr=False)  # blocks per cluster
     persistent: bool = False  # grid capped at the SMs that fit (whole clusters); blocks loop over tiles
     min_capability: tuple[int, int] = (0, 0)  # e.g. (9, 0): wgmma, TMA and clusters are Hopper's
-    # The arithmetic of float32 problems: "fp32" (FFMA) or "tf32" (TF32 tensor cores, only when the
-    # caller passes precision="tf32"). 16-bit kernels ignore it.
+    # The arithmetic of float32 problems: "fp32" (FFMA), "tf32" (TF32 tensor cores, only when the
+    # caller passes precision="tf32") or "3xtf32" (three TF32 products a product, fp32's accuracy on
+    # the tensor cores: precision="3xtf32"). 16-bit kernels ignore it.
     math: str = "fp32"
     # True when gemm() copies an operand whose address or row stride TMA cannot take into a padded,
     # aligned buffer, so the caller's layout never rules the kernel out; aligned operands are used
@@ -106,6 +107,12 @@ class KernelSpec:
     # this problem, config and number of resident blocks. gemm() then launches every resident block
     # (the kernel reads its slots from the grid), and otherwise no more blocks than there are tiles.
     splits_k: Callable[[GemmProblem, GemmConfig, int], bool] | None = field(default=None, repr=False)
+    # True for tc11 (3xTF32): gemm() first splits A and B into TF32 big and small parts, K-major,
+    # in scratch buffers of its own (gemmlab.split, kernels/tensorcore/split_tf32.cu), which the
+    # kernel's TMA maps read; the split reads every layout, address and stride as it lies, so the
+    # caller's A and B are never copied or refused (the kernel reads them itself only to recompute
+    # non-finite results in fp32).
+    split_operands: bool = False
     # The layouts of A and B (GemmProblem.layout) the kernel reads where they lie; for any other,
     # gemm() hands it row-major copies of the transposed operands. "nt" (B stored transposed, as
     # x @ w.t() passes it) takes a TB = 1 config, "tn" (A stored transposed, as dy.t() @ x passes
@@ -161,6 +168,8 @@ class KernelSpec:
     def reads_in_place(self, problem: GemmProblem, cfg: GemmConfig) -> bool:
         """Whether this config reads the problem's A and B where they lie (otherwise gemm() hands
         it row-major copies of those stored transposed)."""
+        if self.split_operands:  # the pre-pass reads any strides
+            return True
         values = dict(cfg.values)
         return (problem.layout in self.layouts and values.get("TA", 0) == problem.a.trans
                 and values.get("TB", 0) == problem.b.trans)  # fmt: skip
@@ -189,6 +198,8 @@ class KernelSpec:
         if problem.dtype == torch.float32 and problem.precision != self.math:
             if self.math == "tf32":
                 return f"{self.id} multiplies float32 as TF32: pass precision='tf32' to allow it"
+            if self.math == "3xtf32":
+                return f"{self.id} multiplies float32 as three TF32 products (fp32 accuracy): pass precision='3xtf32' to use it"
             return f"{self.id} computes in full fp32; precision='{problem.precision}' asks for another kernel"
         cc = capability(problem.device) if self.min_capability > (0, 0) else None
         if cc is not None and cc < self.min_capability:
@@ -201,7 +212,7 @@ class KernelSpec:
                 if values.get(flag, 0) != op.trans:
                     article, kind = "an" if name == "A" else "a", "stored transposed" if values.get(flag, 0) else "row-major"
                     return f"config {flag}={values.get(flag, 0)} is for {article} {name} {kind}; this {name} is not"
-        tma_reason = tma_constraints(problem, self.tma) if self.tma and not self.staged else None
+        tma_reason = tma_constraints(problem, self.tma) if self.tma and not (self.staged or self.split_operands) else None
         return tma_reason or self.extra_constraints(problem, cfg)
 
 

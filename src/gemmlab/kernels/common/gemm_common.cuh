@@ -15,6 +15,9 @@ __device__ __forceinline__ long long offset(int row, int col, int ld) {
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Whether x is finite (not Inf, not NaN): its exponent bits are not all ones.
+__device__ __forceinline__ bool is_finite(float x) { return (__float_as_uint(x) & 0x7F800000u) != 0x7F800000u; }
+
 // The epilogue of every FP32 step: scale the accumulator and blend in C.
 __device__ __forceinline__ float epilogue(float acc, float alpha, float beta,
                                           const float* C, long long c_idx) {

@@ -249,6 +249,25 @@ __device__ __forceinline__ void wgmma_m64nk8_tf32(float (&d)[N / 2], unsigned lo
                      : "l"(da), "l"(db));
 }
 
+// The same MMA with scale-d chosen at run time (a predicate): accumulate = false computes
+// d = A * B without reading d -- the first MMA after tc11 has moved its accumulators into their
+// fp32 sum starts them again without zeroing them first.
+template <int N>
+__device__ __forceinline__ void wgmma_m64nk8_tf32(float (&d)[N / 2], unsigned long long da, unsigned long long db,
+                                                  bool accumulate) {
+    static_assert(N == 128 || N == 256, "m64n128k8 or m64n256k8");
+    if constexpr (N == 256)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D128 ", %128, %129, p, 1, 1;\n}\n"
+                     : GEMMLAB_WGMMA_D128_OPERANDS(d)
+                     : "l"(da), "l"(db), "r"(static_cast<int>(accumulate)));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " GEMMLAB_WGMMA_D64 ", %64, %65, p, 1, 1;\n}\n"
+                     : GEMMLAB_WGMMA_D64_OPERANDS(d)
+                     : "l"(da), "l"(db), "r"(static_cast<int>(accumulate)));
+}
+
 // The same MMA with A from registers ("RS" form): each thread passes four fp32 values of A, the
 // m16n8k8 TF32 fragment of its warp's 16 rows -- with g = lane / 4 and t = lane % 4 of warp w,
 //   a[0] = A[16 w + g][t],  a[1] = A[16 w + g + 8][t],  a[2] = A[16 w + g][t + 4],  a[3] = A[16 w + g + 8][t + 4].
