@@ -113,6 +113,15 @@ def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None)
 
     ensure_current(device_id)
     raise_dynamic_smem(loaded, device_id)
+    if not cluster:
+        # The cluster query needs a cluster size (without one the driver answers
+        # CUDA_ERROR_INVALID_CLUSTER_SIZE): a kernel launched without clusters asks per SM.
+        err, per_sm = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            _function_handle(loaded, device_id), math.prod(block), loaded.compiled.usage.dynamic_smem)
+        if err != driver.CUresult.CUDA_SUCCESS or per_sm < 1:
+            raise RuntimeError(f"cannot place a block of {loaded.spec.id} {loaded.config.as_dict()} on device {device_id}: {err}")
+        _CLUSTERS[key] = sm_count(device_id)  # one block an SM, as below
+        return _CLUSTERS[key]
     cfg = driver.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = sm_count(device_id) // per_cluster * per_cluster, 1, 1
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
