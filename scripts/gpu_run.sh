@@ -83,6 +83,12 @@ if want sanitize; then
     sanitize $tool "-s 2894x3139x45" -k tc07_persistent_cluster || fail "$tool tc07, several tiles a block"
     sanitize $tool "-s 3072x3072x86" -k tc09_stream_k || fail "$tool tc09, several tiles a block"
   done
+  # tc11 (3xTF32): its pre-pass and the GEMM at a small odd shape, and with several tiles a block
+  # and a K of two stages
+  step "compute-sanitizer: memcheck, racecheck and synccheck over tc11 (3xTF32)"
+  for tool in memcheck racecheck synccheck; do
+    sanitize $tool "-s 515x129x67 -s 2894x3139x45" -k tc11_3xtf32 || fail "$tool tc11"
+  done
   # The FP32 steps past the seeds where they split K over runs (the last run adds the parts): step 12
   # at a small output with a long K, step 13 at a few rows, step 14 at a few columns
   step "compute-sanitizer: memcheck and racecheck over the FP32 steps 12-14 where they split K"

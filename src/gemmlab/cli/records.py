@@ -73,6 +73,8 @@ def profile_cmd(
         cells = ["" if v is None else f"{v:,.2f}" for v in vals]
         t.add_row(header, *cells, *([delta] if len(ids) == 2 else []))
     console.print(t)
+    for name, metrics in profile.prepass_rows(path):
+        console.print(f"pre-pass {name}: {metrics.get('gpu__time_duration.sum', float('nan')) * 1e-3:,.2f} us", highlight=False)
     console.print(f"ncu CSV: {path}", highlight=False)
 
 

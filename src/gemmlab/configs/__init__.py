@@ -11,6 +11,8 @@ family's rules and models are in its own module: persistent (tc07, tc09), tf32 (
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import registry
 from ..device import sm_count_of
 from ..problem import GemmProblem
@@ -152,7 +154,16 @@ def _in_place(spec: KernelSpec, problem: GemmProblem) -> GemmConfig | None:
     return native if spec.why_not(problem, native) is None else None
 
 
+# precision="3xtf32" with K below this goes to the FFMA ladder under kernel='auto': at K = 1 the
+# split's dropped terms cost about three times SGEMM's single rounding (docs/ladder/tc11-3xtf32.md,
+# emulated; from K = 64 on the split is the more accurate), and so few products a result give the
+# tensor cores nothing to win. FFMA is fp32 arithmetic, which is what 3xtf32 promises.
+SPLIT_TF32_MIN_K = 33
+
+
 def _select(problem: GemmProblem, kernel: str, device: str) -> tuple[KernelSpec, GemmConfig]:
+    if kernel == "auto" and problem.precision == "3xtf32" and problem.K < SPLIT_TF32_MIN_K:
+        return _select(replace(problem, precision="fp32"), kernel, device)
     if problem.layout != "nn":
         if kernel != "auto":  # a named kernel that reads this layout in place serves it as it is
             spec = registry.get(kernel)
