@@ -218,7 +218,7 @@ def test_precision_3xtf32_is_for_float32_only():
 
 
 def test_3xtf32_only_when_asked_for_and_only_tc11():
-    a, b = torch.empty(64, 32), torch.empty(32, 48)
+    a, b = torch.empty(64, 64), torch.empty(64, 48)
     p = {prec: problem_from_tensors(a, b, device_type="cpu", precision=prec) for prec in ("fp32", "tf32", "3xtf32")}
     assert "precision='3xtf32'" in TC_11.why_not(p["fp32"]) and "precision='3xtf32'" in TC_11.why_not(p["tf32"])
     assert TC_11.why_not(p["3xtf32"]) is None
@@ -233,11 +233,27 @@ def test_3xtf32_only_when_asked_for_and_only_tc11():
     assert tolerance(torch.float32, "3xtf32") == TOLERANCES[torch.float32]  # as accurate as SGEMM
 
 
+@pytest.mark.parametrize("K", [1, 7, 32, 33, 1000])
+def test_short_k_goes_to_ffma_under_auto(K):
+    """Below SPLIT_TF32_MIN_K, 'auto' serves precision='3xtf32' with the FFMA ladder (fp32
+    arithmetic, SGEMM's accuracy); tc11 named still runs there."""
+    from gemmlab.configs import SPLIT_TF32_MIN_K
+
+    for layout in ("nn", "tt"):
+        a = torch.empty(300, K) if layout[0] == "n" else torch.empty(K, 300).t()
+        b = torch.empty(K, 200) if layout[1] == "n" else torch.empty(200, K).t()
+        p = problem_from_tensors(a, b, device_type="cpu", precision="3xtf32")
+        spec, _ = select(p, device="cuda")
+        assert (spec is TC_11) == (K >= SPLIT_TF32_MIN_K), (K, layout, spec.id)
+        assert spec.math == ("3xtf32" if K >= SPLIT_TF32_MIN_K else "fp32")
+        assert select(p, "tc11_3xtf32", device="cuda")[0] is TC_11
+
+
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 def test_every_layout_stride_and_address_is_read_as_it_lies(layout):
     """The pre-pass reads any strides, so tc11 takes every layout in place (no row-major copies)
-    and no operand is refused for TMA: rows of 7 floats (28 bytes), addresses off 16 bytes."""
-    M, N, K = 33, 17, 7
+    and no operand is refused for TMA: rows of 37 floats (148 bytes), addresses off 16 bytes."""
+    M, N, K = 33, 17, 37
     store = torch.empty(4096)
     a = store[1 : 1 + M * K].view(K, M).t() if layout[0] == "t" else store[1 : 1 + M * K].view(M, K)
     b = store[3 : 3 + N * K].view(N, K).t() if layout[1] == "t" else store[3 : 3 + N * K].view(K, N)
@@ -253,13 +269,14 @@ def test_every_layout_stride_and_address_is_read_as_it_lies(layout):
 @pytest.mark.parametrize("layout,trans", [("nn", {0, 1}), ("nt", {0}), ("tn", {1}), ("tt", {0, 1})])
 def test_compile_jobs_name_the_prepass_builds(layout, trans):
     """`gemmlab compile --shape` warms what a 3xtf32 call loads: tc11 and the pre-pass builds its
-    operands' layouts take (A as it lies, B as B^T: TRANS = 1 for a row-major B); none without K."""
+    operands' layouts take (A as it lies, B as B^T: TRANS = 1 for a row-major B); without K, 'auto'
+    takes the FFMA ladder and nothing is split."""
     p = fresh_problem(300, 520, 136, torch.float32, layout=layout, precision="3xtf32", device=torch.device("cuda", 0))
     jobs = api.compile_jobs([p])
     assert jobs[0][0] is TC_11 and {job[1]["TRANS"] for job in jobs[1:]} == trans
     assert all(job[0] is SPLIT_TF32 for job in jobs[1:])
     p0 = fresh_problem(300, 520, 0, torch.float32, layout=layout, precision="3xtf32", device=torch.device("cuda", 0))
-    assert [job[0] for job in api.compile_jobs([p0])] == [TC_11]
+    assert all(job[0] not in (TC_11, SPLIT_TF32) for job in api.compile_jobs([p0]))
 
 
 def test_check_and_fuzz_run_3xtf32_against_sgemm():
@@ -330,7 +347,7 @@ def test_prepass_is_the_python_split_bit_for_bit(rows, cols, trans):
     sr, sc = x.stride()
     parts = split.split(x.data_ptr(), rows, cols, sr, sc, x.device, 0)
     torch.cuda.synchronize()
-    assert parts.shape == (2, rows, -(-cols // 4) * 4) and split.split_config(sr, sc)["TRANS"] == int(trans)
+    assert parts.shape == (2, rows, -(-cols // split.LD_ALIGN) * split.LD_ALIGN) and split.split_config(sr, sc)["TRANS"] == int(trans)
     big, small = split_tf32(x.cpu())
     assert torch.equal(bits(parts[0, :, :cols].cpu()), bits(big)), "big"
     assert torch.equal(bits(parts[1, :, :cols].cpu()), bits(small)), "small"
@@ -345,7 +362,7 @@ SHAPES = [(1, 1, 1), (7, 7, 7), (17, 17, 17), (127, 127, 127), (1000, 1000, 1000
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_3xtf32_against_float64(layout, M, N, K):
-    """gemm(precision="3xtf32") in every layout, at sizes no tile divides (1, 7, 17, 127, 1000, 3135,
+    """tc11 (named: 'auto' gives K < 33 to FFMA) in every layout, at sizes no tile divides (1, 7, 17, 127, 1000, 3135,
     primes, K = 1), each alpha/beta variant -- C read, C full of NaN with beta = 0, in place -- into
     poisoned D, held to fp32's tolerance; C left as it was where D is elsewhere."""
     a = operand(M, K, layout[0] == "t", pad=M % 3)
@@ -354,7 +371,7 @@ def test_3xtf32_against_float64(layout, M, N, K):
         c = None if kind == "none" else torch.full((M, N), float("nan"), device="cuda") if kind == "nan" else rand(M, N)
         c0 = None if c is None else c.clone()
         out = c if kind == "inplace" else torch.full((M, N), float("nan"), device="cuda")
-        gemmlab.gemm(a, b, c, alpha=alpha, beta=beta, out=out, precision="3xtf32")
+        gemmlab.gemm(a, b, c, alpha=alpha, beta=beta, out=out, kernel="tc11_3xtf32", precision="3xtf32")
         torch.cuda.synchronize()
         label = f"M={M} N={N} K={K} kernel=tc11_3xtf32 {layout} alpha={alpha} beta={beta} C={kind}"
         rep = check_result(out, a, b, c0 if beta else None, alpha, beta, "3xtf32")
@@ -408,7 +425,7 @@ def test_inf_and_nan_propagate_as_in_fp32(layout, M, N, K):
         a[rng.randrange(M), rng.randrange(K)] = rng.choice([math.inf, -math.inf, math.nan])
         b[rng.randrange(K), rng.randrange(N)] = rng.choice([math.inf, -math.inf, math.nan, 0.0])
     a[0, 0], b[0, 0] = math.inf, 0.0  # Inf x 0 = NaN in D[0][0]
-    out = gemmlab.gemm(a, b, precision="3xtf32")
+    out = gemmlab.gemm(a, b, kernel="tc11_3xtf32", precision="3xtf32")  # named: 'auto' takes FFMA at K = 17
     ref = a.double() @ b.double()
     torch.cuda.synchronize()
     d = out.double()
