@@ -22,7 +22,7 @@ SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
     "sgemm_11_warp_tile": [(2048 * 2048, None, dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8))],
     "tc07_persistent_cluster": [(0, 2560 * 2560, dict(CM=1))],
     "tc09_stream_k": [(0, 2560 * 2560, dict(CM=1))],  # tc07's schedule up to its last wave
-    # tc11, H200 (results/nvidia-h200/tune-20261127T045811Z.json against the defaults in
+    # tc11, H200 (results/nvidia-h200/tune-20261127T045811Z.json.gz against the defaults in
     # bench-20261127T045618Z.json): up to about 1.25 waves of 128 x 128 tiles (M * N <= 165 of them)
     # 64 x 128 tiles (1.57-1.60x cuBLAS SGEMM at 1022^3 and 1024^3; a tie with 128 x 128 at 1536^3,
     # 1.54x); from 2048^2 on 128 x 128 (2.04x at 2048^3 against 1.67x). PROMOTE stays 1: 2 and 4 were up to 9% faster with
