@@ -58,9 +58,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     precision: for float32 tensors, "fp32" (the default: FFMA, fp32 all the way), "tf32" (the
     tensor cores, multiplying TF32-rounded inputs: ~1e-3 relative error, several times faster) or
     "3xtf32" (the tensor cores at fp32's accuracy: each input split into two TF32 parts by a
-    pre-pass into scratch memory, three TF32 products a product, tc11; not yet run on a GPU: its
-    accuracy and speed are unmeasured, docs/ladder/tc11-3xtf32.md). The tensor cores are used
-    for float32 only when asked for. bf16/fp16 tensors always run on the tensor cores with fp32
+    pre-pass into scratch memory of twice A's and B's size, three TF32 products a product, tc11:
+    about 2.1x cuBLAS SGEMM's speed from 1024^3 up, with less error; K < 33 runs on FFMA;
+    docs/ladder/tc11-3xtf32.md). The tensor cores are used for float32 only when asked for. bf16/fp16 tensors always run on the tensor cores with fp32
     accumulation; their result is rounded to their own type, or written in fp32 with
     out_dtype=torch.float32 (or an fp32 out), and c is then fp32 too.
 

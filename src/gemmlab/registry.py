@@ -39,10 +39,9 @@ SGEMM_PENDING: tuple[KernelSpec, ...] = ()
 # tc01-tc04: every check case (bf16 and fp16) and the GPU tests on an H200, 2026-11-22.
 # tc05-tc08: the GPU tests (366 cases of theirs) and check subsets on an H100, 2026-11-22; the full
 # check in the run whose records are committed.
-# tc11 (3xTF32) is the one exception: compiled and spec-checked for sm_90a, not yet run on a GPU,
-# it is in the ladder so that precision="3xtf32" -- which no other kernel serves -- reaches it through
-# kernel='auto'; it serves no problem of another precision, so no other choice changes. Its GPU
-# tests (tests/test_3xtf32.py, and every kernel's in tests/test_gpu_kernels.py) are still to run.
+# tc11 (3xTF32): the GPU tests, `gemmlab check -k tc11_3xtf32` and the fuzz harness's 3xtf32
+# problems on an H200 and an H100, 2026-11-27. It serves precision="3xtf32" only, so no other
+# precision's choice changes.
 TC_LADDER: tuple[KernelSpec, ...] = (TC_01, TC_02, TC_03, TC_04, TC_05, TC_06, TC_07, TC_08, TC_09, TC_10, TC_11)
 TC_PENDING: tuple[KernelSpec, ...] = ()
 
