@@ -38,17 +38,21 @@ def split_strides(problem: GemmProblem) -> tuple[tuple[int, int], tuple[int, int
 LD_ALIGN = 32
 
 
+_CONFIGS = {t: SPLIT_TF32.config(TRANS=t) for t in (0, 1)}
+_LOADED: dict[tuple, object] = {}  # (TRANS, device) -> the loaded pre-pass: no lookup a call
+
+
 def split_config(sr: int, sc: int):
     """The pre-pass's config for a matrix of these element strides: TRANS = 1 where the unit
     stride runs along its rows (read through the transposing tile), 0 otherwise."""
-    return SPLIT_TF32.config(TRANS=int(sr < sc))
+    return _CONFIGS[int(sr < sc)]
 
 
 def split_jobs(problem: GemmProblem | None = None) -> list[tuple]:
     """The pre-pass's builds a 3xTF32 problem loads besides tc11 (None: both), as jit.compile_many's
     jobs; none where K = 0 (nothing to split)."""
     if problem is None:
-        cfgs = [SPLIT_TF32.config(TRANS=t) for t in (0, 1)]
+        cfgs = list(_CONFIGS.values())
     else:
         cfgs = [split_config(*s) for s in split_strides(problem)] if problem.K else []
     return [(SPLIT_TF32, cfg, None, None) for cfg in dict.fromkeys(cfgs)]
@@ -60,7 +64,9 @@ def split(ptr: int, rows: int, cols: int, sr: int, sc: int, device: torch.device
     ld = -(-cols // LD_ALIGN) * LD_ALIGN
     parts = torch.empty((2, rows, ld), dtype=torch.float32, device=device)
     cfg = split_config(sr, sc)
-    loaded = jit.load_kernel(SPLIT_TF32, cfg, device_id)
+    loaded = _LOADED.get((cfg["TRANS"], device_id))
+    if loaded is None:
+        loaded = _LOADED[cfg["TRANS"], device_id] = jit.load_kernel(SPLIT_TF32, cfg, device_id)
     i32, i64 = launch.i32, launch.i64
     launch.launch(loaded, device_id, SPLIT_TF32.grid(rows, cols, cfg), SPLIT_TF32.block(cfg), ptr, parts[0].data_ptr(),
                   parts[1].data_ptr(), i32(rows), i32(cols), i64(sr), i64(sc), i32(ld))  # fmt: skip
