@@ -2,12 +2,16 @@
 record, the command's refusal without a GPU (CPU tests); on a GPU (marker `gpu`), a reduced set of
 cases through the same functions, held to the contract."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from gemmlab.bench import accuracy
+from gemmlab.bench import accuracy, accuracy_table, records, report
+from gemmlab.bench.run import results_path, write_run
 from gemmlab.reference import split_tf32
 
+ROOT = Path(__file__).resolve().parents[1]
 M, N, K = 37, 29, 64  # drawn on the CPU: small, odd
 
 
@@ -99,3 +103,76 @@ def test_error_terms_are_normwise_and_max_over_the_largest_element():
     assert rel == pytest.approx((0.5**2 + 0.25**2) ** 0.5 / (16 + 4 + 1) ** 0.5)
     assert largest == 0.5 / 4 and bad == 0
     assert accuracy.error_terms(torch.tensor([[float("nan"), 0.0]]), ref[:1]).tolist()[2] == 1
+
+
+def _record(inputs: str, K: int, ours: tuple, sgemm: tuple) -> dict:
+    o, s = dict(rel=ours[0], max=ours[1], nonfinite=0), dict(rel=sgemm[0], max=sgemm[1], nonfinite=0)
+    return dict(inputs=inputs, M=100, N=77, K=K, seed=K, kernel="tc11_3xtf32", config={"BM": 128},
+                contract=inputs in accuracy.CONTRACT_INPUTS, ours=o, sgemm=s,
+                ratio={m: accuracy.ratio(o[m], s[m]) for m in accuracy.METRICS})  # fmt: skip
+
+
+META = dict(gpu="NVIDIA H100 80GB HBM3", gpu_slug="nvidia-h100-80gb-hbm3", commit="0123456789abcdef0123",
+            time="2026-11-28T10:00:00+00:00", kind="accuracy", max_ratio=1.5)  # fmt: skip
+
+
+def test_table_rows_and_verdict_from_a_record(tmp_path):
+    recs = [_record("normal", 64, (1e-7, 2e-7), (2e-7, 2e-7)), _record("wide", 4096, (3e-7, 1e-7), (6e-7, 2e-7)),
+            _record("near-underflow", 256, (3e-6, 2e-6), (1e-7, 1e-7))]  # fmt: skip
+    write_run(results_path(tmp_path, META, "accuracy"), META, recs)
+    section = report.accuracy_section(tmp_path)
+    assert section.startswith("**NVIDIA H100 80GB HBM3**")
+    lines = section.splitlines()
+    assert "| inputs | M x N x K | kernel | ours rel | SGEMM rel | ratio | ours max | SGEMM max | ratio |" in lines
+    assert "| normal | 100 x 77 x 64 | tc11_3xtf32 | 1.00e-07 | 2.00e-07 | 0.50x | 2.00e-07 | 2.00e-07 | 1.00x |" in lines
+    assert "| wide | 100 x 77 x 4096 | tc11_3xtf32 | 3.00e-07 | 6.00e-07 | 0.50x | 1.00e-07 | 2.00e-07 | 0.50x |" in lines
+    assert "| near-underflow | 100 x 77 x 256 | tc11_3xtf32 | 3.00e-06 | 1.00e-07 | 30.00x | 2.00e-06 | 1.00e-07 | 20.00x |" in lines
+    # the verdict: over the contract's inputs only; geometric means 0.50x (rel) and sqrt(0.5) = 0.71x (max)
+    assert ("The contract's inputs (normal, wide: 2 cases). Normwise worst 0.50x (normal 100x77x64), geometric mean "
+            "0.50x; max element worst 1.00x (normal 100x77x64), geometric mean 0.71x. The contract (every ratio at most "
+            "1.5x, each geometric mean below 1x) **holds**.") in section  # fmt: skip
+    beside = section.split("Beside the contract (near-underflow: 1 case), not held to it:")[1]
+    assert "| near-underflow | 100 x 77 x 256 |" in beside and "| near-underflow |" not in section.split("Beside")[0]
+    assert "Normwise worst 30.00x (near-underflow 100x77x256), geometric mean 30.00x;" in beside
+    assert "`0123456789ab` (2026-11-28T10:00:00+00:00)" in section
+    assert "max: `max |D - R| / max |R|`" in section
+
+
+def test_the_contract_fails_on_one_ratio_over_the_limit_or_a_mean_at_one():
+    ok = _record("normal", 64, (1e-7, 1e-7), (2e-7, 2e-7))
+    assert accuracy_table.verdict([ok])["holds"]
+    over = _record("uniform", 1024, (1.6e-7, 1e-7), (1e-7, 1e-7))  # 1.6x, though the mean stays below 1
+    v = accuracy_table.verdict([ok, ok, ok, over])
+    assert not v["holds"] and v["rel"]["worst"] == pytest.approx(1.6) and v["rel"]["geomean"] < 1
+    assert [(m, r["inputs"]) for m, r in v["over"]] == [("rel", "uniform")]
+    even = _record("uniform", 1024, (1e-7, 1e-7), (1e-7, 1e-7))  # every ratio 1x: not below SGEMM on average
+    assert not accuracy_table.verdict([even])["holds"]
+    unbounded = _record("wide", 1, (1e-7, 1e-7), (0.0, 0.0))
+    assert unbounded["ratio"]["rel"] is None and not accuracy_table.verdict([ok, unbounded])["holds"]
+    table = accuracy_table.accuracy_table({"meta": META, "records": [ok, unbounded]})
+    assert "| unbounded |" in table
+    assert "Normwise worst unbounded (wide 100x77x1), geometric mean 0.50x of the bounded ones (1 unbounded)" in table
+    assert not accuracy_table.verdict([])["holds"]
+
+
+def test_the_section_is_the_newest_record_of_each_gpu_or_says_there_is_none(tmp_path):
+    assert report.accuracy_section(tmp_path) == "_no records yet_"
+    older = dict(META, time="2026-11-27T10:00:00+00:00")
+    write_run(results_path(tmp_path, older, "accuracy"), older, [_record("normal", 64, (9e-7, 9e-7), (1e-7, 1e-7))])
+    write_run(results_path(tmp_path, META, "accuracy"), META, [_record("normal", 64, (1e-7, 1e-7), (2e-7, 2e-7))])
+    h200 = dict(META, gpu="NVIDIA H200", gpu_slug="nvidia-h200")
+    write_run(results_path(tmp_path, h200, "accuracy"), h200, [_record("uniform", 8, (1e-7, 1e-7), (2e-7, 2e-7))])
+    section = report.accuracy_section(tmp_path)
+    assert "9.00e-07" not in section and "**NVIDIA H100 80GB HBM3**" in section and "**NVIDIA H200**" in section
+    assert section == "\n\n".join(f"**{m['gpu']}**\n\n" + accuracy_table.accuracy_table(records.load_run(p))
+                                  for m, p in ((META, records.find_runs(tmp_path, "accuracy")[1]),
+                                               (h200, records.find_runs(tmp_path, "accuracy")[2])))  # fmt: skip
+    assert "accuracy-3xtf32" in report.all_sections(tmp_path)
+
+
+def test_the_page_names_the_shapes_the_module_runs():
+    page = (ROOT / "docs" / "ladder" / "tc11-3xtf32.md").read_text()
+    section = page.split("## Accuracy on a GPU")[1].split("\n## ")[0]
+    for k, (m, n) in accuracy.SHAPES.items():
+        assert f"{m} x {n}" in section, (m, n, k)
+    assert "gemmlab accuracy" in section and "<!-- gemmlab:accuracy-3xtf32:start -->" in section
