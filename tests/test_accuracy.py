@@ -6,10 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from gemmlab.bench import accuracy, accuracy_table, records, report
 from gemmlab.bench.run import results_path, write_run
+from gemmlab.cli import app
 from gemmlab.reference import split_tf32
+
+from conftest import HAS_GPU
 
 ROOT = Path(__file__).resolve().parents[1]
 M, N, K = 37, 29, 64  # drawn on the CPU: small, odd
@@ -176,3 +180,17 @@ def test_the_page_names_the_shapes_the_module_runs():
     for k, (m, n) in accuracy.SHAPES.items():
         assert f"{m} x {n}" in section, (m, n, k)
     assert "gemmlab accuracy" in section and "<!-- gemmlab:accuracy-3xtf32:start -->" in section
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the message a machine without a GPU gives")
+def test_the_command_refuses_without_a_gpu(tmp_path):
+    res = CliRunner().invoke(app, ["accuracy", "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert res.output.strip() == "gemmlab: no CUDA GPU is visible on this machine; this command needs one."
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_refuses_unknown_inputs_and_k_before_anything():
+    for args, message in ((["--inputs", "huge"], "inputs 'huge'"), (["--k", "3"], "K=3")):
+        res = CliRunner().invoke(app, ["accuracy", *args])
+        assert res.exit_code == 2 and message in res.output, res.output
