@@ -13,7 +13,8 @@
 # one or on fewer problems than that; "sanitize" adds compute-sanitizer's memcheck, racecheck and
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
-# "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "linear" the fused Linear + GELU against torch):
+# "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "linear" the fused Linear + GELU against torch,
+# "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md)):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then COMPILE=0 STEPS="fuzz" (the fuzz compiles what it launches; the call is then full) then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
 # (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
@@ -57,6 +58,11 @@ if want fuzz; then
   step "fuzz: ${FUZZ_CASES:-100000} random problems in the kernels' risky regimes against float64 and cuBLAS"
   python3 -m gemmlab fuzz --cases "${FUZZ_CASES:-100000}" --min-cases "${FUZZ_CASES:-100000}" --seconds "${FUZZ_SECONDS:-480}" \
     --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "fuzz"
+fi
+
+if want accuracy; then
+  step "accuracy: precision=3xtf32 against float64 and cuBLAS SGEMM, K from 1 to 65536 (the contract's records)"
+  python3 -m gemmlab accuracy --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "accuracy"
 fi
 
 # compute-sanitizer over the Hopper steps at small odd shapes (tc09's at shapes it splits):

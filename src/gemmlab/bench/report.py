@@ -10,6 +10,7 @@ from .. import registry
 from .records import (
     _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_peak, record_paths, short_commit,
 )
+from .accuracy_table import accuracy_table
 from .layer_tables import conv_table, linear_table
 from .tables import (
     bench_table, cpu_vs_gpu_table, fp32_shapes_summary, fp32_shapes_table, k_sweep_shape, k_sweep_table,
@@ -85,8 +86,8 @@ def results_sections(results_root: Path) -> dict[str, str]:
 
 def ladder_sections(results_root: Path) -> dict[str, str]:
     """docs/ladder/: each step's diff against the one before, the FP32 steps in Nsight Compute,
-    seed 004's reordering claim, and the GPU against the CPU of the GPU machine."""
-    sections: dict[str, str] = step_diff_sections()
+    seed 004's reordering claim, the GPU against the CPU of the GPU machine, and 3xTF32's accuracy."""
+    sections: dict[str, str] = step_diff_sections() | {"accuracy-3xtf32": accuracy_section(results_root)}
     gpu_runs = merged_runs(find_runs(results_root, "bench"))
     cpu_runs = merged_runs(find_runs(results_root, "bench-cpu"))
     with_naive = [r for r in cpu_runs if any(x["kernel"] == "cpu01_naive" for x in r["records"])]
@@ -101,6 +102,12 @@ def ladder_sections(results_root: Path) -> dict[str, str]:
     if pairs:
         sections["cpu-vs-gpu"] = "\n\n".join(cpu_vs_gpu_table(c, g) for c, g in pairs)
     return sections | ncu_sections(results_root)
+
+
+def accuracy_section(results_root: Path) -> str:
+    """tc11's page: the newest `gemmlab accuracy` record of each GPU, as a table under its name."""
+    runs = [load_run(p) for p in _newest_per_gpu(find_runs(results_root, "accuracy"))]
+    return "\n\n".join(f"**{r['meta']['gpu']}**\n\n{accuracy_table(r)}" for r in runs) or "_no records yet_"
 
 
 def notes_sections(results_root: Path) -> dict[str, str]:

@@ -22,6 +22,7 @@ for name, command in (
     ("overhead", lab.overhead_cmd),
     ("cold-start", lab.cold_start_cmd),
     ("fuzz", lab.fuzz_cmd),
+    ("accuracy", lab.accuracy_cmd),
     ("sustained", lab.sustained_cmd),
     ("peak", lab.peak_cmd),
     ("conv-bench", lab.conv_bench_cmd),

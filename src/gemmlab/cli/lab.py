@@ -1,5 +1,5 @@
-"""Commands that measure on a device and write records: bench, pad, overhead, cold-start, fuzz, sustained, peak,
-conv-bench, linear-bench."""
+"""Commands that measure on a device and write records: bench, pad, overhead, cold-start, fuzz, accuracy,
+sustained, peak, conv-bench, linear-bench."""
 
 from __future__ import annotations
 
@@ -362,6 +362,43 @@ def fuzz_cmd(
     if short:
         err_console.print(f"fuzz: {summary.tried} problems tried, fewer than --min-cases {min_cases}")
     if summary.wrong or summary.crashed or short:
+        raise typer.Exit(1)
+
+
+def accuracy_cmd(
+    inputs: Optional[list[str]] = typer.Option(None, "--inputs", help="only these input sets (repeatable): normal, uniform, wide, wide-k, near-underflow"),
+    k: Optional[list[int]] = typer.Option(None, "--k", "-K", help="only these K (repeatable): 1, 2, 8, 32, 64, 256, 1024, 4096, 16384, 65536"),
+    out: Path = _out_option("accuracy"),
+) -> None:
+    """precision="3xtf32" against float64 and cuBLAS SGEMM, K from 1 to 65536; exit 1 where the contract fails.
+
+    Each case: its inputs drawn from its own seed, gemm(a, b, precision="3xtf32") and torch.mm with
+    TF32 off against the float64 product; the normwise and the max element error of both and their
+    ratios (gemmlab.bench.accuracy). The contract, on the normal, uniform and wide inputs: every
+    ratio at most 1.5x, their geometric mean below 1x. `gemmlab report` makes the table."""
+    from ..bench import accuracy
+    from ..bench.accuracy_table import accuracy_table, case_line, verdict
+
+    try:
+        todo = accuracy.cases(inputs, k)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    _require_gpu()
+    with _progress() as prog:
+        task = prog.add_task("accuracy", total=len(todo))
+
+        def on_record(r: dict) -> None:
+            prog.console.print(case_line(r), highlight=False)
+            prog.advance(task)
+
+        path, recs = accuracy.run_accuracy(out, todo, on_start=lambda c: prog.update(task, description=c.label()),
+                                           on_record=on_record)  # fmt: skip
+    from ..bench.records import load_run
+
+    console.print(accuracy_table(load_run(path)), markup=False, highlight=False)
+    console.print(f"record: {path}", highlight=False)
+    contract = [r for r in recs if r["contract"]]
+    if contract and not verdict(contract, accuracy.MAX_RATIO)["holds"]:
         raise typer.Exit(1)
 
 
