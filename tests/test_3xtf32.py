@@ -184,7 +184,8 @@ def test_the_prepass_compiles_without_spills(trans):
     assert ck.usage.spills == 0 and ck.usage.stack_frame == 0, ck.usage
 
 
-@pytest.mark.parametrize("overrides", [{}, dict(BM=64, STAGES=4), dict(PROMOTE=2), dict(PROMOTE=4)],
+@pytest.mark.parametrize("overrides", [{}, dict(BM=64, STAGES=4), dict(PROMOTE=2), dict(PROMOTE=4), dict(SUM=0),
+                                       dict(SUM=2), dict(BM=64, STAGES=4, SUM=2)],
                          ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
 def test_tc11_compiles_without_spills_or_serialised_mmas(overrides):
     """tc11 fits the 168 registers 384 threads leave (64 accumulators and a 64-register sum a
@@ -199,7 +200,8 @@ def test_tc11_compiles_without_spills_or_serialised_mmas(overrides):
 
 def test_tc11_configs_are_checked_before_compiling():
     for overrides, message in ((dict(BN=256), "BN must be 128"), (dict(BM=192), "BM must be 64 or 128"),
-                               (dict(PROMOTE=0), "PROMOTE must be at least 1"), (dict(STAGES=4), "exceeds 227 KB")):  # fmt: skip
+                               (dict(PROMOTE=0), "PROMOTE must be at least 1"), (dict(STAGES=4), "exceeds 227 KB"),
+                               (dict(SUM=3), "SUM must be 0")):  # fmt: skip
         with pytest.raises(ValueError, match=message):
             TC_11.config(**overrides)
     assert [c.as_dict() for c in configs_in_use(TC_11)] == [TC_11.default_config().as_dict(), TC_11.config(BM=64, STAGES=4).as_dict()]
@@ -382,7 +384,8 @@ def test_3xtf32_against_float64(layout, M, N, K):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [TC_11.config(**o) for o in ({}, dict(BM=64, STAGES=4), dict(PROMOTE=2), dict(PROMOTE=4),
-                                                                  dict(BM=64, STAGES=4, PROMOTE=3))],
+                                                                  dict(BM=64, STAGES=4, PROMOTE=3), dict(SUM=0), dict(SUM=2),
+                                                                  dict(BM=64, STAGES=4, SUM=0))],
                          ids=lambda c: ",".join(f"{k}={v}" for k, v in c.as_dict().items()))
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (129, 68, 33), (1000, 1022, 1000), (300, 701, 4099), (4096, 130, 64), (2500, 2500, 97)])
 def test_every_tile_and_promotion_interval(cfg, M, N, K):

@@ -27,6 +27,7 @@ def _check_11(c: GemmConfig) -> str | None:
         (c["STAGES"] >= 2, "STAGES must be at least 2"),
         (c["GROUP"] >= 1, "GROUP must be at least 1"),
         (c["PROMOTE"] >= 1, "PROMOTE must be at least 1 (K stages between promotions)"),
+        (c["SUM"] in (0, 1, 2), "SUM must be 0 (one fp32 sum), 1 (two fp32 levels) or 2 (an fp64 sum)"),
         (_tc11_smem(c) <= SMEM_MAX, f"shared memory {_tc11_smem(c)} B exceeds 227 KB"),
     )
 
@@ -45,6 +46,7 @@ TC_11 = KernelSpec(
         Param("STAGES", 3, "K stages in the TMA ring (four tiles each: 64 KB at 128 x 128)"),
         Param("GROUP", 8, "tile rows walked together by the tile scheduler (L2 reuse)"),
         Param("PROMOTE", 1, "K stages the MMA accumulator takes before it is added into the fp32 sum and started again"),
+        Param("SUM", 1, "how the promoted values are summed along K: 0 one fp32 sum, 1 two fp32 levels (16 promotions a partial sum), 2 an fp64 sum"),
     ),
     block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
     grid=lambda M, N, c: (cdiv(M, c["BM"]) * cdiv(N, c["BN"]), 1, 1),

@@ -46,7 +46,12 @@ __device__ __forceinline__ void redo_nonfinite(float (&sum)[NACC], const float* 
 // BN = 128 columns (the N of one m64n128k8 MMA: 64 accumulators a thread, and as many for the
 // sum). BK = 32 fp32 (one 128-byte swizzle row). STAGES: the ring of K stages, each holding four
 // tiles. GROUP: tile rows per scheduling group. PROMOTE: K stages the MMA accumulator takes before
-// it is added into the fp32 sum and started again (1: every stage).
+// it is added into the fp32 sum and started again (1: every stage). SUM: how the promoted values
+// are summed along K -- 0: into one fp32 sum a element (K / (32 PROMOTE) roundings in sequence, an
+// error that grows as the square root of their count for same-signed inputs); 1: two levels, a
+// partial fp32 sum over LEVEL promotions added into the fp32 sum (about LEVEL + K / (32 PROMOTE
+// LEVEL) roundings in sequence); 2: an fp64 sum (no rounding of its own worth counting; a DADD
+// issues at half a FADD's rate, 64 more registers).
 //
 // The operands are the pre-pass's [rows][ld] arrays, all K-major: A's parts ([M][K]) and B^T's
 // ([N][K]), through tmA, tmA_small, tmB, tmB_small (boxes of BM or BN rows of BK). A and B: the
@@ -54,7 +59,7 @@ __device__ __forceinline__ void redo_nonfinite(float (&sum)[NACC], const float* 
 //
 // Shared layout of one stage (1024-byte aligned, 128-byte swizzled rows of 32 K-elements):
 //   [BM][32] A big, [BM][32] A small, [BN][32] B^T big, [BN][32] B^T small
-template <int BM, int BN, int BK, int STAGES, int GROUP, int PROMOTE>
+template <int BM, int BN, int BK, int STAGES, int GROUP, int PROMOTE, int SUM>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 tc_3xtf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmA_small,
           const __grid_constant__ gemmlab::TensorMap tmB, const __grid_constant__ gemmlab::TensorMap tmB_small,
@@ -68,6 +73,8 @@ tc_3xtf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant_
     static_assert(BN == 128, "BN is the N of one m64n128k8 MMA");
     static_assert(BK == 32, "a K stage is one 128-byte swizzle row: 32 fp32");
     static_assert(STAGES >= 2 && GROUP >= 1 && PROMOTE >= 1, "a ring of two stages or more; GROUP, PROMOTE at least 1");
+    static_assert(SUM >= 0 && SUM <= 2, "SUM: 0 (fp32), 1 (two fp32 levels) or 2 (fp64)");
+    constexpr int LEVEL = 16;  // SUM = 1: promotions into the partial sum before it joins the sum
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
@@ -121,6 +128,8 @@ tc_3xtf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant_
         const unsigned long long da0 = gemmlab::wgmma_desc(ring + c * 64 * BK, 16, 1024);
         const unsigned long long db0 = gemmlab::wgmma_desc(ring + 2 * TILE_A, 16, 1024);
         float acc[NACC], sum[NACC];
+        float part[SUM == 1 ? NACC : 1];  // SUM = 1: the partial sum of the last promotions
+        double wide[SUM == 2 ? NACC : 1];  // SUM = 2: the sum in fp64
         // One K stage's MMAs (stage `it` of the ring) as one group: the small terms first, then the
         // big ones; restart: the stage begins a promotion interval, its first MMA starts the
         // accumulator again (d = A B, the old values not read).
@@ -144,7 +153,12 @@ tc_3xtf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant_
             int row0, col0;
             tile_origin(t, row0, col0);
 #pragma unroll
-            for (int i = 0; i < NACC; ++i) sum[i] = 0.0f;
+            for (int i = 0; i < NACC; ++i) {
+                sum[i] = 0.0f;
+                if constexpr (SUM == 1) part[i] = 0.0f;
+                if constexpr (SUM == 2) wide[i] = 0.0;
+            }
+            int promoted = 0;
             // Promotion intervals of PROMOTE stages (the last one shorter). Each stage but an
             // interval's last keeps one group in flight and releases the stage before it; the last
             // waits for every MMA, releases what they read and adds the accumulator into the sum.
@@ -169,8 +183,29 @@ tc_3xtf32(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant_
                 for (int i = 0; i < NACC; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                 if (held >= 0) gemmlab::release_stage<1>(&empty[held]);
                 gemmlab::release_stage<1>(&empty[stage]);
+                if constexpr (SUM == 0) {
 #pragma unroll
-                for (int i = 0; i < NACC; ++i) sum[i] += acc[i];
+                    for (int i = 0; i < NACC; ++i) sum[i] += acc[i];
+                } else if constexpr (SUM == 1) {
+#pragma unroll
+                    for (int i = 0; i < NACC; ++i) part[i] += acc[i];
+                    if (++promoted == LEVEL) {
+                        promoted = 0;
+#pragma unroll
+                        for (int i = 0; i < NACC; ++i) {
+                            sum[i] += part[i];
+                            part[i] = 0.0f;
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < NACC; ++i) wide[i] += static_cast<double>(acc[i]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) {
+                if constexpr (SUM == 1) sum[i] += part[i];
+                if constexpr (SUM == 2) sum[i] = static_cast<float>(wide[i]);
             }
             redo_nonfinite(sum, A, B, row0 + 64 * c, col0, M, N, K, sam, sak, sbk, sbn);
             gemmlab::store_accumulators<float, NACC>(sum, C, D, row0 + 64 * c, col0, M, N, ldc, ldd, alpha, beta);
