@@ -10,7 +10,7 @@
 // and starts again (scale-d = 0), as FP8 kernels promote theirs. Otherwise tc08 with a B stored
 // transposed: both operands K-major from shared memory, persistent blocks, a producer warpgroup and
 // consumer warpgroups of m64n128k8 MMAs; but the pre-pass writes B^T, so the tile is of D (A's rows
-// are the MMA's M), and the epilogue stores from registers. Measured on a GPU: not yet.
+// are the MMA's M), and the epilogue stores from registers. Measured: docs/ladder/tc11-3xtf32.md.
 #include "common/tma.cuh"
 
 // Where the sum of an element is not finite -- an Inf or NaN among its inputs (whose parts multiply
