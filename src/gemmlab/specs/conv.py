@@ -25,8 +25,8 @@ def _check(c: GemmConfig) -> str | None:
     return _check_warp_tiles(c) or _smem_fits(c["STAGES"] * _stage_bytes(c), 227 * 1024)
 
 
-# Written and compiled for sm_90a with its resource report checked; not yet run on a GPU, so
-# conv2d takes it only when asked (algorithm="implicit").
+# Its GPU tests pass (H100); at 0.30x cuDNN on ResNet-50's layers (bf16, batch 32, H200) conv2d
+# takes it only when asked (algorithm="implicit"): docs/ladder/conv02-implicit-gemm.md.
 CONV_02 = KernelSpec(
     id="conv02_implicit_gemm",
     step=2,
