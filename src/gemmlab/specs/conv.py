@@ -52,4 +52,62 @@ CONV_02 = KernelSpec(
     epilogues=True,
 )
 
-CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02,)
+
+# conv03: a stage is one filter tap and 64 channels (one 128-byte swizzle row); BM pixels (64 per
+# consumer warpgroup) by BN output channels, in a ring of STAGES.
+CONV03_BK = 64
+
+
+def _conv03_smem(c: GemmConfig) -> int:
+    """The ring (A: BM x 64, B: BN x 64 16-bit elements a stage), its full and empty barriers, and
+    1 KB to align the ring to the 128-byte swizzle's 1024-byte atoms."""
+    return c["STAGES"] * 2 * CONV03_BK * (c["BM"] + c["BN"]) + 2 * 8 * c["STAGES"] + 1024
+
+
+def _conv03_check(c: GemmConfig) -> str | None:
+    if c["BM"] not in (64, 128):
+        return "BM must be 64 or 128 (one consumer warpgroup per 64 output pixels)"
+    if c["BN"] not in (128, 256):
+        return "BN must be 128 or 256 (one m64n128k16 or m64n256k16 MMA a warpgroup)"
+    if c["STAGES"] < 2:
+        return "STAGES must be at least 2"
+    return _smem_fits(_conv03_smem(c), 227 * 1024)
+
+
+# Compiled for sm_90a on the CPU only: not yet run on a GPU (docs/ladder/conv03-tma-im2col.md).
+# conv2d takes it only when asked (algorithm="tma").
+CONV_03 = KernelSpec(
+    id="conv03_tma_im2col",
+    step=3,
+    title="TMA im2col",
+    idea="A's tiles copied by the TMA in im2col mode (a tap's BM pixels x 64 channels an instruction), "
+    "a producer warpgroup feeding wgmma consumers as tc06",
+    source="conv/03_tma_im2col.cu",
+    entry="conv_tma_im2col",
+    params=(
+        Param("BM", 128, "output pixels a block: 64 per consumer warpgroup (64 or 128)"),
+        Param("BN", 128, "output channels a block (128 or 256: one m64nBNk16 MMA a warpgroup)"),
+        Param("STAGES", 6, "shared buffers in the TMA ring (a stage: one tap x 64 channels)"),
+    ),
+    block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
+    grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=_conv03_smem,
+    check_config=_conv03_check,
+    seeds="Hopper's TMA im2col mode (cuTensorMapEncodeIm2col) with tc06's warp-specialised wgmma pipeline",
+    type_param=True,
+    epilogues=True,
+    min_capability=(9, 0),
+)
+
+
+def conv03_config(out_channels: int) -> GemmConfig:
+    """conv03's config for a convolution: 128 x 256 tiles (4 stages) where there are at least 256
+    output channels, 128 x 128 (6 stages, the default) below that, where a 256-wide tile would be
+    half empty. A rule of thumb, not yet measured."""
+    if out_channels >= 256:
+        return CONV_03.config(BN=256, STAGES=4)
+    return CONV_03.default_config()
+
+
+CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03)

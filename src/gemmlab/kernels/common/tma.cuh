@@ -254,6 +254,33 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, uns
     tma_load_2d(smem_addr(dst), map, smem_addr(bar), row, col);
 }
 
+// A box of a rank-3 tensor (coordinates innermost first: x, y, z), as tma_load_2d: conv03's
+// filter, [K][R*S][C], boxes of (channels, one tap, output channels).
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap* map, unsigned bar, int x, int y, int z) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(x), "r"(y), "r"(z)
+        : "memory");
+}
+
+// Im2col mode over an NHWC tensor (a map from cuTensorMapEncodeIm2col, gemmlab.tma.im2col_map): the
+// map's Pixels-per-Column pixels, each Channels-per-Pixel channels from channel c, one 128-byte
+// row of shared memory a pixel (swizzled as the map says). (w, h, n) is the filter's base (its
+// (0, 0) tap) for the first pixel, inside the map's bounding box; the pixels after it walk the box
+// W fastest, then H, then N, stepping by the map's traversal strides (the convolution's stride).
+// (off_w, off_h), 0..255, are added to every pixel's base: the tap (s * dil_w, r * dil_h). Points
+// outside the tensor (the padding, images past the batch, channels past C) arrive as zeros.
+__device__ __forceinline__ void tma_load_im2col_4d(unsigned dst, const TensorMap* map, unsigned bar, int c, int w,
+                                                   int h, int n, unsigned short off_w, unsigned short off_h) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(off_w),
+        "h"(off_h)
+        : "memory");
+}
+
 // The same box, written to the same shared offset in every block of the cluster named in
 // cta_mask (bit i: rank i), completing on the barrier at bar's offset in each of them.
 __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TensorMap* map, unsigned bar, int row,
