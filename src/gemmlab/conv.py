@@ -27,6 +27,9 @@ from .activations import ACTIVATIONS
 from .ops import gemm, wants_grad
 
 
+ALGORITHMS = ("im2col", "implicit", "tma")  # conv01 (on gemm()), conv02, conv03
+
+
 def _pair(value, name: str) -> tuple[int, int]:
     if isinstance(value, int) and not isinstance(value, bool):
         return value, value
@@ -173,6 +176,56 @@ def implicit_gemm(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activ
     return d
 
 
+def tma_why_not(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0, dilation=1) -> str | None:
+    """Why conv03 (TMA im2col, wgmma) cannot serve a convolution, or None: the device (Hopper's TMA
+    and wgmma: compute capability 9.0), the dtype, C % 8 (the map's rows are 16-byte multiples),
+    a wanted gradient, or a geometry the im2col map cannot describe (gemmlab.tma.im2col_why_not:
+    padding or filter reach past the bounding box's 8-bit corners, a stride past 8, taps more than
+    255 pixels apart)."""
+    from .device import capability
+    from .specs.conv import CONV03_BK, CONV_03
+    from .tma import im2col_why_not
+
+    why = implicit_gemm_why_not(x, weight, bias)
+    if why:
+        return why
+    cc = capability(x.device)
+    if cc is not None and cc < CONV_03.min_capability:
+        return f"it needs Hopper's TMA and wgmma (compute capability 9.0), device {x.device} is {cc[0]}.{cc[1]}"
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+    return im2col_why_not(g, CONV_03.default_config()["BM"], CONV03_BK, x.element_size())
+
+
+def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str | None) -> Tensor:
+    """The convolution as conv03 computes it (kernels/conv/03_tma_im2col.cu): the [N*P*Q, K] NHWC
+    result, its A tiles copied by the TMA in im2col mode from x's NHWC memory (x is copied into that
+    layout first unless it is channels_last), B by tiled TMA from the [K][R*S][C] filter, the bias
+    and the activation in its epilogue. Not yet run on a GPU."""
+    from . import jit, launch, tma
+    from .activations import post_code
+    from .specs.conv import CONV03_BK, CONV_03, conv03_config
+
+    xs = x.contiguous(memory_format=torch.channels_last)  # NHWC memory
+    wm = filter_matrix(weight).contiguous()  # [K, R*S*C], KRSC
+    if xs.data_ptr() % 16 or wm.data_ptr() % 16:  # (an offset view's storage)
+        xs, wm = xs.clone(memory_format=torch.channels_last), wm.clone()
+    M, K = g["N"] * g["P"] * g["Q"], g["K"]
+    d = torch.empty((M, K), dtype=x.dtype, device=x.device)
+    if d.numel() == 0:
+        return d
+    b = None if bias is None else bias.to(d.dtype).contiguous()
+    spec, cfg = CONV_03, conv03_config(K)
+    device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    loaded = jit.load_kernel(spec, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
+    map_x = tma.im2col_map(xs, g, cfg["BM"], CONV03_BK)
+    map_w = tma.filter_map(wm, K, g["R"], g["S"], g["C"], cfg["BN"], CONV03_BK)
+    sizes = (M, K, g["C"], g["R"], g["S"], g["P"], g["Q"], *g["stride"], g["pads"][0], g["pads"][2], *g["dilation"],
+             K)  # (the last: D's row stride)  # fmt: skip
+    launch.launch_with_maps(loaded, device_id, spec.grid(M, K, cfg), spec.block(cfg), map_x, map_w, d.data_ptr(),
+                            *(launch.i32(v) for v in sizes), launch.f32(1.0), 0 if b is None else b.data_ptr())  # fmt: skip
+    return d
+
+
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
            activation: str | None = None, precision: str = "fp32", algorithm: str = "im2col") -> Tensor:  # fmt: skip
     """activation(conv2d(x, weight) + bias) with torch.nn.functional.conv2d's semantics: x [N, C, H, W]
@@ -181,12 +234,14 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     product runs on gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor
     cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused.
 
-    algorithm: "im2col" (the default: the matrix of receptive fields, then gemm()) or "implicit"
+    algorithm: "im2col" (the default: the matrix of receptive fields, then gemm()), "implicit"
     (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, no gradients yet; at
-    0.30x cuDNN on ResNet-50's layers, taken only when asked for)."""
+    0.30x cuDNN on ResNet-50's layers, taken only when asked for) or "tma" (conv03, TMA im2col
+    feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not;
+    compiled but not yet run on a GPU, so only when asked for)."""
     _check(x, weight, bias, groups, activation)
-    if algorithm not in ("im2col", "implicit"):
-        raise ValueError(f"algorithm must be 'im2col' or 'implicit', got {algorithm!r}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
     if algorithm == "implicit":
@@ -194,6 +249,12 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         if why:
             raise ValueError(f"algorithm='implicit' cannot serve this convolution: {why}; use algorithm='im2col'")
         y = implicit_gemm(x, weight, bias, g, activation).reshape(N, P, Q, K).permute(0, 3, 1, 2)
+        return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
+    if algorithm == "tma":
+        why = tma_why_not(x, weight, bias, stride, padding, dilation)
+        if why:
+            raise ValueError(f"algorithm='tma' cannot serve this convolution: {why}; use algorithm='implicit' or 'im2col'")
+        y = tma_im2col(x, weight, bias, g, activation).reshape(N, P, Q, K).permute(0, 3, 1, 2)
         return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
     a = im2col(x, g)  # [N*P*Q, R*S*C]
     b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place

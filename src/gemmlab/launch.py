@@ -212,3 +212,37 @@ def held_tensor(shape: tuple[int, ...], dtype, device_id: int):
     typestr = {torch.float32: "<f4", torch.int32: "<i4", torch.float16: "<f2", torch.int16: "<i2"}[view_dtype]
     t = torch.as_tensor(_DriverMemory(int(ptr), tuple(shape), typestr), device=f"cuda:{device_id}")
     return t.zero_().view(dtype)
+
+
+def _ctypes_arg(value):
+    """One kernel argument as a ctypes object whose bytes the driver copies: a tensor map's 128
+    bytes, an np.int32 or np.float32, or a device address (a Python int)."""
+    import ctypes
+
+    if isinstance(value, (bytes, bytearray)):
+        return (ctypes.c_ubyte * len(value)).from_buffer_copy(value)
+    if isinstance(value, np.int32):
+        return ctypes.c_int32(int(value))
+    if isinstance(value, np.float32):
+        return ctypes.c_float(float(value))
+    if isinstance(value, int):
+        return ctypes.c_uint64(value)
+    raise TypeError(f"no kernel argument form for {type(value).__name__}")
+
+
+def launch_with_maps(loaded, device_id: int, grid: tuple, block: tuple, *args) -> None:
+    """Launch through the driver (cuLaunchKernel) on torch's current stream, for kernels that take
+    tensor maps encoded by cuda.bindings (gemmlab.tma.im2col_map: 128 bytes each, by value), which
+    cuda.core's launch does not take. args: those bytes, np.int32, np.float32 or device addresses."""
+    import ctypes
+
+    from cuda.bindings import driver
+
+    ensure_current(device_id)
+    raise_dynamic_smem(loaded, device_id)
+    held = [_ctypes_arg(a) for a in args]
+    params = (ctypes.c_void_p * len(held))(*(ctypes.addressof(h) for h in held))
+    (err,) = driver.cuLaunchKernel(_function_handle(loaded, device_id), *grid, *block, loaded.compiled.usage.dynamic_smem,
+                                   driver.CUstream(current_stream_handle(device_id)), ctypes.addressof(params), 0)  # fmt: skip
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"launching {loaded.spec.id} {loaded.config.as_dict()} failed: {err}")

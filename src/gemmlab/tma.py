@@ -96,3 +96,150 @@ def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, i
         _MAPS.clear()
     _MAPS[key] = found
     return found
+
+
+# ---- conv03: the im2col map of an NHWC input and the tiled map of its filter ------------------
+#
+# These are encoded through cuda.bindings' driver (cuTensorMapEncodeIm2col, cuTensorMapEncodeTiled)
+# rather than cuda.core, and reach the kernel as the CUtensorMap's 128 bytes (map_bytes), which
+# launch.launch_with_maps passes by value. The parameters are worked out first by pure functions
+# (im2col_map_params, filter_map_params), tested on the CPU; the driver call only encodes them.
+
+# What the hardware takes in im2col mode over a rank-4 (NHWC) tensor (cuTensorMapEncodeIm2col):
+IM2COL_CORNER = (-128, 127)  # the bounding box's corner offsets, signed 8-bit for rank 4
+IM2COL_OFFSET_MAX = 255  # the instruction's per-tap offsets (r * dil_h, s * dil_w), unsigned 8-bit for rank 4
+IM2COL_PIXELS_MAX = 256  # pixels a box (Pixels-per-Column) kept within a tiled box's limit
+IM2COL_CHANNELS_MAX = 256  # channels a pixel (Channels-per-Pixel)
+TRAVERSAL_STRIDE_MAX = 8  # elementStrides: the convolution's stride
+
+
+def im2col_map_params(g: dict, box_pixels: int, box_channels: int, itemsize: int = 2) -> dict:
+    """The parameters of the im2col tensor map conv03 reads its input through, for a convolution
+    of geometry g (gemmlab.conv.conv_geometry's) over NHWC memory: every array innermost first
+    (C, W, H, N), as cuTensorMapEncodeIm2col takes them, corners (W, H). The box's pixels walk the
+    bounding box of the filter's base (its (0, 0) tap): from -pad_left (-pad_top) to the last base
+    whose filter still ends inside the far padding, W - 1 + pad_right - dil_w * (S - 1) -- given as
+    an offset from the far edge, pad_right - dil_w * (S - 1) -- stepping by the stride, so that
+    a row of the box has exactly Q bases and its rows P. Raises ValueError where the hardware
+    cannot hold the geometry (see im2col_why_not)."""
+    why = im2col_why_not(g, box_pixels, box_channels, itemsize)
+    if why:
+        raise ValueError(why)
+    N, C, H, W, R, S = g["N"], g["C"], g["H"], g["W"], g["R"], g["S"]
+    (sh, sw), (dh, dw) = g["stride"], g["dilation"]
+    top, bottom, left, right = g["pads"]
+    return dict(
+        dims=(C, W, H, N),
+        strides=(C * itemsize, W * C * itemsize, H * W * C * itemsize),  # bytes, of dims 1..3
+        lower=(-left, -top),
+        upper=(right - dw * (S - 1), bottom - dh * (R - 1)),
+        channels=box_channels,
+        pixels=box_pixels,
+        element_strides=(1, sw, sh, 1),
+    )
+
+
+def im2col_why_not(g: dict, box_pixels: int = 128, box_channels: int = 64, itemsize: int = 2) -> str | None:
+    """None if an im2col map can describe this convolution, else why not (for conv2d's refusal)."""
+    C, R, S = g["C"], g["R"], g["S"]
+    (sh, sw), (dh, dw) = g["stride"], g["dilation"]
+    top, bottom, left, right = g["pads"]
+    lo, hi = IM2COL_CORNER
+    if (C * itemsize) % TMA_ALIGN_BYTES:
+        return f"TMA needs rows of 16-byte multiples: C = {C} channels of {itemsize} bytes are not"
+    if max(sh, sw) > TRAVERSAL_STRIDE_MAX:
+        return f"the TMA walks pixels with a stride of at most {TRAVERSAL_STRIDE_MAX}, not {(sh, sw)}"
+    corners = (-left, -top, right - dw * (S - 1), bottom - dh * (R - 1))
+    if not all(lo <= v <= hi for v in corners):
+        return (f"the im2col bounding box's corner offsets {corners} (from the padding {g['pads']}, filter {R}x{S} and "
+                f"dilation {(dh, dw)}) leave the hardware's range {lo}..{hi}")  # fmt: skip
+    if max(dh * (R - 1), dw * (S - 1)) > IM2COL_OFFSET_MAX:
+        return (f"the filter's last tap lies {max(dh * (R - 1), dw * (S - 1))} pixels from its first; the im2col "
+                f"offsets reach {IM2COL_OFFSET_MAX}")  # fmt: skip
+    if not 1 <= box_pixels <= IM2COL_PIXELS_MAX or not 1 <= box_channels <= IM2COL_CHANNELS_MAX:
+        return f"a box of {box_pixels} pixels x {box_channels} channels is past the TMA's limits"
+    if box_channels * itemsize > 128:
+        return f"a pixel's {box_channels} channels are wider than the 128-byte swizzle"
+    return None
+
+
+def filter_map_params(K: int, R: int, S: int, C: int, box_rows: int, box_channels: int, itemsize: int = 2) -> dict:
+    """The tiled map of the filter matrix [K][R*S*C] (KRSC) read as the rank-3 tensor [K][R*S][C]:
+    a box is box_channels channels of one tap for box_rows output channels, so channels past C
+    (the last slice of a tap, where C is not a multiple of the box) arrive as zeros rather than as
+    the next tap's weights. Innermost first, as cuTensorMapEncodeTiled takes them."""
+    return dict(
+        dims=(C, R * S, K),
+        strides=(C * itemsize, R * S * C * itemsize),
+        box=(box_channels, 1, box_rows),
+    )
+
+
+def _driver_enums(dtype: torch.dtype):
+    from cuda.bindings import driver
+
+    types = {torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+             torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16}  # fmt: skip
+    if dtype not in types:
+        raise TypeError(f"conv03's maps take bf16 or fp16, not {dtype}")
+    return driver, types[dtype]
+
+
+def _check(driver, err, what: str):
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+
+
+def map_bytes(tensor_map) -> bytes:
+    """The 128 bytes of a driver CUtensorMap: what the kernel's __grid_constant__ TensorMap holds."""
+    import ctypes
+
+    return ctypes.string_at(tensor_map.getPtr(), 128)
+
+
+def im2col_map(x: torch.Tensor, g: dict, box_pixels: int, box_channels: int) -> bytes:
+    """The im2col tensor map (its 128 bytes) of the NHWC memory of x (channels_last, 16-byte aligned)
+    for the convolution g, 128-byte swizzled (the K-major layout conv03's wgmma descriptors read),
+    zeros outside the tensor."""
+    p = im2col_map_params(g, box_pixels, box_channels, x.element_size())
+    if x.data_ptr() % TMA_ALIGN_BYTES:
+        raise ValueError(f"TMA needs a 16-byte aligned input, got address {x.data_ptr():#x}")
+    key = ("im2col", x.data_ptr(), x.device.index, x.dtype, tuple(sorted((k, v) for k, v in p.items())))
+    found = _MAPS.get(key)
+    if found is not None:
+        return found
+    driver, data_type = _driver_enums(x.dtype)
+    err, tmap = driver.cuTensorMapEncodeIm2col(
+        data_type, 4, x.data_ptr(), list(p["dims"]), list(p["strides"]), list(p["lower"]), list(p["upper"]),
+        p["channels"], p["pixels"], list(p["element_strides"]), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
+    _check(driver, err, f"cuTensorMapEncodeIm2col({p})")
+    return _remember(key, map_bytes(tmap))
+
+
+def filter_map(w: torch.Tensor, K: int, R: int, S: int, C: int, box_rows: int, box_channels: int) -> bytes:
+    """The tiled tensor map (its 128 bytes) of the contiguous [K][R*S*C] filter matrix at w, read as
+    [K][R*S][C] in boxes of box_channels x 1 tap x box_rows, 128-byte swizzled."""
+    p = filter_map_params(K, R, S, C, box_rows, box_channels, w.element_size())
+    if w.data_ptr() % TMA_ALIGN_BYTES:
+        raise ValueError(f"TMA needs a 16-byte aligned filter, got address {w.data_ptr():#x}")
+    key = ("filter", w.data_ptr(), w.device.index, w.dtype, tuple(sorted((k, v) for k, v in p.items())))
+    found = _MAPS.get(key)
+    if found is not None:
+        return found
+    driver, data_type = _driver_enums(w.dtype)
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        data_type, 3, w.data_ptr(), list(p["dims"]), list(p["strides"]), list(p["box"]), [1, 1, 1],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
+    _check(driver, err, f"cuTensorMapEncodeTiled({p})")
+    return _remember(key, map_bytes(tmap))
+
+
+def _remember(key: tuple, value: bytes) -> bytes:
+    if len(_MAPS) >= _MAPS_MAX:
+        _MAPS.clear()
+    _MAPS[key] = value
+    return value
