@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..conv import conv2d, conv_geometry, im2col, implicit_gemm_why_not
+from ..conv import conv2d, conv_geometry, im2col, implicit_gemm_why_not, tma_why_not
 from . import environment
 from .run import DTYPES, PRECISIONS, REPS, results_path, write_run
 from .timing import L2Flusher, interleaved, median
@@ -80,8 +80,8 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
     """One layer at one batch and dtype: the error of both sides against float64 on the first
     images, then the median times of gemmlab.conv2d, cuDNN and conv2d's im2col alone (None where
     im2col returns a view of x: no work, or where the algorithm is implicit GEMM, which has none).
-    algorithm: conv2d's; a layer implicit GEMM cannot serve (C not a multiple of 8) runs im2col,
-    and its record says which ran."""
+    algorithm: conv2d's; a layer implicit GEMM (or conv03, "tma") cannot serve (C not a multiple
+    of 8, or a geometry the im2col map cannot hold) runs im2col, and its record says which ran."""
     dtype, precision = DTYPES[dtype_name], PRECISIONS.get(dtype_name, "fp32")
     g = conv_geometry((batch, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
     x = torch.randn(batch, layer.C, layer.H, layer.W, device=device).to(dtype).to(memory_format=torch.channels_last)
@@ -89,6 +89,8 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
     w = w.to(memory_format=torch.channels_last)
     kw = dict(stride=layer.stride, padding=layer.padding)
     if algorithm == "implicit" and implicit_gemm_why_not(x, w, None) is not None:
+        algorithm = "im2col"
+    if algorithm == "tma" and tma_why_not(x, w, None, **kw) is not None:
         algorithm = "im2col"
     kw_ours = dict(kw, precision=precision, algorithm=algorithm)
     copies = algorithm == "im2col" and im2col(x, g).untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
@@ -122,7 +124,7 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
 def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
                    on_record: Callable[[dict], None] | None = None, algorithm: str = "im2col") -> list[tuple[Path, list[dict]]]:  # fmt: skip
     """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder;
-    tag-implicit-<time>.json for algorithm="implicit"), rewritten after each layer, so an
+    tag-implicit-<time>.json for algorithm="implicit", tag-tma-<time>.json for "tma"), rewritten after each layer, so an
     interrupted run keeps what it measured."""
     flusher = L2Flusher(device_id)
     done = []
@@ -130,7 +132,7 @@ def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
         meta = environment.describe(device_id)
         meta.update(kind="conv", dtype=dtype_name, algorithm=algorithm,
                     baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last")  # fmt: skip
-        path = results_path(out_root, meta, sweep["tag"] + ("-implicit" if algorithm == "implicit" else ""))
+        path = results_path(out_root, meta, sweep["tag"] + ("" if algorithm == "im2col" else f"-{algorithm}"))
         records: list[dict] = []
         for batch in sweep["batches"]:
             for layer in sweep["layers"]:

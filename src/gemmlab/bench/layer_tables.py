@@ -13,8 +13,8 @@ def _im2col_share(r: dict) -> str:
     operand was a view of the input), or, in records written before that step existed, the unfold."""
     if "unfold_ms" in r:
         return f"{r['unfold_ms'] / r['ms']:.0%}"
-    if r.get("algorithm") == "implicit":
-        return "none (implicit)"
+    if r.get("algorithm") in ("implicit", "tma"):
+        return f"none ({r['algorithm']})"
     return "none (view)" if r["im2col_ms"] is None else f"{r['im2col_ms'] / r['ms']:.0%}"
 
 
@@ -42,6 +42,9 @@ def conv_table(run: dict) -> str:
     elif run["meta"].get("algorithm") == "implicit":
         what = "conv02, implicit GEMM, where C is a multiple of 8; NHWC im2col, then gemm(), elsewhere"
         note = "none (implicit): no im2col matrix is built."
+    elif run["meta"].get("algorithm") == "tma":
+        what = "conv03, TMA im2col and wgmma, where it can serve (tma_why_not); NHWC im2col, then gemm(), elsewhere"
+        note = "none (tma): no im2col matrix is built; the TMA gathers the receptive fields."
     else:
         what = "NHWC im2col, then gemm()"
         note = ("im2col share: conv2d's im2col alone (padding and the one copy that builds the GEMM's A operand) "

@@ -1,0 +1,219 @@
+"""conv03, TMA im2col (kernels/conv/03_tma_im2col.cu, gemmlab.conv2d(algorithm="tma")): its compiles
+for sm_90a with the resource report checked, its refusals, and the im2col map's parameters worked
+out for ResNet-50's layer shapes -- checked against float64 F.conv2d through a CPU model of how the
+TMA walks an im2col map (the PTX ISA's reading of it: bases walk the bounding box W fastest, then H,
+then N, by the traversal strides; the tap's offsets are added; zeros outside the tensor). On a GPU
+(marker `gpu`, not yet run): its results against float64 F.conv2d over random geometries, padding
+forms, both memory formats, with a bias and each activation, into poisoned memory."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import gemmlab
+from gemmlab import jit
+from gemmlab.activations import ACTIVATIONS, post_code
+from gemmlab.conv import conv_geometry, tma_why_not
+from gemmlab.specs.conv import CONV03_BK, CONV_03, conv03_config
+from gemmlab.tma import filter_map_params, im2col_map_params, im2col_why_not
+
+CONFIGS = [CONV_03.default_config(), conv03_config(512)]  # the default (K < 256) and the rule's K >= 256 config
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"BN{c['BN']}")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("activation", [False, None, "relu", "gelu"], ids=["plain", "bias", "relu", "gelu"])
+def test_compiles_for_hopper_without_spills(cfg, dtype, activation):
+    """No spills, no local memory, no wgmma serialised by ptxas (C751x), within the register file
+    at the block's launch bounds (the consumers then claim 232 each with setmaxnreg)."""
+    post = 0 if activation is False else post_code(True, activation)
+    ck = jit.compile_kernel(CONV_03, cfg, "sm_90a", dtype, None, post)
+    u, name = ck.usage, CONV_03.name_expression(cfg, dtype, None, post)
+    assert u.spills == 0 and u.stack_frame == 0, f"{name}: {u}"
+    assert "C751" not in ck.log and "serialized" not in ck.log, f"{name}: {ck.log}"
+    assert u.dynamic_smem == CONV_03.dynamic_smem(cfg) <= 227 * 1024
+    assert u.registers * CONV_03.block(cfg)[0] <= 65536, f"{name}: {u.registers} registers"
+
+
+def test_configs_it_refuses():
+    with pytest.raises(ValueError, match="BN must be 128 or 256"):
+        CONV_03.config(BN=64)
+    with pytest.raises(ValueError, match="BM must be 64 or 128"):
+        CONV_03.config(BM=192)
+    with pytest.raises(ValueError, match="shared memory"):
+        CONV_03.config(BN=256, STAGES=6)
+    assert conv03_config(64) == CONV_03.default_config() and conv03_config(256)["BN"] == 256
+
+
+def _fake(shape, dtype=torch.bfloat16, **kw):
+    return torch.empty(*shape, device="cuda", dtype=dtype, **kw)
+
+
+def test_what_it_refuses_is_said_before_any_launch():
+    with FakeTensorMode():
+        x, w = _fake((2, 16, 9, 9)), _fake((4, 16, 3, 3))
+        assert tma_why_not(x, w, None, padding=1) is None
+        assert "multiple of 8" in tma_why_not(_fake((2, 3, 9, 9)), _fake((4, 3, 3, 3)), None)
+        assert "bf16 or fp16" in tma_why_not(_fake((2, 16, 9, 9), torch.float32), w, None)
+        assert "no backward" in tma_why_not(x, _fake((4, 16, 3, 3), requires_grad=True), None)
+        big = _fake((1, 16, 300, 300))
+        assert "corner offsets" in tma_why_not(big, w, None, padding=130)
+        assert "stride of at most 8" in tma_why_not(big, w, None, stride=9)
+        # corners in range (-128, 128 - 256 = -128) but the second tap 256 pixels from the first
+        assert "offsets reach 255" in tma_why_not(big, _fake((4, 16, 2, 2)), None, padding=128, dilation=256)
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        gemmlab.conv2d(torch.randn(1, 8, 5, 5), torch.randn(2, 8, 3, 3), algorithm="tma")
+    with pytest.raises(ValueError, match="'im2col', 'implicit', 'tma'"):
+        gemmlab.conv2d(torch.randn(1, 8, 5, 5), torch.randn(2, 8, 3, 3), algorithm="winograd")
+
+
+# ResNet-50's layer shapes (the stem with 64 channels: C = 3 is refused), at batch 2
+RESNET = {
+    "1x1/1": dict(C=64, H=56, R=1, stride=1, padding=0),
+    "3x3/1": dict(C=64, H=56, R=3, stride=1, padding=1),
+    "3x3/2": dict(C=128, H=56, R=3, stride=2, padding=1),
+    "7x7/2": dict(C=64, H=224, R=7, stride=2, padding=3),
+}
+
+
+@pytest.mark.parametrize("name", list(RESNET))
+def test_im2col_map_parameters_for_resnet_layers(name):
+    L = RESNET[name]
+    g = conv_geometry((2, L["C"], L["H"], L["H"]), (64, L["C"], L["R"], L["R"]), L["stride"], L["padding"])
+    p = im2col_map_params(g, 128, 64)
+    C, H, pad, R, s = L["C"], L["H"], L["padding"], L["R"], L["stride"]
+    assert p["dims"] == (C, H, H, 2)
+    assert p["strides"] == (2 * C, 2 * C * H, 2 * C * H * H)
+    assert p["lower"] == (-pad, -pad)
+    assert p["upper"] == (pad - (R - 1), pad - (R - 1))  # the last base whose filter ends in the far padding
+    assert p["element_strides"] == (1, s, s, 1) and (p["pixels"], p["channels"]) == (128, 64)
+    # a row of the bounding box, walked by the stride, holds exactly Q bases; its rows P
+    for lo, up, size, out in ((p["lower"][0], p["upper"][0], H, g["Q"]), (p["lower"][1], p["upper"][1], H, g["P"])):
+        assert len(range(lo, size - 1 + up + 1, s)) == out
+    f = filter_map_params(64, R, R, C, 128, 64)
+    assert f["dims"] == (C, R * R, 64) and f["strides"] == (2 * C, 2 * R * R * C) and f["box"] == (64, 1, 128)
+
+
+def test_im2col_map_takes_asymmetric_padding_and_dilation():
+    g = conv_geometry((1, 16, 20, 11), (8, 16, 3, 5), 1, "same", (2, 1))  # pads: 2, 2 (H); 2, 2 (W)
+    p = im2col_map_params(g, 64, 64)
+    assert p["lower"] == (-2, -2) and p["upper"] == (2 - 1 * 4, 2 - 2 * 2)  # (W, H), innermost first
+    g = conv_geometry((1, 16, 9, 9), (8, 16, 2, 2), 1, "same")  # even reach: one more on the bottom and right
+    assert g["pads"] == (0, 1, 0, 1)
+    assert im2col_map_params(g, 64, 64)["upper"] == (0, 0)
+    with pytest.raises(ValueError, match="16-byte"):
+        im2col_map_params(conv_geometry((1, 12, 9, 9), (8, 12, 3, 3)), 64, 64)
+    assert im2col_why_not(g, 64, 128) and "128-byte swizzle" in im2col_why_not(g, 64, 128)
+
+
+def _walk(p: dict, base: tuple[int, int, int], pixels: int):
+    """The (n, h, w) filter bases of one im2col box, as the PTX ISA describes the walk: from base,
+    W fastest then H then N, by the traversal strides, each row of the bounding box starting again
+    at its lower corner."""
+    C, W, H, N = p["dims"]
+    (lw, lh), (uw, uh), (_, sw, sh, _) = p["lower"], p["upper"], p["element_strides"]
+    n, h, w = base
+    for _ in range(pixels):
+        yield n, h, w
+        w += sw
+        if w > W - 1 + uw:
+            w, h = lw, h + sh
+            if h > H - 1 + uh:
+                h, n = lh, n + 1
+
+
+def _emulated_conv03(x: torch.Tensor, wt: torch.Tensor, g: dict, BM: int, BN: int) -> torch.Tensor:
+    """conv03's arithmetic in float64 on the CPU: each BM-pixel tile's A stages loaded as the TMA
+    walks the im2col map (the kernel's base and offsets), its B stages as the filter map's boxes."""
+    N, C, P, Q, K, R, S = g["N"], g["C"], g["P"], g["Q"], g["K"], g["R"], g["S"]
+    (sh, sw), (dh, dw) = g["stride"], g["dilation"]
+    p = im2col_map_params(g, BM, CONV03_BK)  # (the 16-bit map: the walk does not depend on it)
+    xh = x.permute(0, 2, 3, 1).double()  # [N, H, W, C]
+    wm = wt.permute(0, 2, 3, 1).reshape(K, R * S, C).double()  # the filter map's [K][R*S][C]
+    M, slices = N * P * Q, -(-C // CONV03_BK)
+    d = torch.zeros(M, K, dtype=torch.float64)
+    for row0 in range(0, M, BM):
+        img, pq = row0 // (P * Q), row0 % (P * Q)
+        base = (img, pq // Q * sh - g["pads"][0], pq % Q * sw - g["pads"][2])  # the kernel's producer
+        bases = list(_walk(p, base, BM))
+        for kt in range(R * S * slices):
+            tap, c0 = kt // slices, kt % slices * CONV03_BK
+            r, s = tap // S, tap % S
+            a = torch.zeros(BM, CONV03_BK, dtype=torch.float64)
+            for i, (n, h, w) in enumerate(bases):
+                h, w = h + r * dh, w + s * dw
+                if n < N and 0 <= h < g["H"] and 0 <= w < g["W"]:
+                    chunk = xh[n, h, w, c0:c0 + CONV03_BK]
+                    a[i, :chunk.numel()] = chunk
+            b = torch.zeros(K, CONV03_BK, dtype=torch.float64)
+            chunk = wm[:, tap, c0:c0 + CONV03_BK]
+            b[:, :chunk.shape[1]] = chunk
+            rows = min(BM, M - row0)
+            d[row0:row0 + rows] += (a @ b.t())[:rows]
+    return d.reshape(N, P, Q, K).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("case", [
+    dict(N=2, C=16, H=7, W=9, K=5, R=3, S=3, stride=1, padding=1, dilation=1),
+    dict(N=3, C=8, H=11, W=6, K=3, R=3, S=1, stride=2, padding=(1, 0), dilation=1),
+    dict(N=1, C=72, H=9, W=9, K=4, R=5, S=3, stride=1, padding="same", dilation=(1, 2)),
+    dict(N=2, C=8, H=15, W=13, K=2, R=7, S=7, stride=2, padding=3, dilation=1),
+    dict(N=2, C=24, H=5, W=5, K=3, R=1, S=1, stride=3, padding=0, dilation=1),
+], ids=["3x3/1", "3x1/2-asym", "5x3-same-dil", "7x7/2", "1x1/3"])
+def test_the_map_parameters_compute_the_convolution_on_a_model_of_the_tma(case):
+    """The parameters and the kernel's bases and offsets, run through a CPU model of the TMA's
+    im2col walk (with small tiles, so that a tile crosses rows and images), give F.conv2d in float64.
+    This checks our reading of the PTX ISA, not the hardware: that is the GPU test's job."""
+    torch.manual_seed(0)
+    x = torch.randn(case["N"], case["C"], case["H"], case["W"], dtype=torch.float64)
+    w = torch.randn(case["K"], case["C"], case["R"], case["S"], dtype=torch.float64)
+    kw = dict(stride=case["stride"], padding=case["padding"], dilation=case["dilation"])
+    g = conv_geometry(tuple(x.shape), tuple(w.shape), **kw)
+    got = _emulated_conv03(x, w, g, BM=16, BN=128)
+    assert torch.allclose(got, F.conv2d(x, w, **kw), atol=1e-9), case
+
+
+def _geometries(count: int, seed: int = 0):
+    rng = random.Random(seed)
+    for _ in range(count):
+        R, S = rng.choice((1, 3, 5, 7)), rng.choice((1, 3, 5, 7))
+        dil = rng.choice((1, 1, 2))
+        H, W = rng.randint(dil * (R - 1) + 1, 33) | 1, rng.randint(dil * (S - 1) + 1, 33) | 1  # odd sizes
+        padding = rng.choice((0, 1, 2, R // 2, "same", "valid", (R // 2, 0)))
+        stride = 1 if padding == "same" else rng.choice((1, 2))
+        yield dict(N=rng.randint(1, 3), C=8 * rng.randint(1, 20), H=H, W=W, K=rng.choice((1, 7, 64, 130, 256, 300)), R=R,
+                   S=S, stride=stride, padding=padding, dilation=dil)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 4e-3)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_values_against_float64_on_the_gpu(dtype, tol, channels_last):
+    """bf16: 8 mantissa bits, fp16: 11, on fp32 sums of up to 7 * 7 * 160 products: the tolerances
+    conv02's test holds. The memory the result lands in is first filled with NaN (freed, so the
+    caching allocator hands it back), so a pixel or channel the kernel never writes shows."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    for i, g in enumerate(_geometries(40, seed=int(channels_last))):
+        x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(dtype).to(memory_format=fmt)
+        w = (torch.randn(g["K"], g["C"], g["R"], g["S"], device="cuda") / (g["C"] * g["R"] * g["S"]) ** 0.5).to(dtype)
+        bias = torch.randn(g["K"], device="cuda").to(dtype) if i % 2 else None
+        activation = [None, *ACTIVATIONS][i % 5] if i % 3 else None
+        kw = dict(stride=g["stride"], padding=g["padding"], dilation=g["dilation"])
+        why = tma_why_not(x, w, bias, **kw)
+        assert why is None, f"{g}: {why}"
+        poison = torch.full((1 << 22,), float("nan"), dtype=dtype, device="cuda")
+        del poison
+        with torch.no_grad():
+            y = gemmlab.conv2d(x, w, bias, activation=activation, algorithm="tma", **kw)
+        ref = F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), **kw)
+        if activation:
+            ref = ACTIVATIONS[activation](ref)
+        assert not y.isnan().any(), f"{g} bias={bias is not None} {activation}: NaN in the result"
+        err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        assert err < tol, f"{g} bias={bias is not None} {activation}: {err:.2e}"
+        assert y.is_contiguous(memory_format=fmt) or y.shape[1] == 1
