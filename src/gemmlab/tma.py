@@ -1,6 +1,6 @@
 """TMA tensor maps for the Hopper kernels (tc05 on), encoded on the host by cuda.core.
 
-A tensor map describes one row-major operand to the Tensor Memory Accelerator: its address,
+A tensor map describes one row-major operand (tensor_map_3d: a batch of them) to the Tensor Memory Accelerator: its address,
 rows x cols, row stride, the box (tile) one copy moves and the shared-memory swizzle. The kernels
 take them by value (`const __grid_constant__ gemmlab::TensorMap`). The hardware asks for a 16-byte
 aligned address and a row stride that is a multiple of 16 bytes; specs.base.tma_constraints turns
@@ -97,6 +97,50 @@ def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, i
     _MAPS[key] = found
     return found
 
+
+class _Batch(_Matrix):
+    """batch x rows x cols elements at a device address: matrix i starts batch_stride elements after
+    matrix i - 1, rows ld elements apart (the 3-D layout of tensor_map_3d)."""
+
+    def __init__(self, ptr: int, batch: int, rows: int, cols: int, ld: int, batch_stride: int, itemsize: int):
+        super().__init__(ptr, rows, cols, ld, itemsize)
+        self.__cuda_array_interface__["shape"] = (batch, rows, cols)
+        self.__cuda_array_interface__["strides"] = (batch_stride * itemsize, ld * itemsize, itemsize)
+
+
+def tensor_map_3d(t: torch.Tensor, batch: int, rows: int, cols: int, ld: int, batch_stride: int, box: tuple[int, int]):
+    """The rank-3 tensor map of `batch` rows x cols matrices at t (row stride ld, batch stride
+    batch_stride elements: the outermost), copied one matrix's box = (box_rows, box_cols) at a time
+    as tensor_map's boxes are. TMA fills zeros past each matrix's own rows and columns, never
+    elements of the next matrix."""
+    row_bytes = box[1] * t.element_size()
+    if row_bytes not in SWIZZLES:
+        raise ValueError(f"a TMA box row of {row_bytes} bytes has no swizzle mode; use 32, 64 or 128 bytes")
+    per16 = TMA_ALIGN_BYTES // t.element_size()
+    if rows <= 1:  # as tensor_map: a stride never used still wants a multiple of 16 bytes
+        ld = -(-cols // per16) * per16
+    if batch <= 1:
+        batch_stride = rows * ld
+    key = ("3d", t.data_ptr(), t.device.index, t.dtype, batch, rows, cols, ld, batch_stride, box)
+    found = _MAPS.get(key)
+    if found is not None:
+        return found
+    size = t.element_size()
+    if t.data_ptr() % TMA_ALIGN_BYTES or (ld * size) % TMA_ALIGN_BYTES or (batch_stride * size) % TMA_ALIGN_BYTES:
+        raise ValueError(
+            f"TMA needs a 16-byte aligned batch whose row and batch strides are multiples of 16 bytes; got "
+            f"address {t.data_ptr():#x}, row stride {ld} and batch stride {batch_stride} x {size} bytes"
+        )
+    from cuda.core.utils import StridedMemoryView
+
+    _, swizzle = _enums()
+    layout = _Batch(t.data_ptr(), batch, rows, cols, ld, batch_stride, size)
+    view = StridedMemoryView.from_cuda_array_interface(layout, stream_ptr=-1)
+    found = view.as_tensor_map(box_dim=(1, *box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
+    if len(_MAPS) >= _MAPS_MAX:
+        _MAPS.clear()
+    _MAPS[key] = found
+    return found
 
 # ---- conv03: the im2col map of an NHWC input and the tiled map of its filter ------------------
 #

@@ -4,6 +4,8 @@ own rule in kernels/common/tma.cuh, mirrored here)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..problem import GemmProblem
@@ -271,3 +273,32 @@ TC_09 = KernelSpec(
     launch_registers=lambda c: 128 if c["BM"] == 192 else None,  # as tc07's 192-row tile
 )
 
+
+
+# tc07's batched build (BATCHED = 1 in its source; entry tc_persistent_cluster_batched): one launch
+# for a batch of products, A and B through 3-D tensor maps. Not registered: gemm() and 'auto' never
+# see it; gemmlab.batched_tc07 launches it. Single blocks and the register epilogue only, the
+# defaults below.
+_BATCHED_DEFAULTS = {"CM": 1, "TMA_STORE": 0, "EPI": 1, "HO": 0}
+
+
+def _check_07_batched(c: GemmConfig) -> str | None:
+    return _check_07_tc(c) or _first_failure(
+        (c["CM"] == 1, f"tc07's batched build runs single blocks (CM = 1), not CM = {c['CM']}: its 3-D loads have no multicast"),
+        (c["TMA_STORE"] == 0 and c["EPI"] == 1,
+         "tc07's batched build writes D from registers (TMA_STORE = 0, EPI = 1): it has no 3-D TMA store"),
+        (c["BM"] < 192, "tc07's batched build has no 192-row tile (its launch-register rewrite is not checked batched)"),
+    )
+
+
+TC_07_BATCHED = dataclasses.replace(
+    TC_07,
+    id="tc07_persistent_cluster_batched",
+    title="persistent clusters, batched",
+    idea="tc07 over a batch of products in one launch: the tile loop walks batch x tiles; A and B through 3-D tensor maps",
+    entry="tc_persistent_cluster_batched",
+    params=tuple(dataclasses.replace(p, default=_BATCHED_DEFAULTS[p.name]) if p.name in _BATCHED_DEFAULTS else p
+                 for p in TC_07.params),
+    check_config=_check_07_batched,
+    cluster=lambda c: (1, 1, 1),
+)

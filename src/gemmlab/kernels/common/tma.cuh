@@ -255,7 +255,8 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, uns
 }
 
 // A box of a rank-3 tensor (coordinates innermost first: x, y, z), as tma_load_2d: conv03's
-// filter, [K][R*S][C], boxes of (channels, one tap, output channels).
+// filter, [K][R*S][C], boxes of (channels, one tap, output channels); tc07's batched operands,
+// [batch][rows][cols] (x a column, y a row, z the matrix), whose boxes stop at each matrix's edges.
 __device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap* map, unsigned bar, int x, int y, int z) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
@@ -327,16 +328,20 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // For 16-bit T, either way 64 rows of the tile (one consumer warpgroup's A) start at
 // s + 64 * BK * (row / 64).
 // s and full are 32-bit shared-memory addresses (smem_addr).
-template <typename T, int ROWS, int BK, int CM, int KMAJOR>
+// BATCH3D = 1: tm is a 3-D map ([batch][storage rows][storage cols]) and the stage comes from its
+// matrix `batch` (single blocks only, CM = 1).
+template <typename T, int ROWS, int BK, int CM, int KMAJOR, int BATCH3D = 0>
 __device__ __forceinline__ void load_stage(unsigned s, const TensorMap* tm, unsigned full, int k0, int row0,
-                                           unsigned rank) {
+                                           unsigned rank, int batch = 0) {
     constexpr unsigned short ALL = static_cast<unsigned short>((1u << CM) - 1);
+    static_assert(BATCH3D == 0 || CM == 1, "3-D (batched) stages are loaded by single blocks (CM = 1)");
     if constexpr (KMAJOR) {
         constexpr int MINE = ROWS / CM;
         static_assert(MINE % 8 == 0 && MINE <= 256, "a TMA box of whole 8-row swizzle atoms, at most 256 rows");
         const unsigned dst = s + rank * MINE * BK * sizeof(T);
         const int row = row0 + static_cast<int>(rank) * MINE;
-        if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, row, k0, ALL);
+        if constexpr (BATCH3D) tma_load_3d(dst, tm, full, k0, row, batch);
+        else if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, row, k0, ALL);
         else tma_load_2d(dst, tm, full, row, k0);
     } else {
         constexpr int W = 128 / sizeof(T), BOXES = ROWS / W;
@@ -347,7 +352,8 @@ __device__ __forceinline__ void load_stage(unsigned s, const TensorMap* tm, unsi
             for (int j = 0; j < MINE; ++j) {
                 const int box = static_cast<int>(rank) * MINE + j;
                 const unsigned dst = s + box * BK * 128;
-                if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, k0, row0 + box * W, ALL);
+                if constexpr (BATCH3D) tma_load_3d(dst, tm, full, row0 + box * W, k0, batch);
+                else if constexpr (CM > 1) tma_load_2d_multicast(dst, tm, full, k0, row0 + box * W, ALL);
                 else tma_load_2d(dst, tm, full, k0, row0 + box * W);
             }
         } else {  // e.g. three boxes for two blocks: box j is block j % CM's to load

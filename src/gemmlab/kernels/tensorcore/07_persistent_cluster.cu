@@ -82,13 +82,24 @@
 // consumers take 160 (32 x 128 + 160 x 384 = 65536: the whole register file). The hand-over at
 // BM = 128 compiles for 232, the consumers' count (at 168 ptxas serialises its MMAs), and is
 // launched with 168 the same way.
+// The registers each warp starts with and the most any region may use (see above), in the template
+// parameters of the entry points below.
+#define TC07_MAXNREG (BM == 192 ? 160 : BM == 128 && !(HO && BN == 256 && EPI == 0) ? 168 : 232)
+
+// BATCHED: 0 one matrix; 1 a batch of `batch` products in one launch (tc_persistent_cluster_batched
+// below): the tile loop walks batch x tiles_m x tiles_n tiles, A and B come through 3-D tensor maps
+// ([batch][rows][cols], so TMA zero-fills past each matrix's own edges), A's batch coordinate is
+// i * a_step and B's i * b_step (0: one matrix for the whole batch), and C and D of product i start
+// i * sc and i * sd elements on. Only single blocks (CM = 1) and the register epilogue (TMA_STORE =
+// 0, EPI = 1) are built batched.
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
-          int EPI, int HO, int OB, int POST = 0>
-__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 && !(HO && BN == 256 && EPI == 0) ? 168 : 232)
-tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
-                      const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
-                      int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
-                      const TD* __restrict__ bias) {
+          int EPI, int HO, int OB, int POST, int BATCHED>
+__device__ __forceinline__ void persistent_cluster_body(const gemmlab::TensorMap& tmA, const gemmlab::TensorMap& tmB,
+                                                        const gemmlab::TensorMap& tmD, const T* A, const T* B,
+                                                        const TD* C, TD* D, int M, int N, int K, int lda, int ldb,
+                                                        int ldc, int ldd, float alpha, float beta,
+                                                        const TD* __restrict__ bias, int batch, int a_step, int b_step,
+                                                        long long sc, long long sd) {
     constexpr int CONSUMERS = BM / 64;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
@@ -106,6 +117,8 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     static_assert(sizeof(T) == 2, "16-bit inputs");
     static_assert(HO == 0 || HO == 1, "HO: 1 the hand-over where it applies, 0 never");
     static_assert(OB == 2 || (OB == 1 && sizeof(TD) == 2), "two staging buffers a consumer, or one for a 16-bit D");
+    static_assert(BATCHED == 0 || (CM == 1 && TMA_STORE == 0 && EPI == 1),
+                  "the batched build: single blocks (CM = 1) and the register epilogue (TMA_STORE = 0, EPI = 1)");
     constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
@@ -119,9 +132,10 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     const unsigned rank = CM > 1 ? gemmlab::cluster_rank() : 0;
     const int KT = gemmlab::ceil_div(K, BK);
     const int tiles_m = gemmlab::ceil_div(M, BM * CM), tiles_n = gemmlab::ceil_div(N, BN);  // cluster tiles
-    const int tiles = tiles_m * tiles_n, first = blockIdx.x / CM, stride = gridDim.x / CM;
+    const int tiles = tiles_m * tiles_n * (BATCHED ? batch : 1), first = blockIdx.x / CM, stride = gridDim.x / CM;
 
     auto tile_origin = [&](int t, int& row0, int& col0) {
+        if constexpr (BATCHED) t %= tiles_m * tiles_n;  // the tile within its product
         gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, CM, static_cast<int>(rank), BM, BN, row0, col0);
     };
 
@@ -139,23 +153,26 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
         if (tid == 0) {
             const unsigned sA_addr = gemmlab::smem_addr(sA), sB_addr = gemmlab::smem_addr(sB);
             int it = 0;  // K steps issued by this block, over all its tiles: the ring position
-            auto load_k_step = [&](int kt, int row0, int col0) {
+            auto load_k_step = [&](int kt, int row0, int col0, int i) {
                 const int stage = it % STAGES, k0 = kt * BK;
                 if (it >= STAGES) gemmlab::mbar_wait(&empty[stage], (it / STAGES - 1) & 1);
                 // A's box and all of B's stage land here: ours and the peers' multicast shares.
                 gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
                 const unsigned bar = gemmlab::smem_addr(&full[stage]);
-                gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0, row0, 0);
-                gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0, col0, rank);
+                gemmlab::load_stage<T, BM, BK, 1, 1 - TA, BATCHED>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0, row0, 0,
+                                                                  i * a_step);
+                gemmlab::load_stage<T, BN, BK, CM, TB, BATCHED>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0, col0, rank,
+                                                                i * b_step);
             };
             for (int t = first; t < tiles; t += stride) {
                 int row0, col0;
                 tile_origin(t, row0, col0);
+                const int i = BATCHED ? t / (tiles_m * tiles_n) : 0;  // the product this tile belongs to
                 if constexpr (CONSUMERS == 3) {  // 32 registers: a loop ptxas unrolls would spill (TA = 1)
 #pragma unroll 1
-                    for (int kt = 0; kt < KT; ++kt, ++it) load_k_step(kt, row0, col0);
+                    for (int kt = 0; kt < KT; ++kt, ++it) load_k_step(kt, row0, col0, i);
                 } else {
-                    for (int kt = 0; kt < KT; ++kt, ++it) load_k_step(kt, row0, col0);
+                    for (int kt = 0; kt < KT; ++kt, ++it) load_k_step(kt, row0, col0, i);
                 }
             }
         }
@@ -287,8 +304,9 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
                 for (int i = 0; i < BN / 2; ++i) gemmlab::wgmma_fence_operand(acc[i]);
                 if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
-                gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB, POST>(acc, C, D, &tmD, out, tma_store, 1 + c, row0 + c * 64, col0,
-                                                          M, N, ldc, ldd, alpha, beta, bias);
+                const long long i = BATCHED ? t / (tiles_m * tiles_n) : 0;  // the product: its C and D
+                gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB, POST>(acc, C + i * sc, D + i * sd, &tmD, out, tma_store, 1 + c,
+                                                          row0 + c * 64, col0, M, N, ldc, ldd, alpha, beta, bias);
             }
         }
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
@@ -296,4 +314,29 @@ tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __gr
     // Peers may still multicast into this block or arrive on its barriers until they are done too.
     __syncwarp();
     if constexpr (CM > 1) gemmlab::cluster_sync();
+}
+
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
+          int EPI, int HO, int OB, int POST = 0>
+__global__ void __maxnreg__(TC07_MAXNREG)
+tc_persistent_cluster(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
+                      const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, int M,
+                      int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+                      const TD* __restrict__ bias) {
+    persistent_cluster_body<T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA, EPI, HO, OB, POST, 0>(
+        tmA, tmB, tmD, A, B, C, D, M, N, K, lda, ldb, ldc, ldd, alpha, beta, bias, 1, 0, 0, 0, 0);
+}
+
+// The batched build (BATCHED = 1 above): the same arguments, then the batch -- `batch` products,
+// A's and B's batch steps (1, or 0 for a matrix shared by the batch: their maps' batch coordinate is
+// i * step) and C's and D's batch strides in elements.
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
+          int EPI, int HO, int OB, int POST = 0>
+__global__ void __maxnreg__(TC07_MAXNREG)
+tc_persistent_cluster_batched(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
+                              const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D,
+                              int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+                              const TD* __restrict__ bias, int batch, int a_step, int b_step, long long sc, long long sd) {
+    persistent_cluster_body<T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA, EPI, HO, OB, POST, 1>(
+        tmA, tmB, tmD, A, B, C, D, M, N, K, lda, ldb, ldc, ldd, alpha, beta, bias, batch, a_step, b_step, sc, sd);
 }
