@@ -6,10 +6,15 @@ B [B, K, N], or one of them a single matrix shared by the whole batch:
   batch's rows stacked, [B*M, K] @ [K, N], one launch, with no copy where A's rows are evenly
   strided (a contiguous A, or any view whose matrices follow one another).
 - Otherwise each matrix of the batch is its own launch of gemmlab.gemm, in order on the current
-  stream. One launch for a whole batch of distinct B matrices needs kernels that step a batch
-  stride (gridDim.z); none does yet.
-Every call goes through gemmlab.gemm, so through its operator where autograd or torch.compile needs
-it: gradients and traces come as gemm's do.
+  stream, and the results are stacked.
+- One launch for the whole batch (bf16/fp16, a [B, M, K] or [M, K] A with a [B, K, N] B, on a
+  Hopper GPU): tc07's batched build (gemmlab.batched_tc07), whose tile loop walks every product's
+  tiles and whose 3-D tensor maps keep each matrix's edges. It has not yet run on a GPU, so it is
+  off by default (ONE_LAUNCH) and taken only where asked for with one_launch=True; it has no
+  fused bias or activation yet, and no autograd: where an input requires grad, or under
+  torch.compile, bmm takes the per-matrix path (one_launch=True then raises).
+The per-matrix and stacked paths go through gemmlab.gemm, so through its operator where autograd or
+torch.compile needs it: gradients and traces come as gemm's do.
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import batched_tc07
 from .ops import gemm
+
+# Whether bmm takes the one-launch path (batched_tc07) wherever it can serve a call. False until
+# the GPU tests of tests/test_batched_tc07.py have passed on a Hopper GPU; then it flips to True.
+ONE_LAUNCH = False
 
 
 def _rank_error(name: str, t) -> str | None:
@@ -41,10 +51,13 @@ def _stacked_rows(a: Tensor) -> Tensor | None:
 
 
 def bmm(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, kernel="auto", precision="fp32",
-        out_dtype=None, bias=None, activation=None, device=None) -> Tensor:  # fmt: skip
+        out_dtype=None, bias=None, activation=None, device=None, one_launch=None) -> Tensor:  # fmt: skip
     """activation(alpha * a @ b + beta * c + bias) over a batch: a [B, M, K] or [M, K], b [B, K, N]
     or [K, N] (at least one of them batched; batch sizes equal), c [B, M, N] or None; the other
-    arguments as gemmlab.gemm takes them. Returns D [B, M, N]. device="cpu" runs the CPU ladder."""
+    arguments as gemmlab.gemm takes them. Returns D [B, M, N]. device="cpu" runs the CPU ladder.
+    one_launch: True the whole batch in one launch of tc07's batched build (a ValueError says why
+    where it cannot serve the call); False the per-matrix launches; None (the default) as
+    ONE_LAUNCH says, where the one-launch path can serve the call."""
     for name, t in (("a", a), ("b", b)):
         bad = _rank_error(name, t)
         if bad:
@@ -60,6 +73,16 @@ def bmm(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, k
     N = b.shape[-1]
     if c is not None and (not isinstance(c, Tensor) or tuple(c.shape) != (batch, M, N)):
         raise ValueError(f"c must be [{batch}, {M}, {N}], got {tuple(getattr(c, 'shape', ()))}")
+    if one_launch and device is not None:
+        raise ValueError("bmm(one_launch=True): device= picks the CPU ladder; the one-launch path runs on CUDA tensors")
+    # asked for, or by default once ONE_LAUNCH is on: where b is batched (a batch against one B is
+    # one launch below already, its rows stacked)
+    if one_launch or (one_launch is None and ONE_LAUNCH and device is None and b.dim() == 3):
+        why = _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activation)
+        if why is None:
+            return batched_tc07.bmm_one_launch(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype)
+        if one_launch:
+            raise ValueError(f"bmm(one_launch=True): {why}")
     kw = dict(alpha=alpha, beta=beta, kernel=kernel, precision=precision, out_dtype=out_dtype, bias=bias,
               activation=activation, device=device)  # fmt: skip
     if a.dim() == 3 and b.dim() == 2:
@@ -73,3 +96,14 @@ def bmm(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, k
         result = out_dtype or a.dtype
         return torch.empty((0, M, N), dtype=result, device=a.device)
     return torch.stack(parts)
+
+
+def _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activation) -> str | None:
+    """Why the one-launch path cannot serve this call, or None."""
+    if kernel not in ("auto", batched_tc07.SPEC.id.removesuffix("_batched")):
+        return f"kernel={kernel!r} asks for per-matrix launches of that kernel; the one-launch path is tc07's batched build"
+    if torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (a, b, c)):
+        return "an input requires grad, and the one-launch path has no autograd yet (the per-matrix path has)"
+    if torch.compiler.is_compiling():
+        return "under torch.compile the per-matrix path's operators trace; the one-launch path is no operator yet"
+    return batched_tc07.refusal(a, b, c, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)

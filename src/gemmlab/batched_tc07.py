@@ -1,0 +1,127 @@
+"""One launch for a whole batch of products: tc07's batched build (TC_07_BATCHED), its config and
+its launch glue. gemmlab.bmm calls it where it is asked to (batched.ONE_LAUNCH, one_launch=True).
+
+Not yet run on a GPU: it compiles for sm_90a, and the GPU tests (tests/test_batched_tc07.py) check
+it against float64 when a Hopper GPU is there.
+
+A and B reach the kernel through rank-3 tensor maps ([batch][rows][cols], the batch stride
+outermost), so TMA fills zeros past each matrix's own edges and a tile never multiplies the next
+matrix's elements (NaN or Inf included) into its product. A single [M, K] A (or [K, N] B) shared
+by the batch is a map of one matrix, read at batch coordinate 0 by every product (its step 0). An
+operand stored transposed per matrix ([B, K, M] storage for A: a.transpose(1, 2) of a contiguous
+tensor) is read in place (TA, TB), as gemm() reads 2-D ones. An operand whose address, row stride
+or batch stride TMA cannot take (not multiples of 16 bytes: K = 7 in bf16) is copied first, by
+torch on the current stream, into a batch of rows padded to 16 bytes.
+
+D is a new contiguous [B, M, N] tensor, written from registers (the batched build has no 3-D TMA
+store); C ([B, M, N], unit column stride) is read only when beta != 0.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import jit, launch, tma
+from .specs.base import GemmConfig, cdiv
+from .specs.persistent import TC_07_BATCHED
+
+SPEC = TC_07_BATCHED
+DTYPES = (torch.bfloat16, torch.float16)
+MIN_CAPABILITY = (9, 0)
+MAX_TILES = 2**31 - 1  # the kernel counts the batch's tiles in a 32-bit int
+
+
+def config_for(N: int, ta: int, tb: int) -> GemmConfig:
+    """The batched build's config: the 128 x 256 tile, or 128 x 128 where D is at most 128 wide (a
+    256-wide tile would be half empty); TA, TB from the operands' storage."""
+    return SPEC.config(BN=256 if N > 128 else 128, TA=ta, TB=tb)
+
+
+def refusal(a, b, c=None, *, beta=0.0, out_dtype=None, bias=None, activation=None) -> str | None:
+    """Why the one-launch path cannot serve these arguments (already checked by bmm for ranks and
+    shapes), or None. The device is checked last, so CPU tensors get every other reason first."""
+    if a.dtype not in DTYPES or b.dtype != a.dtype:
+        return f"the one-launch batched path takes bf16 or fp16 inputs of one dtype, got {a.dtype} and {b.dtype}"
+    if a.dim() == 2 and b.dim() == 2:
+        return "the one-launch batched path needs a batched operand"
+    if out_dtype not in (None, a.dtype, torch.float32):
+        return f"the one-launch batched path writes {a.dtype} or float32 results, not {out_dtype}"
+    if bias is not None or activation is not None:
+        return "the one-launch batched path has no fused bias or activation yet; use one_launch=False"
+    if beta != 0 and c is None:
+        return "beta != 0 needs c"
+    if c is not None and c.dtype != (out_dtype or a.dtype):
+        return f"c must have the result's dtype {out_dtype or a.dtype}, got {c.dtype}"
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = a.shape[0] if a.dim() == 3 else b.shape[0]
+    if batch == 0 or M == 0 or N == 0 or K == 0:
+        return "an empty batch or product (batch, M, N or K 0) has nothing for the one-launch path to load"
+    if batch * cdiv(M, 128) * cdiv(N, 128) > MAX_TILES:
+        return f"a batch of {batch} products of {M} x {N} has more tiles than the kernel's 32-bit tile count"
+    tensors = [t for t in (a, b, c) if t is not None]
+    if any(t.device.type != "cuda" for t in tensors) or len({t.device for t in tensors}) != 1:
+        return "the one-launch batched path runs on CUDA tensors of one device"
+    major_minor = torch.cuda.get_device_capability(a.device)
+    if major_minor < MIN_CAPABILITY:
+        return f"the one-launch batched path (tc07's batched build) needs sm_90 or later, not sm_{major_minor[0]}{major_minor[1]}"
+    return None
+
+
+def _storage(t: Tensor) -> tuple[Tensor, int, int, int, int, int]:
+    """A 2-D or 3-D operand as the kernel's 3-D map reads it: (storage tensor, batch, rows, cols,
+    row stride, batch stride) in elements, and whether it is stored transposed per matrix (its
+    rows then the operand's columns). Other layouts, and strides TMA cannot take, as padded copies."""
+    t3 = t if t.dim() == 3 else t.unsqueeze(0)
+    batch, r, k = t3.shape
+    trans = r > 1 and k > 1 and t3.stride(1) == 1 and t3.stride(2) != 1  # [batch][k][r] storage
+    view = t3.transpose(1, 2) if trans else t3
+    if view.shape[2] > 1 and view.stride(2) != 1:
+        view, trans = t3.contiguous(), False
+    rows, cols = view.shape[1], view.shape[2]
+    ld = view.stride(1) if rows > 1 else cols
+    bs = view.stride(0) if batch > 1 else rows * ld
+    size = t.element_size()
+    if view.data_ptr() % 16 or (ld * size) % 16 or (bs * size) % 16:
+        pad = -(-cols // (16 // size)) * (16 // size)
+        padded = torch.empty((batch, rows, pad), dtype=t.dtype, device=t.device)[:, :, :cols]
+        padded.copy_(view)
+        view, ld, bs = padded, pad, rows * pad
+    return view, batch, rows, cols, ld, bs, int(trans)
+
+
+def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, out_dtype=None) -> Tensor:
+    """D[i] = alpha * A[i] @ B[i] + beta * C[i] in one launch of tc07's batched build (refusal(...)
+    must be None). a [B, M, K] or [M, K], b [B, K, N] or [K, N]; returns D [B, M, N]."""
+    why = refusal(a, b, c, beta=beta, out_dtype=out_dtype)
+    if why:
+        raise ValueError(why)
+    batch = a.shape[0] if a.dim() == 3 else b.shape[0]
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    sa, sb = _storage(a), _storage(b)
+    cfg = config_for(N, ta=sa[-1], tb=sb[-1])
+    device_id = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    result = out_dtype or a.dtype
+    loaded = jit.load_kernel(SPEC, cfg, device_id, a.dtype, result)
+    boxes = SPEC.tma_boxes(cfg)
+    maps = [tma.tensor_map_3d(*s[:6], boxes[n]) for n, s in (("a", sa), ("b", sb))]
+    from .api import _placeholder  # D is written from registers: its map is never read
+
+    maps.append(tma.tensor_map(_placeholder(a.device, a.dtype), 1, 8, 8, (64, 64)))
+    d = torch.empty((batch, M, N), dtype=result, device=a.device)
+    if beta != 0:
+        if N > 1 and c.stride(2) != 1:
+            c = c.contiguous()
+        c_ptr, ldc, sc = c.data_ptr(), (c.stride(1) if M > 1 else N), (c.stride(0) if batch > 1 else 0)
+    else:
+        c_ptr, ldc, sc = 0, N, 0
+    tiles = batch * cdiv(M, cfg["BM"]) * cdiv(N, cfg["BN"])
+    block = SPEC.block(cfg)
+    grid = (min(tiles, launch.resident_blocks(loaded, device_id, block, None)), 1, 1)
+    i32, i64, f32 = launch.i32, launch.i64, launch.f32
+    a_step, b_step = int(a.dim() == 3), int(b.dim() == 3)  # 0: one matrix for the whole batch
+    launch.launch(loaded, device_id, grid, block, *maps, sa[0].data_ptr(), sb[0].data_ptr(), c_ptr, d.data_ptr(),
+                  i32(M), i32(N), i32(K), i32(sa[4]), i32(sb[4]), i32(ldc), i32(N), f32(alpha), f32(beta), 0,
+                  i32(batch), i32(a_step), i32(b_step), i64(sc), i64(N * M))  # fmt: skip
+    del sa, sb  # only now may padded copies go back to torch: the kernel is queued behind them
+    return d

@@ -1,0 +1,122 @@
+"""tc07's batched build (gemmlab.batched_tc07): on the CPU, that it compiles for sm_90a without
+spills, refuses the configs it cannot build, and that bmm's one-launch path checks its arguments
+and stays off by default; on a Hopper GPU (marker `gpu`), values against float64 per matrix."""
+
+import pytest
+import torch
+
+import gemmlab
+from gemmlab import batched, batched_tc07, jit
+
+BF16_TOL = 2e-2  # bf16 inputs rounded to 8 bits of mantissa, fp32 accumulation
+
+
+@pytest.mark.parametrize("n,ta,tb", [(256, 0, 0), (128, 1, 1), (256, 0, 1)])
+@pytest.mark.parametrize("dt,od", [(torch.bfloat16, None), (torch.float16, torch.float32)])
+def test_batched_build_compiles_without_spills(n, ta, tb, dt, od):
+    k = jit.compile_kernel(batched_tc07.SPEC, batched_tc07.config_for(n, ta, tb), "sm_90a", dt, od)
+    assert k.usage.spills == 0 and k.usage.registers <= 168, k.usage
+
+
+@pytest.mark.parametrize("override,words", [({"CM": 2}, "CM = 1"), ({"TMA_STORE": 1}, "TMA_STORE = 0"),
+                                            ({"BM": 192, "STAGES": 3}, "192-row")])
+def test_batched_build_refuses_configs_clearly(override, words):
+    with pytest.raises(ValueError, match=words):
+        batched_tc07.SPEC.config(**override)
+
+
+def test_one_launch_is_off_by_default(monkeypatch):
+    assert batched.ONE_LAUNCH is False
+    monkeypatch.setattr(batched_tc07, "bmm_one_launch", lambda *a, **k: pytest.fail("one-launch path taken"))
+    a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    torch.testing.assert_close(gemmlab.bmm(a, b, device="cpu"), torch.bmm(a, b))
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(a=torch.randn(2, 3, 8), b=torch.randn(2, 8, 5)), "bf16 or fp16"),
+    (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.float16)), "one dtype"),
+    (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16),
+          activation="relu"), "bias or activation"),
+    (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16),
+          out_dtype=torch.float16), "results"),
+    (dict(a=torch.randn(2, 3, 0, dtype=torch.bfloat16), b=torch.randn(2, 0, 5, dtype=torch.bfloat16)), "empty"),
+    (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16)), "CUDA tensors"),
+    (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16),
+          kernel="tc04_cp_async"), "per-matrix"),
+    (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16, requires_grad=True), b=torch.randn(2, 8, 5, dtype=torch.bfloat16)),
+     "requires grad"),
+])
+def test_forced_one_launch_says_why_not(kw, words):
+    with pytest.raises(ValueError, match=words):
+        gemmlab.bmm(**kw, one_launch=True)
+
+
+def test_forced_one_launch_refuses_the_cpu_ladder():
+    a, b = torch.randn(2, 3, 8, dtype=torch.bfloat16), torch.randn(2, 8, 5, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="CPU ladder"):
+        gemmlab.bmm(a, b, device="cpu", one_launch=True)
+
+
+# ---- GPU: the one-launch path against float64, per matrix ----------------------------------------
+
+def _hopper():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+
+
+def _check(d, a, b, c=None, alpha=1.0, beta=0.0, label=""):
+    ref = alpha * torch.matmul(a.double(), b.double())
+    if c is not None and beta != 0:
+        ref = ref + beta * c.double()
+    scale = ref.abs().max().clamp_min(1.0)
+    err = (d.double() - ref).abs().max() / scale
+    assert err < BF16_TOL, f"{label} max error {err:.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="tc07's batched build needs sm_90")
+@pytest.mark.parametrize("B", [1, 3, 8])
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 127, 7), (127, 1000, 513), (1000, 7, 127), (513, 257, 1000)])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_one_launch_against_float64(B, M, N, K, dt):
+    a, b = torch.randn(B, M, K, device="cuda", dtype=dt), torch.randn(B, K, N, device="cuda", dtype=dt)
+    _check(gemmlab.bmm(a, b, one_launch=True), a, b, label=f"B={B} M={M} N={N} K={K} {dt}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="tc07's batched build needs sm_90")
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (-0.5, 0.0), (1.5, -2.0), (0.0, 1.0)])
+def test_one_launch_alpha_beta_and_nan_c_unread(alpha, beta):
+    B, M, N, K = 3, 129, 200, 70
+    a = torch.randn(B, M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(B, K, N, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(B, M, N, device="cuda", dtype=torch.bfloat16)
+    if beta == 0:
+        c.fill_(float("nan"))  # beta = 0 never reads C
+    d = gemmlab.bmm(a, b, c, alpha=alpha, beta=beta, one_launch=True)
+    assert torch.isfinite(d).all()
+    _check(d, a, b, c, alpha, beta, label=f"alpha={alpha} beta={beta}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="tc07's batched build needs sm_90")
+@pytest.mark.parametrize("M,N,K", [(7, 9, 7), (100, 300, 130)])
+def test_non_finite_values_stay_in_their_matrix(M, N, K):
+    a = torch.randn(3, M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3, K, N, device="cuda", dtype=torch.bfloat16)
+    a[1].fill_(float("nan"))
+    b[1].fill_(float("inf"))
+    d = gemmlab.bmm(a, b, one_launch=True)
+    assert torch.isfinite(d[0]).all() and torch.isfinite(d[2]).all()
+    _check(d[0::2], a[0::2], b[0::2], label=f"M={M} N={N} K={K}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="tc07's batched build needs sm_90")
+@pytest.mark.parametrize("M,N,K", [(7, 127, 7), (300, 513, 256)])
+def test_shared_a_and_transposed_views(M, N, K):
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4, K, N, device="cuda", dtype=torch.bfloat16)
+    _check(gemmlab.bmm(a, b, one_launch=True), a, b, label="shared a")
+    at = torch.randn(4, K, M, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    bt = torch.randn(4, N, K, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    _check(gemmlab.bmm(at, bt, one_launch=True), at, bt, label="transposed views")
