@@ -2,20 +2,46 @@
 spills, refuses the configs it cannot build, and that bmm's one-launch path checks its arguments
 and stays off by default; on a Hopper GPU (marker `gpu`), values against float64 per matrix."""
 
+import re
+
 import pytest
 import torch
 
 import gemmlab
-from gemmlab import batched, batched_tc07, jit
+from gemmlab import batched, batched_tc07, jit, registry
 
 BF16_TOL = 2e-2  # bf16 inputs rounded to 8 bits of mantissa, fp32 accumulation
 
 
-@pytest.mark.parametrize("n,ta,tb", [(256, 0, 0), (128, 1, 1), (256, 0, 1)])
+@pytest.mark.parametrize("n,ta,tb,post", [(256, 0, 0, 0), (128, 1, 1, 0), (256, 0, 1, 0), (256, 0, 0, 9), (128, 0, 0, 10)])
 @pytest.mark.parametrize("dt,od", [(torch.bfloat16, None), (torch.float16, torch.float32)])
-def test_batched_build_compiles_without_spills(n, ta, tb, dt, od):
-    k = jit.compile_kernel(batched_tc07.SPEC, batched_tc07.config_for(n, ta, tb), "sm_90a", dt, od)
+def test_batched_build_compiles_without_spills(n, ta, tb, post, dt, od):
+    k = jit.compile_kernel(batched_tc07.SPEC, batched_tc07.config_for(n, ta, tb), "sm_90a", dt, od, post=post)
     assert k.usage.spills == 0 and k.usage.registers <= 168, k.usage
+    assert k.name_expression.startswith("tc_persistent_cluster_batched<")
+
+
+def _instructions(cubin: bytes) -> list[str]:
+    from gemmlab.sass import ToolMissing, code_listing
+
+    try:
+        listing = code_listing(cubin)
+    except ToolMissing as exc:
+        pytest.skip(str(exc))
+    return re.findall(r"/\*[0-9a-f]{4,}\*/.*;", listing)
+
+
+def test_only_the_batched_build_loads_3d_boxes():
+    """The single-matrix entry instantiates the body with BATCHED = 0: no 3-D TMA load in its SASS
+    (the byte-for-byte check against the source before the batched build is in the commit that
+    added it: 22 builds, identical SASS)."""
+    plain = registry.get("tc07_persistent_cluster")
+    single = _instructions(jit.compile_kernel(plain, plain.default_config(), "sm_90a", torch.bfloat16).cubin)
+    batch = _instructions(jit.compile_kernel(batched_tc07.SPEC, batched_tc07.config_for(256, 0, 0), "sm_90a",
+                                             torch.bfloat16).cubin)  # fmt: skip
+    assert single and batch
+    assert not any("UTMALDG.3D" in line for line in single)
+    assert any("UTMALDG.3D" in line for line in batch) and not any("UTMALDG.2D" in line for line in batch)
 
 
 @pytest.mark.parametrize("override,words", [({"CM": 2}, "CM = 1"), ({"TMA_STORE": 1}, "TMA_STORE = 0"),
@@ -36,7 +62,9 @@ def test_one_launch_is_off_by_default(monkeypatch):
     (dict(a=torch.randn(2, 3, 8), b=torch.randn(2, 8, 5)), "bf16 or fp16"),
     (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.float16)), "one dtype"),
     (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16),
-          activation="relu"), "bias or activation"),
+          activation="tanh"), "not one of"),
+    (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16),
+          bias=torch.randn(4)), "vector of N = 5"),
     (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16),
           out_dtype=torch.float16), "results"),
     (dict(a=torch.randn(2, 3, 0, dtype=torch.bfloat16), b=torch.randn(2, 0, 5, dtype=torch.bfloat16)), "empty"),
@@ -120,3 +148,18 @@ def test_shared_a_and_transposed_views(M, N, K):
     at = torch.randn(4, K, M, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     bt = torch.randn(4, N, K, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     _check(gemmlab.bmm(at, bt, one_launch=True), at, bt, label="transposed views")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="tc07's batched build needs sm_90")
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_one_launch_fused_bias_and_activation(activation):
+    B, M, N, K = 3, 70, 300, 64
+    a = torch.randn(B, M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(B, K, N, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    d = gemmlab.bmm(a, b, bias=bias, activation=activation, one_launch=True, out_dtype=torch.float32)
+    ref = torch.matmul(a.double(), b.double()) + bias.double()
+    ref = ref if activation is None else {"relu": torch.relu, "gelu": torch.nn.functional.gelu}[activation](ref)
+    err = (d.double() - ref).abs().max() / ref.abs().max().clamp_min(1.0)
+    assert err < BF16_TOL, f"activation={activation} max error {err:.3g}"

@@ -10,8 +10,8 @@ B [B, K, N], or one of them a single matrix shared by the whole batch:
 - One launch for the whole batch (bf16/fp16, a [B, M, K] or [M, K] A with a [B, K, N] B, on a
   Hopper GPU): tc07's batched build (gemmlab.batched_tc07), whose tile loop walks every product's
   tiles and whose 3-D tensor maps keep each matrix's edges. It has not yet run on a GPU, so it is
-  off by default (ONE_LAUNCH) and taken only where asked for with one_launch=True; it has no
-  fused bias or activation yet, and no autograd: where an input requires grad, or under
+  off by default (ONE_LAUNCH) and taken only where asked for with one_launch=True. It fuses
+  a bias and an activation as gemm() does, but has no autograd: where an input requires grad, or under
   torch.compile, bmm takes the per-matrix path (one_launch=True then raises).
 The per-matrix and stacked paths go through gemmlab.gemm, so through its operator where autograd or
 torch.compile needs it: gradients and traces come as gemm's do.
@@ -80,7 +80,8 @@ def bmm(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, k
     if one_launch or (one_launch is None and ONE_LAUNCH and device is None and b.dim() == 3):
         why = _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activation)
         if why is None:
-            return batched_tc07.bmm_one_launch(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype)
+            return batched_tc07.bmm_one_launch(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias,
+                                                activation=activation)
         if one_launch:
             raise ValueError(f"bmm(one_launch=True): {why}")
     kw = dict(alpha=alpha, beta=beta, kernel=kernel, precision=precision, out_dtype=out_dtype, bias=bias,

@@ -14,7 +14,8 @@ or batch stride TMA cannot take (not multiples of 16 bytes: K = 7 in bf16) is co
 torch on the current stream, into a batch of rows padded to 16 bytes.
 
 D is a new contiguous [B, M, N] tensor, written from registers (the batched build has no 3-D TMA
-store); C ([B, M, N], unit column stride) is read only when beta != 0.
+store); C ([B, M, N], unit column stride) is read only when beta != 0. A bias over D's columns
+and an activation are fused into the epilogue (POST), as gemm() fuses them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor
 
 from . import jit, launch, tma
+from .activations import ACTIVATIONS, post_code
 from .specs.base import GemmConfig, cdiv
 from .specs.persistent import TC_07_BATCHED
 
@@ -47,8 +49,12 @@ def refusal(a, b, c=None, *, beta=0.0, out_dtype=None, bias=None, activation=Non
         return "the one-launch batched path needs a batched operand"
     if out_dtype not in (None, a.dtype, torch.float32):
         return f"the one-launch batched path writes {a.dtype} or float32 results, not {out_dtype}"
-    if bias is not None or activation is not None:
-        return "the one-launch batched path has no fused bias or activation yet; use one_launch=False"
+    if activation not in ACTIVATIONS:
+        return f"activation {activation!r} is not one of {', '.join(repr(k) for k in ACTIVATIONS)}"
+    N = b.shape[-1]
+    if bias is not None and (not isinstance(bias, Tensor) or bias.dim() != 1 or bias.shape[0] != N
+                             or not bias.is_floating_point()):  # fmt: skip
+        return f"bias must be a floating-point vector of N = {N} elements (one a column of D)"
     if beta != 0 and c is None:
         return "beta != 0 needs c"
     if c is not None and c.dtype != (out_dtype or a.dtype):
@@ -59,7 +65,7 @@ def refusal(a, b, c=None, *, beta=0.0, out_dtype=None, bias=None, activation=Non
         return "an empty batch or product (batch, M, N or K 0) has nothing for the one-launch path to load"
     if batch * cdiv(M, 128) * cdiv(N, 128) > MAX_TILES:
         return f"a batch of {batch} products of {M} x {N} has more tiles than the kernel's 32-bit tile count"
-    tensors = [t for t in (a, b, c) if t is not None]
+    tensors = [t for t in (a, b, c, bias) if t is not None]
     if any(t.device.type != "cuda" for t in tensors) or len({t.device for t in tensors}) != 1:
         return "the one-launch batched path runs on CUDA tensors of one device"
     major_minor = torch.cuda.get_device_capability(a.device)
@@ -90,10 +96,12 @@ def _storage(t: Tensor) -> tuple[Tensor, int, int, int, int, int]:
     return view, batch, rows, cols, ld, bs, int(trans)
 
 
-def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, out_dtype=None) -> Tensor:
-    """D[i] = alpha * A[i] @ B[i] + beta * C[i] in one launch of tc07's batched build (refusal(...)
-    must be None). a [B, M, K] or [M, K], b [B, K, N] or [K, N]; returns D [B, M, N]."""
-    why = refusal(a, b, c, beta=beta, out_dtype=out_dtype)
+def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None,
+                   activation=None) -> Tensor:  # fmt: skip
+    """D[i] = activation(alpha * A[i] @ B[i] + beta * C[i] + bias) in one launch of tc07's batched
+    build (refusal(...) must be None; bias [N], one for every product, fused into the epilogue as
+    gemm() fuses it). a [B, M, K] or [M, K], b [B, K, N] or [K, N]; returns D [B, M, N]."""
+    why = refusal(a, b, c, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
     if why:
         raise ValueError(why)
     batch = a.shape[0] if a.dim() == 3 else b.shape[0]
@@ -102,7 +110,9 @@ def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, 
     cfg = config_for(N, ta=sa[-1], tb=sb[-1])
     device_id = a.device.index if a.device.index is not None else torch.cuda.current_device()
     result = out_dtype or a.dtype
-    loaded = jit.load_kernel(SPEC, cfg, device_id, a.dtype, result)
+    post = post_code(bias is not None, activation)
+    bias = bias.to(result).contiguous() if bias is not None else None
+    loaded = jit.load_kernel(SPEC, cfg, device_id, a.dtype, result, post=post)
     boxes = SPEC.tma_boxes(cfg)
     maps = [tma.tensor_map_3d(*s[:6], boxes[n]) for n, s in (("a", sa), ("b", sb))]
     from .api import _placeholder  # D is written from registers: its map is never read
@@ -121,7 +131,8 @@ def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, 
     i32, i64, f32 = launch.i32, launch.i64, launch.f32
     a_step, b_step = int(a.dim() == 3), int(b.dim() == 3)  # 0: one matrix for the whole batch
     launch.launch(loaded, device_id, grid, block, *maps, sa[0].data_ptr(), sb[0].data_ptr(), c_ptr, d.data_ptr(),
-                  i32(M), i32(N), i32(K), i32(sa[4]), i32(sb[4]), i32(ldc), i32(N), f32(alpha), f32(beta), 0,
+                  i32(M), i32(N), i32(K), i32(sa[4]), i32(sb[4]), i32(ldc), i32(N), f32(alpha), f32(beta),
+                  bias.data_ptr() if bias is not None else 0,
                   i32(batch), i32(a_step), i32(b_step), i64(sc), i64(N * M))  # fmt: skip
-    del sa, sb  # only now may padded copies go back to torch: the kernel is queued behind them
+    del sa, sb, bias  # only now may padded copies go back to torch: the kernel is queued behind them
     return d
