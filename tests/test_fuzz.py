@@ -146,3 +146,26 @@ def test_the_cases_reach_every_gpu_kernel_and_every_tc07_tile():
                 tiles[cfg["BM"], cfg["BN"]] += 1
     assert {k.id for k in registry.KERNELS} <= set(named), f"never drawn by name: {set(k.id for k in registry.KERNELS) - set(named)}"
     assert {(128, 256), (128, 192), (128, 128), (64, 128), (192, 256)} <= set(tiles), f"tc07 tiles through auto: {tiles}"
+
+
+def test_batched_cases_are_16_bit_bmm_calls_inside_the_limits():
+    cases = [fuzz.draw(s) for s in SEEDS]
+    batched = [c for c in cases if c.batch]
+    assert batched and any(c.shared_a for c in batched) and any(c.special for c in batched)
+    assert {c.batch for c in batched} == set(fuzz.BATCH_SIZES)
+    for c in batched:
+        assert fuzz.DTYPES[c.dtype][0] != torch.float32, c.label()
+        assert c.batch * c.M * c.N <= fuzz.MAX_OUTPUT and 2 * c.batch * c.M * c.N * c.K <= max(fuzz.MAX_FLOPS, 2 * c.batch * c.M * c.N)
+        assert c.K >= 1 and c.out == "new" and c.c != "inplace" and c.kernel == "auto", c.label()
+        assert c.call().startswith("gemmlab.bmm(") and "one_launch=True" in c.call()
+        assert fuzz.Case.from_json(c.to_json()) == c
+    assert not any(fuzz.draw(s, kernels=("tc07_persistent_cluster",)).batch for s in range(300))
+
+
+def test_a_batched_case_builds_its_batch_with_gaps_on_the_cpu():
+    case = next(c for c in (fuzz.draw(s) for s in SEEDS) if c.batch > 1 and any(c.pad) and not c.shared_a)
+    t = fuzz.build(case, device="cpu")
+    assert t.a.shape == (case.batch, case.M, case.K) and t.b.shape == (case.batch, case.K, case.N)
+    for x, pad in ((t.a, case.pad[0]), (t.b, case.pad[1])):
+        outer, inner = (x.shape[2], x.shape[1]) if x.stride(1) == 1 and x.shape[1] > 1 else (x.shape[1], x.shape[2])
+        assert x.stride(0) == outer * max(inner + pad, 1) + pad, case.label()

@@ -10,7 +10,10 @@ Each problem: inputs drawn fresh (normal), output poisoned with NaN unless gemm(
 it is C itself, C full of NaN where beta = 0 (it must not be read), now and then a NaN or an Inf
 in A or B (it must reach exactly the elements it should), and in about a third of them a fused
 epilogue: a bias over D's columns and an activation (every kernel serves them: those without
-the fused epilogue through torch after the launch). A run draws one activation for all its
+the fused epilogue through torch after the launch). A share of the 16-bit cases (BATCHED_SHARE) is
+a batch of products through bmm's one-launch path (one_launch=True: tc07's batched build), its
+matrices laid out one after another with a gap, a NaN or Inf in one matrix that must not reach
+another's result, and now and then one A shared by the batch. A run draws one activation for all its
 epilogues (run_activation: the kernels compile each activation in, the bias they read at run
 time), so the fused builds it needs are one a kernel config; they and the plain builds are
 compiled side by side before it starts (warm); runs of other seeds take the other activations. The result is compared with float64
@@ -36,12 +39,15 @@ import torch
 
 from . import registry
 from .api import gemm
+from .batched import bmm
 from .configs import select
 from .problem import problem_from_tensors
 from .activations import ACTIVATIONS, apply_post, post_code
 from .reference import error_terms, reference, reference_norm, reference_post, tolerance
 
 EPILOGUE_SHARE = 0.3  # of the problems drawn with a fused epilogue (bias, activation or both)
+BATCHED_SHARE = 0.1  # of the 16-bit problems drawn as a batch through bmm's one-launch path
+BATCH_SIZES = (1, 2, 3, 5, 8)
 CUBLAS_FACTOR = 4.0  # our error may reach this multiple of cuBLAS's on the same problem before it counts
 BATCH = 64  # problems queued on the GPU between reads of their errors
 WRONG_KEPT = 200  # wrong cases kept in a record (all are counted)
@@ -92,6 +98,8 @@ class Case:
     special: str  # "", or a NaN or an Inf placed in A or B: "nan-a", "inf-a", "nan-b", "inf-b"
     kernel: str  # "auto" or a kernel id
     epilogue: str = ""  # "", or "bias", an activation's name, or "bias+" one: gemm()'s bias= and activation=
+    batch: int = 0  # 0: one product (gemm); B >= 1: B products in one launch (bmm(one_launch=True))
+    shared_a: bool = False  # with batch: one [M, K] A for every product
 
     @property
     def bias(self) -> bool:
@@ -114,7 +122,9 @@ class Case:
         return (f"M={self.M} N={self.N} K={self.K} kernel={self.kernel} dtype={self.dtype} layout={self.layout} "
                 f"pad={list(self.pad)} offset={self.offset} alpha={self.alpha:g} beta={self.beta:g} c={self.c} "
                 f"out={self.out}" + (f" special={self.special}" if self.special else "")
-                + (f" epilogue={self.epilogue}" if self.epilogue else "") + f" [{self.regime}]")  # fmt: skip
+                + (f" epilogue={self.epilogue}" if self.epilogue else "")
+                + (f" batch={self.batch}" + (" shared_a" if self.shared_a else "") if self.batch else "")
+                + f" [{self.regime}]")  # fmt: skip
 
     def call(self) -> str:
         """The gemm() call this case makes, as Python."""
@@ -133,6 +143,9 @@ class Case:
             kw.append("bias=bias")
         if self.activation:
             kw.append(f"activation={self.activation!r}")
+        if self.batch:
+            kw = [k for k in kw if not k.startswith("kernel=")] + ["one_launch=True"]
+            return f"gemmlab.bmm({', '.join(args + kw)})"
         return f"gemmlab.gemm({', '.join(args + kw)})"
 
 
@@ -231,7 +244,25 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, .
     if erng.random() < EPILOGUE_SHARE:
         with_bias = activation is None or erng.random() < 0.6
         epilogue = "+".join(p for p in ("bias" if with_bias else "", activation or "") if p)
-    return Case(seed, regime, dt, M, N, K, layout, pad, offset, alpha, beta, c, out, special, kernel, epilogue)
+    case = Case(seed, regime, dt, M, N, K, layout, pad, offset, alpha, beta, c, out, special, kernel, epilogue)
+    return _batched(case) if kernels is None else case  # (a run of named kernels: gemm() only)
+
+
+def _batched(case: Case) -> Case:
+    """A 16-bit case made a batch of products for bmm's one-launch path, BATCHED_SHARE of them,
+    from a generator of its own (every other choice of the seed stays what it was): the batch's
+    work fitted to the same limits, D allocated by bmm (it takes no out=), C never D."""
+    rng = random.Random(f"batch {case.seed}")
+    if DTYPES[case.dtype][0] == torch.float32 or rng.random() >= BATCHED_SHARE:
+        return case
+    batch = rng.choice(BATCH_SIZES)
+    M, N, K = case.M, case.N, case.K
+    while batch * M * N > MAX_OUTPUT:
+        M, N = max(1, M * 3 // 4), max(1, N * 3 // 4)
+    K = max(1, min(K, MAX_FLOPS // (2 * M * N * batch)))  # (K = 0: nothing for one launch to load)
+    c = "random" if case.c == "inplace" else case.c
+    return replace(case, M=M, N=N, K=K, c=c, out="new", kernel="auto", batch=batch, shared_a=rng.random() < 0.25,
+                   special=case.special if K else "")  # fmt: skip
 
 
 def _aligned_pads(M: int, N: int, K: int, layout: str, size: int, result_size: int, rng: random.Random) -> tuple:
@@ -277,14 +308,31 @@ def _storage(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, ge
     outer, inner = (cols, rows) if trans else (rows, cols)
     ld = max(inner + pad, 1)
     n = offset + ((outer - 1) * ld + inner if outer and inner else 0)
+    m = _filled(n, dtype, gen, fill, device).as_strided((outer, inner), (ld, 1), offset)
+    return m.t() if trans else m
+
+
+def _filled(n: int, dtype, gen, fill, device: str) -> torch.Tensor:
+    """n elements: unset (gen and fill None), drawn from gen (normal), or all `fill`."""
     if fill is None and gen is None:
         flat = torch.empty(n, device=device, dtype=dtype)  # shapes only (build on the CPU)
     elif fill is None:
         flat = torch.randn(n, generator=gen, device=device, dtype=torch.float32).to(dtype)
     else:
         flat = torch.full((n,), fill, device=device, dtype=dtype)
-    m = flat.as_strided((outer, inner), (ld, 1), offset)
-    return m.t() if trans else m
+    return flat
+
+
+def _batch_storage(batch: int, rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen=None, fill=None,
+                   device: str = "cuda") -> torch.Tensor:  # fmt: skip
+    """batch matrices of rows x cols, each stored as _storage stores one, one after another with a
+    gap of `pad` elements between them (0 with pad 0: a contiguous batch)."""
+    outer, inner = (cols, rows) if trans else (rows, cols)
+    ld = max(inner + pad, 1)
+    per = outer * ld + pad
+    n = offset + (batch - 1) * per + (outer - 1) * ld + inner
+    m = _filled(n, dtype, gen, fill, device).as_strided((batch, outer, inner), (per, ld, 1), offset)
+    return m.transpose(1, 2) if trans else m
 
 
 @dataclass
@@ -311,11 +359,15 @@ def build(case: Case, device: str = "cuda") -> Built:
         gen.manual_seed(case.seed)
     ta, tb = case.layout[0] == "t", case.layout[1] == "t"
     store = partial(_storage, gen=gen, device=device)
-    a = store(case.M, case.K, ta, case.pad[0], case.offset, dtype)
+    if case.batch:  # a batch of products: B's (and C's) matrices one after another, A's too unless shared
+        store = partial(_batch_storage, case.batch, gen=gen, device=device)
+    a = (partial(_storage, gen=gen, device=device) if case.shared_a else store)(case.M, case.K, ta, case.pad[0], case.offset, dtype)
     b = store(case.K, case.N, tb, case.pad[1], case.offset, dtype)
     if case.special:
         what, side = case.special.split("-")
         target = a if side == "a" else b
+        if target.dim() == 3:  # in one matrix of the batch: the others' results must stay finite
+            target = target[random.Random(case.seed + 4).randrange(target.shape[0])]
         i = random.Random(case.seed + 2).randrange(target.shape[0])
         j = random.Random(case.seed + 3).randrange(target.shape[1])
         target[i, j] = math.nan if what == "nan" else -math.inf if (i + j) % 2 else math.inf
@@ -330,8 +382,9 @@ def build(case: Case, device: str = "cuda") -> Built:
         out = c
     elif case.out == "poison":
         out = store(case.M, case.N, False, case.pad[2], 0, result, fill=math.nan)
-    problem = problem_from_tensors(a, b, c, out, alpha=case.alpha, beta=case.beta, precision=precision,
-                                   out_dtype=result, device_type=device)  # fmt: skip
+    first = (lambda t: t if t is None or t.dim() == 2 else t[0]) if case.batch else (lambda t: t)
+    problem = problem_from_tensors(first(a), first(b), first(c), out, alpha=case.alpha, beta=case.beta,
+                                   precision=precision, out_dtype=result, device_type=device)  # fmt: skip
     bias = store(1, case.N, False, 0, 0, result)[0] if case.bias else None
     return Built(a, b, c, out, c_before, problem, bias)
 
@@ -345,6 +398,9 @@ def _cublas(case: Case, t: Built) -> torch.Tensor:
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     try:
+        if case.batch:
+            a = a.expand(case.batch, -1, -1) if a.dim() == 2 else a
+            return apply_post(torch.baddbmm(c, a, b, beta=case.beta, alpha=case.alpha), t.bias, case.activation)
         return apply_post(torch.addmm(c, a, b, beta=case.beta, alpha=case.alpha), t.bias, case.activation)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
@@ -395,7 +451,12 @@ def judge(case: Case, chosen: str, v: list[float]) -> Outcome:
     return Outcome(case, chosen, bool(why), "; ".join(why), (rel, ms), (c_rel, c_ms), (tol.rel_fro, tol.max_scaled))
 
 
-def _chosen(problem, kernel: str) -> str:
+def _chosen(problem, kernel: str, batch: int = 0) -> str:
+    if batch:  # bmm's one-launch path
+        from .batched_tc07 import SPEC, config_for
+
+        cfg = config_for(problem.N, int(problem.a.trans), int(problem.b.trans))
+        return f"{SPEC.id} BM={cfg['BM']},BN={cfg['BN']}"
     spec, cfg = select(problem, kernel)
     tile = {k: v for k, v in cfg.as_dict().items() if k in ("BM", "BN", "CM", "NT", "BW", "SPLIT", "SK")}
     return spec.id + ("" if not tile else " " + ",".join(f"{k}={v}" for k, v in tile.items()))
@@ -408,7 +469,11 @@ def start(case: Case, kernels: tuple[str, ...] | None = None) -> tuple[Case, str
     if case.kernel == "any":
         case = replace(case, kernel=pick_kernel(case, t.problem, kernels))
     precision = DTYPES[case.dtype][2]
-    chosen = _chosen(t.problem, case.kernel)
+    chosen = _chosen(t.problem, case.kernel, case.batch)
+    if case.batch:
+        d = bmm(t.a, t.b, t.c, alpha=case.alpha, beta=case.beta, out_dtype=DTYPES[case.dtype][1], bias=t.bias,
+                activation=case.activation, one_launch=True)  # fmt: skip
+        return case, chosen, _errors(case, t, d)
     d = gemm(t.a, t.b, t.c, alpha=case.alpha, beta=case.beta, kernel=case.kernel, out=t.out, precision=precision,
              out_dtype=DTYPES[case.dtype][1], bias=t.bias, activation=case.activation)  # fmt: skip
     return case, chosen, _errors(case, t, d)
@@ -534,6 +599,12 @@ def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
                     jobs.setdefault(spec.name_expression(cfg, *types, post), (spec, cfg, *types, post))
             for job in split_jobs() if spec.split_operands else ():  # tc11's pre-pass
                 jobs.setdefault(job[0].name_expression(job[1]), job)
+        if dtype != torch.float32 and BATCHED_SHARE and not kernels:  # bmm's one-launch path: tc07's batched build
+            from .batched_tc07 import SPEC, config_for
+
+            for cfg in [config_for(n, ta, tb) for n in (256, 128) for ta in (0, 1) for tb in (0, 1)]:
+                for post in (0, fused):
+                    jobs.setdefault(SPEC.name_expression(cfg, dtype, result, post), (SPEC, cfg, dtype, result, post))
     arch = device_arch(torch.cuda.current_device())
     for done in compile_many(list(jobs.values()), arch, workers=os.cpu_count() or 1):
         if isinstance(done, Exception):

@@ -223,8 +223,8 @@ def terms_norm(a, b, c=None, alpha=1.0, beta=0.0) -> float:
 def terms_norm_tensor(a, b, c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
     """terms_norm as a 0-d float64 tensor on the inputs' device, without waiting for the GPU."""
     a64, b64 = a.double(), b.double()
-    cols = torch.nan_to_num(a64, nan=0.0, posinf=0.0, neginf=0.0).square().sum(dim=0)
-    rows = torch.nan_to_num(b64, nan=0.0, posinf=0.0, neginf=0.0).square().sum(dim=1)
+    cols = torch.nan_to_num(a64, nan=0.0, posinf=0.0, neginf=0.0).square().sum(dim=-2)  # [(batch,) K]
+    rows = torch.nan_to_num(b64, nan=0.0, posinf=0.0, neginf=0.0).square().sum(dim=-1)  # (a batch: over every product)
     norm = abs(alpha) * (cols * rows).sum().sqrt()
     if c is not None and beta != 0.0:
         norm = norm + abs(beta) * torch.linalg.vector_norm(torch.nan_to_num(c.double(), nan=0.0, posinf=0.0, neginf=0.0))
