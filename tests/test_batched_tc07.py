@@ -163,3 +163,35 @@ def test_one_launch_fused_bias_and_activation(activation):
     ref = ref if activation is None else {"relu": torch.relu, "gelu": torch.nn.functional.gelu}[activation](ref)
     err = (d.double() - ref).abs().max() / ref.abs().max().clamp_min(1.0)
     assert err < BF16_TOL, f"activation={activation} max error {err:.3g}"
+
+
+@pytest.mark.parametrize("shape,expand,step", [((4, 6, 8), False, 1), ((6, 8), False, 0), ((6, 8), True, 0),
+                                               ((1, 6, 8), False, 1)])
+def test_storage_reads_shared_and_expanded_operands_once(shape, expand, step):
+    t = torch.randn(*shape, dtype=torch.bfloat16)
+    if expand:
+        t = t.expand(4, 6, 8)
+    view, batch, rows, cols, ld, bs, trans, got = batched_tc07._storage(t)
+    assert (got, trans, rows, cols) == (step, 0, 6, 8)
+    assert batch == (shape[0] if step else 1) and view.shape == (batch, 6, 8)
+
+
+def test_storage_reads_transposed_views_in_place_and_pads_odd_rows():
+    t = torch.randn(3, 8, 16, dtype=torch.float16).transpose(1, 2)  # [3, 16, 8], each stored [8][16]
+    view, batch, rows, cols, ld, bs, trans, step = batched_tc07._storage(t)
+    assert (trans, rows, cols, ld, bs, step) == (1, 8, 16, 16, 128, 1) and view.data_ptr() == t.data_ptr()
+    odd = torch.randn(3, 5, 7, dtype=torch.bfloat16)  # 14-byte rows: TMA needs a padded copy
+    view, batch, rows, cols, ld, bs, trans, step = batched_tc07._storage(odd)
+    assert (rows, cols, ld, bs) == (5, 7, 8, 40) and torch.equal(view, odd)
+
+
+def test_tensor_map_3d_refuses_strides_tma_cannot_take():
+    from gemmlab import tma
+
+    t = torch.empty(4 * 6 * 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="batch stride 100"):
+        tma.tensor_map_3d(t, 4, 6, 8, 16, 100, (64, 64))  # 200-byte batch stride
+    with pytest.raises(ValueError, match="row stride 12"):
+        tma.tensor_map_3d(t, 4, 6, 8, 12, 96, (64, 64))
+    with pytest.raises(ValueError, match="swizzle"):
+        tma.tensor_map_3d(t, 4, 6, 8, 16, 96, (64, 48))

@@ -74,11 +74,15 @@ def refusal(a, b, c=None, *, beta=0.0, out_dtype=None, bias=None, activation=Non
     return None
 
 
-def _storage(t: Tensor) -> tuple[Tensor, int, int, int, int, int]:
+def _storage(t: Tensor) -> tuple[Tensor, int, int, int, int, int, int, int]:
     """A 2-D or 3-D operand as the kernel's 3-D map reads it: (storage tensor, batch, rows, cols,
-    row stride, batch stride) in elements, and whether it is stored transposed per matrix (its
-    rows then the operand's columns). Other layouts, and strides TMA cannot take, as padded copies."""
+    row stride, batch stride) in elements, whether it is stored transposed per matrix (its rows
+    then the operand's columns), and its batch step (0: one matrix for every product -- a 2-D
+    operand, or a 3-D one whose batch stride is 0, as expand() makes). Other layouts, and strides
+    TMA cannot take, as padded copies."""
+    step = int(t.dim() == 3 and (t.shape[0] <= 1 or t.stride(0) != 0))
     t3 = t if t.dim() == 3 else t.unsqueeze(0)
+    t3 = t3 if step else t3[:1]
     batch, r, k = t3.shape
     trans = r > 1 and k > 1 and t3.stride(1) == 1 and t3.stride(2) != 1  # [batch][k][r] storage
     view = t3.transpose(1, 2) if trans else t3
@@ -93,7 +97,7 @@ def _storage(t: Tensor) -> tuple[Tensor, int, int, int, int, int]:
         padded = torch.empty((batch, rows, pad), dtype=t.dtype, device=t.device)[:, :, :cols]
         padded.copy_(view)
         view, ld, bs = padded, pad, rows * pad
-    return view, batch, rows, cols, ld, bs, int(trans)
+    return view, batch, rows, cols, ld, bs, int(trans), step
 
 
 def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None,
@@ -107,7 +111,7 @@ def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, 
     batch = a.shape[0] if a.dim() == 3 else b.shape[0]
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     sa, sb = _storage(a), _storage(b)
-    cfg = config_for(N, ta=sa[-1], tb=sb[-1])
+    cfg = config_for(N, ta=sa[6], tb=sb[6])
     device_id = a.device.index if a.device.index is not None else torch.cuda.current_device()
     result = out_dtype or a.dtype
     post = post_code(bias is not None, activation)
@@ -129,7 +133,7 @@ def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, 
     block = SPEC.block(cfg)
     grid = (min(tiles, launch.resident_blocks(loaded, device_id, block, None)), 1, 1)
     i32, i64, f32 = launch.i32, launch.i64, launch.f32
-    a_step, b_step = int(a.dim() == 3), int(b.dim() == 3)  # 0: one matrix for the whole batch
+    a_step, b_step = sa[7], sb[7]  # 0: one matrix for the whole batch
     launch.launch(loaded, device_id, grid, block, *maps, sa[0].data_ptr(), sb[0].data_ptr(), c_ptr, d.data_ptr(),
                   i32(M), i32(N), i32(K), i32(sa[4]), i32(sb[4]), i32(ldc), i32(N), f32(alpha), f32(beta),
                   bias.data_ptr() if bias is not None else 0,

@@ -11,7 +11,8 @@ it is C itself, C full of NaN where beta = 0 (it must not be read), now and then
 in A or B (it must reach exactly the elements it should), and in about a third of them a fused
 epilogue: a bias over D's columns and an activation (every kernel serves them: those without
 the fused epilogue through torch after the launch). A share of the 16-bit cases (BATCHED_SHARE) is
-a batch of products through bmm's one-launch path (one_launch=True: tc07's batched build), its
+a batch of products through bmm's one-launch path (one_launch=True: tc07's batched build; before
+sm_90, the per-matrix path), its
 matrices laid out one after another with a gap, a NaN or Inf in one matrix that must not reach
 another's result, and now and then one A shared by the batch. A run draws one activation for all its
 epilogues (run_activation: the kernels compile each activation in, the bias they read at run
@@ -471,8 +472,9 @@ def start(case: Case, kernels: tuple[str, ...] | None = None) -> tuple[Case, str
     precision = DTYPES[case.dtype][2]
     chosen = _chosen(t.problem, case.kernel, case.batch)
     if case.batch:
+        hopper = torch.cuda.get_device_capability(t.a.device) >= (9, 0)  # else bmm's per-matrix path
         d = bmm(t.a, t.b, t.c, alpha=case.alpha, beta=case.beta, out_dtype=DTYPES[case.dtype][1], bias=t.bias,
-                activation=case.activation, one_launch=True)  # fmt: skip
+                activation=case.activation, one_launch=hopper)  # fmt: skip
         return case, chosen, _errors(case, t, d)
     d = gemm(t.a, t.b, t.c, alpha=case.alpha, beta=case.beta, kernel=case.kernel, out=t.out, precision=precision,
              out_dtype=DTYPES[case.dtype][1], bias=t.bias, activation=case.activation)  # fmt: skip
