@@ -117,7 +117,7 @@ def test_the_command_says_it_needs_a_gpu():
 @pytest.mark.parametrize("rows,cols,trans,pad,offset", [(5, 7, False, 0, 0), (5, 7, True, 3, 2), (5, 0, False, 4, 1),
                                                          (5, 0, True, 9, 0), (0, 5, True, 2, 3), (1, 1, True, 0, 7)])  # fmt: skip
 def test_operands_have_the_shape_strides_and_offset_asked(rows, cols, trans, pad, offset):
-    m = fuzz._storage(rows, cols, trans, pad, offset, torch.bfloat16, torch.Generator(), device="cpu")
+    m = fuzz.operand(rows, cols, trans, pad, offset, torch.bfloat16, torch.Generator(), device="cpu")
     assert m.shape == (rows, cols) and m.storage_offset() == offset
     if rows and cols:
         inner = rows if trans else cols

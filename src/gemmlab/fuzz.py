@@ -41,6 +41,7 @@ import torch
 from . import registry
 from .api import gemm
 from .batched import bmm
+from .fuzz_tensors import batch_operand, operand
 from .configs import select
 from .problem import problem_from_tensors
 from .activations import ACTIVATIONS, apply_post, post_code
@@ -301,41 +302,6 @@ def _serves(spec, problem) -> bool:
 # ---- Building and running a case ----------------------------------------------------------------
 
 
-def _storage(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen=None, fill=None,
-             device: str = "cuda") -> torch.Tensor:  # fmt: skip
-    """A rows x cols operand: row-major with a row stride of cols + pad, or (trans) the transposed
-    view of a [cols, rows + pad] row-major matrix; `offset` elements into its allocation. An empty
-    one (K = 0) has a row stride of at least 1, as torch gives one."""
-    outer, inner = (cols, rows) if trans else (rows, cols)
-    ld = max(inner + pad, 1)
-    n = offset + ((outer - 1) * ld + inner if outer and inner else 0)
-    m = _filled(n, dtype, gen, fill, device).as_strided((outer, inner), (ld, 1), offset)
-    return m.t() if trans else m
-
-
-def _filled(n: int, dtype, gen, fill, device: str) -> torch.Tensor:
-    """n elements: unset (gen and fill None), drawn from gen (normal), or all `fill`."""
-    if fill is None and gen is None:
-        flat = torch.empty(n, device=device, dtype=dtype)  # shapes only (build on the CPU)
-    elif fill is None:
-        flat = torch.randn(n, generator=gen, device=device, dtype=torch.float32).to(dtype)
-    else:
-        flat = torch.full((n,), fill, device=device, dtype=dtype)
-    return flat
-
-
-def _batch_storage(batch: int, rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen=None, fill=None,
-                   device: str = "cuda") -> torch.Tensor:  # fmt: skip
-    """batch matrices of rows x cols, each stored as _storage stores one, one after another with a
-    gap of `pad` elements between them (0 with pad 0: a contiguous batch)."""
-    outer, inner = (cols, rows) if trans else (rows, cols)
-    ld = max(inner + pad, 1)
-    per = outer * ld + pad
-    n = offset + (batch - 1) * per + (outer - 1) * ld + inner
-    m = _filled(n, dtype, gen, fill, device).as_strided((batch, outer, inner), (per, ld, 1), offset)
-    return m.transpose(1, 2) if trans else m
-
-
 @dataclass
 class Built:
     """A case's tensors and what its check needs."""
@@ -359,10 +325,10 @@ def build(case: Case, device: str = "cuda") -> Built:
         gen = torch.Generator(device=device)
         gen.manual_seed(case.seed)
     ta, tb = case.layout[0] == "t", case.layout[1] == "t"
-    store = partial(_storage, gen=gen, device=device)
+    store = partial(operand, gen=gen, device=device)
     if case.batch:  # a batch of products: B's (and C's) matrices one after another, A's too unless shared
-        store = partial(_batch_storage, case.batch, gen=gen, device=device)
-    a = (partial(_storage, gen=gen, device=device) if case.shared_a else store)(case.M, case.K, ta, case.pad[0], case.offset, dtype)
+        store = partial(batch_operand, case.batch, gen=gen, device=device)
+    a = (partial(operand, gen=gen, device=device) if case.shared_a else store)(case.M, case.K, ta, case.pad[0], case.offset, dtype)
     b = store(case.K, case.N, tb, case.pad[1], case.offset, dtype)
     if case.special:
         what, side = case.special.split("-")
