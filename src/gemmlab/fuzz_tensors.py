@@ -7,7 +7,7 @@ import torch
 
 
 def operand(rows: int, cols: int, trans: bool, pad: int, offset: int, dtype, gen=None, fill=None,
-             device: str = "cuda") -> torch.Tensor:  # fmt: skip
+            device: str = "cuda") -> torch.Tensor:  # fmt: skip
     """A rows x cols operand: row-major with a row stride of cols + pad, or (trans) the transposed
     view of a [cols, rows + pad] row-major matrix; `offset` elements into its allocation. An empty
     one (K = 0) has a row stride of at least 1, as torch gives one."""

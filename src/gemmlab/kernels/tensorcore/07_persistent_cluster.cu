@@ -51,6 +51,10 @@
 // waits for the next left half's first stage (wait<0>). Letting the right half leave beside that
 // stage (wait<1>) compiles asynchronous only if that group is retired before the back edge (a
 // wait<1> after the next right half starts), and measured the same (probe-handover-*T173431Z).
+//
+// A batched build (tc_persistent_cluster_batched, at the end of the file) runs a batch of products
+// in one launch: the tile loop walks every product's tiles, A and B come through 3-D tensor maps,
+// in single blocks with the register epilogue (gemmlab.batched_tc07; not yet run on a GPU).
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
