@@ -47,7 +47,7 @@ step "environment and compile (resource report for the driver's arch)"
 # Tests of kernels that have not yet run on a GPU (PENDING_TESTS) run after the others, each file
 # under a time limit of its own: a kernel whose barriers never complete hangs rather than fails, and
 # must not take the rest of the call with it. A file leaves the list once it has passed on a GPU.
-PENDING_TESTS=${PENDING_TESTS:-tests/test_conv_tma.py}
+PENDING_TESTS=${PENDING_TESTS:-tests/test_conv_tma.py tests/test_batched_tc07.py}
 if want tests; then
   step "GPU tests"
   ignore=(); for f in $PENDING_TESTS; do ignore+=(--ignore "$f"); done

@@ -148,7 +148,18 @@ def test_the_cases_reach_every_gpu_kernel_and_every_tc07_tile():
     assert {(128, 256), (128, 192), (128, 128), (64, 128), (192, 256)} <= set(tiles), f"tc07 tiles through auto: {tiles}"
 
 
-def test_batched_cases_are_16_bit_bmm_calls_inside_the_limits():
+@pytest.fixture
+def batched_share(monkeypatch):
+    monkeypatch.setattr(fuzz, "BATCHED_SHARE", fuzz.BATCHED_SHARE_ON)
+
+
+def test_batched_cases_wait_for_the_one_launch_path():
+    from gemmlab import batched
+
+    assert fuzz.BATCHED_SHARE == (fuzz.BATCHED_SHARE_ON if batched.ONE_LAUNCH else 0.0)
+
+
+def test_batched_cases_are_16_bit_bmm_calls_inside_the_limits(batched_share):
     cases = [fuzz.draw(s) for s in SEEDS]
     batched = [c for c in cases if c.batch]
     assert batched and any(c.shared_a for c in batched) and any(c.special for c in batched)
@@ -162,7 +173,7 @@ def test_batched_cases_are_16_bit_bmm_calls_inside_the_limits():
     assert not any(fuzz.draw(s, kernels=("tc07_persistent_cluster",)).batch for s in range(300))
 
 
-def test_a_batched_case_builds_its_batch_with_gaps_on_the_cpu():
+def test_a_batched_case_builds_its_batch_with_gaps_on_the_cpu(batched_share):
     case = next(c for c in (fuzz.draw(s) for s in SEEDS) if c.batch > 1 and any(c.pad) and not c.shared_a)
     t = fuzz.build(case, device="cpu")
     assert t.a.shape == (case.batch, case.M, case.K) and t.b.shape == (case.batch, case.K, case.N)

@@ -302,6 +302,7 @@ def fuzz_cmd(
     kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="only these kernels (repeatable); default 'auto' and every kernel"),
     replay: Optional[str] = typer.Option(None, help="run one case again: the JSON printed after 'replay:'"),
     repeats: int = typer.Option(1, help="with --replay: how many times"),
+    batched: bool = typer.Option(False, "--batched", help="draw batches through bmm's one-launch path even before it is on by default (batched.ONE_LAUNCH)"),
     out: Path = _out_option("fuzz"),
 ) -> None:
     """Random GEMMs in each kernel's risky regimes against float64 and cuBLAS; exit 1 on any wrong result."""
@@ -310,6 +311,9 @@ def fuzz_cmd(
     import time as _time
 
     from .. import fuzz
+
+    if batched:
+        fuzz.BATCHED_SHARE = fuzz.BATCHED_SHARE_ON
     from ..bench import environment
     from ..bench.run import results_path, write_run
 
