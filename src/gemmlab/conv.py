@@ -136,6 +136,19 @@ def filter_matrix(weight: Tensor) -> Tensor:
     return weight.permute(0, 2, 3, 1).reshape(weight.shape[0], -1).contiguous()
 
 
+def _nhwc_operands(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict):
+    """What the implicit-GEMM steps read and write: x's NHWC memory, the [K, R*S*C] filter matrix
+    (KRSC), both 16-byte aligned (copies where x is not channels_last, or an offset view's storage
+    is not aligned), the empty [N*P*Q, K] result, and the bias in its dtype."""
+    xs = x.contiguous(memory_format=torch.channels_last)  # NHWC memory
+    wm = filter_matrix(weight).contiguous()  # [K, R*S*C], KRSC
+    if xs.data_ptr() % 16 or wm.data_ptr() % 16:  # (an offset view's storage)
+        xs, wm = xs.clone(memory_format=torch.channels_last), wm.clone()
+    d = torch.empty((g["N"] * g["P"] * g["Q"], g["K"]), dtype=x.dtype, device=x.device)
+    b = None if bias is None else bias.to(d.dtype).contiguous()
+    return xs, wm, d, b
+
+
 def implicit_gemm_why_not(x: Tensor, weight: Tensor, bias: Tensor | None) -> str | None:
     """Why conv02 (implicit GEMM) cannot serve a convolution, or None."""
     if x.device.type != "cuda":
@@ -157,15 +170,10 @@ def implicit_gemm(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activ
     from .activations import post_code
     from .specs.conv import CONV_02
 
-    xs = x.contiguous(memory_format=torch.channels_last)  # NHWC memory
-    wm = filter_matrix(weight).contiguous()  # [K, R*S*C], KRSC
-    if xs.data_ptr() % 16 or wm.data_ptr() % 16:  # (an offset view's storage)
-        xs, wm = xs.clone(memory_format=torch.channels_last), wm.clone()
-    M, K = g["N"] * g["P"] * g["Q"], g["K"]
-    d = torch.empty((M, K), dtype=x.dtype, device=x.device)
+    xs, wm, d, b = _nhwc_operands(x, weight, bias, g)
     if d.numel() == 0:
         return d
-    b = None if bias is None else bias.to(d.dtype).contiguous()
+    M, K = d.shape
     spec, cfg = CONV_02, CONV_02.default_config()
     device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
     loaded = jit.load_kernel(spec, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
@@ -205,15 +213,10 @@ def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activati
     from .activations import post_code
     from .specs.conv import CONV03_BK, CONV_03, conv03_config
 
-    xs = x.contiguous(memory_format=torch.channels_last)  # NHWC memory
-    wm = filter_matrix(weight).contiguous()  # [K, R*S*C], KRSC
-    if xs.data_ptr() % 16 or wm.data_ptr() % 16:  # (an offset view's storage)
-        xs, wm = xs.clone(memory_format=torch.channels_last), wm.clone()
-    M, K = g["N"] * g["P"] * g["Q"], g["K"]
-    d = torch.empty((M, K), dtype=x.dtype, device=x.device)
+    xs, wm, d, b = _nhwc_operands(x, weight, bias, g)
     if d.numel() == 0:
         return d
-    b = None if bias is None else bias.to(d.dtype).contiguous()
+    M, K = d.shape
     spec, cfg = CONV_03, conv03_config(K)
     device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
     loaded = jit.load_kernel(spec, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
