@@ -109,6 +109,26 @@ def test_im2col_map_takes_asymmetric_padding_and_dilation():
     assert im2col_why_not(g, 64, 128) and "128-byte swizzle" in im2col_why_not(g, 64, 128)
 
 
+def test_the_driver_binding_takes_the_encoders_arguments():
+    """cuda.bindings takes its sized integers (cuuint32_t, cuuint64_t) where the C API has them and
+    refuses plain ints there with a TypeError, which only a GPU run found. Without a driver the call
+    fails past the argument conversion (the library is missing), never with a TypeError."""
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from gemmlab.tma import encode_filter, encode_im2col
+
+    g = conv_geometry((2, 64, 14, 14), (64, 64, 3, 3), 1, 1)
+    bf16 = driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+    for encode, p in ((encode_im2col, im2col_map_params(g, 128, 64)), (encode_filter, filter_map_params(64, 3, 3, 64, 128, 64))):
+        try:
+            err, _ = encode(driver, bf16, 0, p)  # address 0: a driver refuses it with an error code
+        except TypeError as e:
+            pytest.fail(f"{encode.__name__}: the binding refused an argument: {e}")
+        except Exception as e:  # noqa: BLE001 -- no driver on this machine: the conversion was done
+            assert "TypeError" not in type(e).__name__, e
+        else:
+            assert err != driver.CUresult.CUDA_SUCCESS
+
+
 def _walk(p: dict, base: tuple[int, int, int], pixels: int):
     """The (n, h, w) filter bases of one im2col box, as the PTX ISA describes the walk: from base,
     W fastest then H then N, by the traversal strides, each row of the bounding box starting again

@@ -241,6 +241,31 @@ def map_bytes(tensor_map) -> bytes:
     return ctypes.string_at(tensor_map.getPtr(), 128)
 
 
+def encode_im2col(driver, data_type, ptr: int, p: dict):
+    """cuTensorMapEncodeIm2col over im2col_map_params' p: (error, map). The binding takes its sized
+    integers (cuuint32_t, cuuint64_t) where the C API has them, and refuses plain ints there."""
+    u32, u64 = driver.cuuint32_t, driver.cuuint64_t
+    err, tmap = driver.cuTensorMapEncodeIm2col(
+        data_type, 4, ptr, [u64(v) for v in p["dims"]], [u64(v) for v in p["strides"]], list(p["lower"]),
+        list(p["upper"]), u32(p["channels"]), u32(p["pixels"]), [u32(v) for v in p["element_strides"]],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
+    return err, tmap
+
+
+def encode_filter(driver, data_type, ptr: int, p: dict):
+    """cuTensorMapEncodeTiled over filter_map_params' p: (error, map), with the binding's sized integers."""
+    u32, u64 = driver.cuuint32_t, driver.cuuint64_t
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        data_type, 3, ptr, [u64(v) for v in p["dims"]], [u64(v) for v in p["strides"]],
+        [u32(v) for v in p["box"]], [u32(1)] * 3,
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
+    return err, tmap
+
+
 def im2col_map(x: torch.Tensor, g: dict, box_pixels: int, box_channels: int) -> bytes:
     """The im2col tensor map (its 128 bytes) of the NHWC memory of x (channels_last, 16-byte aligned)
     for the convolution g, 128-byte swizzled (the K-major layout conv03's wgmma descriptors read),
@@ -253,11 +278,7 @@ def im2col_map(x: torch.Tensor, g: dict, box_pixels: int, box_channels: int) -> 
     if found is not None:
         return found
     driver, data_type = _driver_enums(x.dtype)
-    err, tmap = driver.cuTensorMapEncodeIm2col(
-        data_type, 4, x.data_ptr(), list(p["dims"]), list(p["strides"]), list(p["lower"]), list(p["upper"]),
-        p["channels"], p["pixels"], list(p["element_strides"]), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
+    err, tmap = encode_im2col(driver, data_type, x.data_ptr(), p)
     _check(driver, err, f"cuTensorMapEncodeIm2col({p})")
     return _remember(key, map_bytes(tmap))
 
@@ -273,11 +294,7 @@ def filter_map(w: torch.Tensor, K: int, R: int, S: int, C: int, box_rows: int, b
     if found is not None:
         return found
     driver, data_type = _driver_enums(w.dtype)
-    err, tmap = driver.cuTensorMapEncodeTiled(
-        data_type, 3, w.data_ptr(), list(p["dims"]), list(p["strides"]), list(p["box"]), [1, 1, 1],
-        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
+    err, tmap = encode_filter(driver, data_type, w.data_ptr(), p)
     _check(driver, err, f"cuTensorMapEncodeTiled({p})")
     return _remember(key, map_bytes(tmap))
 
