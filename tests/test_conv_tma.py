@@ -17,13 +17,13 @@ import gemmlab
 from gemmlab import jit
 from gemmlab.activations import ACTIVATIONS, post_code
 from gemmlab.conv import conv_geometry, tma_why_not
-from gemmlab.specs.conv import CONV03_BK, CONV_03, conv03_config
+from gemmlab.specs.conv import CONV03_BK, CONV03_TILES, CONV_03, conv03_config
 from gemmlab.tma import filter_map_params, im2col_map_params, im2col_why_not
 
-CONFIGS = [CONV_03.default_config(), conv03_config(512)]  # the default (K < 256) and the rule's K >= 256 config
+CONFIGS = [CONV_03.config(BM=bm, BN=bn, STAGES=stages) for (bm, bn), stages in CONV03_TILES.items()]  # every tile the rule picks
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"BN{c['BN']}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['BM']}x{c['BN']}")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("activation", [False, None, "relu", "gelu"], ids=["plain", "bias", "relu", "gelu"])
 def test_compiles_for_hopper_without_spills(cfg, dtype, activation):
@@ -46,6 +46,21 @@ def test_configs_it_refuses():
     with pytest.raises(ValueError, match="shared memory"):
         CONV_03.config(BN=256, STAGES=6)
     assert conv03_config(64) == CONV_03.default_config() and conv03_config(256)["BN"] == 256
+
+
+def test_the_tile_rule_fills_the_sms():
+    """Where 128 x 256 tiles would leave most SMs idle (ResNet-50's stage-3 3x3 at batch 32: 6272
+    pixels x 256 channels, 49 such tiles on 132 SMs) the rule takes smaller ones; a layer of many
+    waves keeps the largest tile; every pick is a tile the compile test covers."""
+    small = conv03_config(256, 6272, 132)
+    assert (small["BM"], small["BN"]) != (128, 256)
+    assert -(-6272 // small["BM"]) * -(-256 // small["BN"]) > 49
+    big = conv03_config(256, 32 * 56 * 56 * 8, 132)
+    assert (big["BM"], big["BN"]) == (128, 256)
+    for rows in (1, 7, 1568, 6272, 25088, 100352, 802816):
+        for k in (1, 64, 130, 256, 512, 2048):
+            c = conv03_config(k, rows, 132)
+            assert CONV03_TILES[(c["BM"], c["BN"])] == c["STAGES"]
 
 
 def _fake(shape, dtype=torch.bfloat16, **kw):
@@ -237,3 +252,49 @@ def test_values_against_float64_on_the_gpu(dtype, tol, channels_last):
         err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
         assert err < tol, f"{g} bias={bias is not None} {activation}: {err:.2e}"
         assert y.is_contiguous(memory_format=fmt) or y.shape[1] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", list(CONV03_TILES), ids=lambda t: f"{t[0]}x{t[1]}")
+def test_every_tile_against_float64_on_the_gpu(tile, monkeypatch):
+    """The rule picks a tile by the layer's size, so small test geometries meet only the small ones:
+    here each tile serves every geometry (the rule replaced, the plans forgotten)."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03
+
+    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms: CONV_03.config(BM=tile[0], BN=tile[1],
+                                                                                       STAGES=CONV03_TILES[tile]))  # fmt: skip
+    monkeypatch.setattr(conv03, "_PLANS", {})
+    for i, g in enumerate(_geometries(12, seed=10 + tile[0] + tile[1])):
+        x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
+        w = (torch.randn(g["K"], g["C"], g["R"], g["S"], device="cuda") / (g["C"] * g["R"] * g["S"]) ** 0.5).to(torch.bfloat16)
+        bias = torch.randn(g["K"], device="cuda").to(torch.bfloat16) if i % 2 else None
+        kw = dict(stride=g["stride"], padding=g["padding"], dilation=g["dilation"])
+        torch.full((1 << 22,), float("nan"), dtype=torch.bfloat16, device="cuda")  # freed: poison for the result
+        with torch.no_grad():
+            y = gemmlab.conv2d(x, w, bias, activation="relu", algorithm="tma", **kw)
+        ref = torch.relu(F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), **kw))
+        assert not y.isnan().any(), f"{tile} {g}: NaN in the result"
+        err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        assert err < 2e-2, f"{tile} {g}: {err:.2e}"
+
+
+@pytest.mark.gpu
+def test_a_kind_of_call_reuses_its_plan_with_new_tensors():
+    """The second call of a kind launches from the plan the first built; its tensors are new ones
+    (other addresses, other values), so the maps of the plan must follow them."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03
+
+    w = torch.randn(64, 32, 3, 3, device="cuda", dtype=torch.bfloat16) / 17
+    for step in range(4):
+        x = torch.randn(3, 32, 15, 15, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        if step == 2:
+            w = torch.randn(64, 32, 3, 3, device="cuda", dtype=torch.bfloat16) / 17
+        y = gemmlab.conv2d(x, w, padding=1, algorithm="tma")
+        ref = F.conv2d(x.double(), w.double(), padding=1)
+        err = float((y.double() - ref).abs().max() / ref.abs().max())
+        assert err < 2e-2, f"call {step}: {err:.2e}"
+        assert conv03.cached_plan(x, w, None, (1, 1, 1), None) is not None

@@ -204,29 +204,29 @@ def tma_why_not(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, paddin
     return im2col_why_not(g, CONV_03.default_config()["BM"], CONV03_BK, x.element_size())
 
 
-def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str | None) -> Tensor:
-    """The convolution as conv03 computes it (kernels/conv/03_tma_im2col.cu): the [N*P*Q, K] NHWC
+def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, activation: str | None) -> Tensor:
+    """The convolution as conv03 computes it (kernels/conv/03_tma_im2col.cu): the [N, P, Q, K] NHWC
     result, its A tiles copied by the TMA in im2col mode from x's NHWC memory (x is copied into that
     layout first unless it is channels_last), B by tiled TMA from the [K][R*S][C] filter, the bias
-    and the activation in its epilogue. Not yet run on a GPU."""
-    from . import jit, launch, tma
-    from .activations import post_code
-    from .specs.conv import CONV03_BK, CONV_03, conv03_config
+    and the activation in its epilogue. Raises ValueError where conv03 cannot serve the call
+    (tma_why_not). A kind of call is worked out once (gemmlab.conv03.Plan): later ones launch."""
+    from . import conv03
 
-    xs, wm, d, b = _nhwc_operands(x, weight, bias, g)
-    if d.numel() == 0:
-        return d
-    M, K = d.shape
-    spec, cfg = CONV_03, conv03_config(K)
-    device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    loaded = jit.load_kernel(spec, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
-    map_x = tma.im2col_map(xs, g, cfg["BM"], CONV03_BK)
-    map_w = tma.filter_map(wm, K, g["R"], g["S"], g["C"], cfg["BN"], CONV03_BK)
-    sizes = (M, K, g["C"], g["R"], g["S"], g["P"], g["Q"], *g["stride"], g["pads"][0], g["pads"][2], *g["dilation"],
-             K)  # (the last: D's row stride)  # fmt: skip
-    launch.launch_with_maps(loaded, device_id, spec.grid(M, K, cfg), spec.block(cfg), map_x, map_w, d.data_ptr(),
-                            *(launch.i32(v) for v in sizes), launch.f32(1.0), 0 if b is None else b.data_ptr())  # fmt: skip
-    return d
+    g_args = tuple(tuple(v) if isinstance(v, list) else v for v in (stride, padding, dilation))
+    plan = conv03.cached_plan(x, weight, bias, g_args, activation)
+    if plan is None or wants_grad(x, weight, bias):
+        why = tma_why_not(x, weight, bias, stride, padding, dilation)
+        if why:
+            raise ValueError(f"algorithm='tma' cannot serve this convolution: {why}; use algorithm='implicit' or 'im2col'")
+        plan = conv03.plan_for(x, weight, bias, conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation),
+                               activation, g_args)  # fmt: skip
+    xs = x.contiguous(memory_format=torch.channels_last)  # NHWC memory
+    wm = filter_matrix(weight)  # [K, R*S*C], KRSC: contiguous
+    if xs.data_ptr() % 16 or wm.data_ptr() % 16:  # (an offset view's storage)
+        xs, wm = xs.clone(memory_format=torch.channels_last), wm.clone()
+    b = None if bias is None else bias.to(x.dtype).contiguous()
+    g = plan.g
+    return conv03.run(plan, xs, wm, b).view(g["N"], g["P"], g["Q"], g["K"])
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
@@ -245,6 +245,9 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     _check(x, weight, bias, groups, activation)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
+    if algorithm == "tma":  # (first: its plans skip the geometry's working out)
+        y = tma_im2col(x, weight, bias, stride, padding, dilation, activation).permute(0, 3, 1, 2)
+        return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
     if algorithm == "implicit":
@@ -252,12 +255,6 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         if why:
             raise ValueError(f"algorithm='implicit' cannot serve this convolution: {why}; use algorithm='im2col'")
         y = implicit_gemm(x, weight, bias, g, activation).reshape(N, P, Q, K).permute(0, 3, 1, 2)
-        return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
-    if algorithm == "tma":
-        why = tma_why_not(x, weight, bias, stride, padding, dilation)
-        if why:
-            raise ValueError(f"algorithm='tma' cannot serve this convolution: {why}; use algorithm='implicit' or 'im2col'")
-        y = tma_im2col(x, weight, bias, g, activation).reshape(N, P, Q, K).permute(0, 3, 1, 2)
         return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
     a = im2col(x, g)  # [N*P*Q, R*S*C]
     b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place

@@ -84,7 +84,7 @@ def max_dynamic_smem(device_id: int) -> int:
     return int(getattr(props, "shared_memory_per_block_optin", STATIC_SMEM_LIMIT))
 
 
-def _function_handle(loaded, device_id: int):
+def function_handle(loaded, device_id: int):
     """The kernel as a CUfunction of the current context (cuda.core may hold a context-less CUkernel)."""
     from cuda.bindings import driver
 
@@ -117,7 +117,7 @@ def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None)
         # The cluster query needs a cluster size (without one the driver answers
         # CUDA_ERROR_INVALID_CLUSTER_SIZE): a kernel launched without clusters asks per SM.
         err, per_sm = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            _function_handle(loaded, device_id), math.prod(block), loaded.compiled.usage.dynamic_smem)
+            function_handle(loaded, device_id), math.prod(block), loaded.compiled.usage.dynamic_smem)
         if err != driver.CUresult.CUDA_SUCCESS or per_sm < 1:
             raise RuntimeError(f"cannot place a block of {loaded.spec.id} {loaded.config.as_dict()} on device {device_id}: {err}")
         _CLUSTERS[key] = sm_count(device_id)  # one block an SM, as below
@@ -133,7 +133,7 @@ def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None)
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
         attrs.append(attr)
     cfg.attrs, cfg.numAttrs = attrs, len(attrs)
-    err, clusters = driver.cuOccupancyMaxActiveClusters(_function_handle(loaded, device_id), cfg)
+    err, clusters = driver.cuOccupancyMaxActiveClusters(function_handle(loaded, device_id), cfg)
     if err != driver.CUresult.CUDA_SUCCESS or clusters < 1:
         raise RuntimeError(f"cannot place a cluster of {loaded.spec.id} {loaded.config.as_dict()} on device {device_id}: {err}")
     # Never more than one block an SM (these kernels' shared memory allows no more): the stream-K
@@ -212,37 +212,3 @@ def held_tensor(shape: tuple[int, ...], dtype, device_id: int):
     typestr = {torch.float32: "<f4", torch.int32: "<i4", torch.float16: "<f2", torch.int16: "<i2"}[view_dtype]
     t = torch.as_tensor(_DriverMemory(int(ptr), tuple(shape), typestr), device=f"cuda:{device_id}")
     return t.zero_().view(dtype)
-
-
-def _ctypes_arg(value):
-    """One kernel argument as a ctypes object whose bytes the driver copies: a tensor map's 128
-    bytes, an np.int32 or np.float32, or a device address (a Python int)."""
-    import ctypes
-
-    if isinstance(value, (bytes, bytearray)):
-        return (ctypes.c_ubyte * len(value)).from_buffer_copy(value)
-    if isinstance(value, np.int32):
-        return ctypes.c_int32(int(value))
-    if isinstance(value, np.float32):
-        return ctypes.c_float(float(value))
-    if isinstance(value, int):
-        return ctypes.c_uint64(value)
-    raise TypeError(f"no kernel argument form for {type(value).__name__}")
-
-
-def launch_with_maps(loaded, device_id: int, grid: tuple, block: tuple, *args) -> None:
-    """Launch through the driver (cuLaunchKernel) on torch's current stream, for kernels that take
-    tensor maps encoded by cuda.bindings (gemmlab.tma.im2col_map: 128 bytes each, by value), which
-    cuda.core's launch does not take. args: those bytes, np.int32, np.float32 or device addresses."""
-    import ctypes
-
-    from cuda.bindings import driver
-
-    ensure_current(device_id)
-    raise_dynamic_smem(loaded, device_id)
-    held = [_ctypes_arg(a) for a in args]
-    params = (ctypes.c_void_p * len(held))(*(ctypes.addressof(h) for h in held))
-    (err,) = driver.cuLaunchKernel(_function_handle(loaded, device_id), *grid, *block, loaded.compiled.usage.dynamic_smem,
-                                   driver.CUstream(current_stream_handle(device_id)), ctypes.addressof(params), 0)  # fmt: skip
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"launching {loaded.spec.id} {loaded.config.as_dict()} failed: {err}")

@@ -146,7 +146,7 @@ def tensor_map_3d(t: torch.Tensor, batch: int, rows: int, cols: int, ld: int, ba
 #
 # These are encoded through cuda.bindings' driver (cuTensorMapEncodeIm2col, cuTensorMapEncodeTiled)
 # rather than cuda.core, and reach the kernel as the CUtensorMap's 128 bytes (map_bytes), which
-# launch.launch_with_maps passes by value. The parameters are worked out first by pure functions
+# gemmlab.conv03 passes by value to cuLaunchKernel. The parameters are worked out first by pure functions
 # (im2col_map_params, filter_map_params), tested on the CPU; the driver call only encodes them.
 
 # What the hardware takes in im2col mode over a rank-4 (NHWC) tensor (cuTensorMapEncodeIm2col):

@@ -101,13 +101,30 @@ CONV_03 = KernelSpec(
 )
 
 
-def conv03_config(out_channels: int) -> GemmConfig:
-    """conv03's config for a convolution: 128 x 256 tiles (4 stages) where there are at least 256
-    output channels, 128 x 128 (6 stages, the default) below that, where a 256-wide tile would be
-    half empty. A rule of thumb, not yet measured."""
-    if out_channels >= 256:
-        return CONV_03.config(BN=256, STAGES=4)
-    return CONV_03.default_config()
+# conv03's tiles (BM, BN) with the deepest ring 227 KB of shared memory holds beside them
+CONV03_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8}
+# A tile's time for a k-step, relative to its area's share of a 128 x 256 tile's: smaller tiles
+# read more bytes a multiply-add and keep fewer MMAs in flight. A first estimate, to be replaced
+# by measurement.
+CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128): 0.35}
+
+
+def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132) -> GemmConfig:
+    """conv03's config for a convolution of out_channels (the GEMM's N) over rows output pixels (its
+    M) on sms SMs: the tile whose waves (one block an SM) take least time by CONV03_TILE_COST, the
+    larger tile where two tie. Without rows, the rule for a large layer: 128 x 256 tiles where there
+    are at least 256 output channels, else 128 x 128."""
+    if rows is None:
+        bm, bn = (128, 256) if out_channels >= 256 else (128, 128)
+        return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)])
+
+    def cost(tile):
+        bm, bn = tile
+        tiles = -(-rows // bm) * -(-out_channels // bn)
+        return -(-tiles // sms) * CONV03_TILE_COST[tile], -bm * bn
+
+    bm, bn = min(CONV03_TILES, key=cost)
+    return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)])
 
 
 CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03)
