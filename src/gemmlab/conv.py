@@ -205,8 +205,8 @@ def tma_why_not(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, paddin
 
 
 def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, activation: str | None) -> Tensor:
-    """The convolution as conv03 computes it (kernels/conv/03_tma_im2col.cu): the [N, P, Q, K] NHWC
-    result, its A tiles copied by the TMA in im2col mode from x's NHWC memory (x is copied into that
+    """The convolution as conv03 computes it (kernels/conv/03_tma_im2col.cu): the [N, K, P, Q]
+    result (NHWC memory where torch's would be channels_last), its A tiles copied by the TMA in im2col mode from x's NHWC memory (x is copied into that
     layout first unless it is channels_last), B by tiled TMA from the [K][R*S][C] filter, the bias
     and the activation in its epilogue. Raises ValueError where conv03 cannot serve the call
     (tma_why_not). A kind of call is worked out once (gemmlab.conv03.Plan): later ones launch."""
@@ -220,13 +220,7 @@ def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, 
             raise ValueError(f"algorithm='tma' cannot serve this convolution: {why}; use algorithm='implicit' or 'im2col'")
         plan = conv03.plan_for(x, weight, bias, conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation),
                                activation, g_args)  # fmt: skip
-    xs = x.contiguous(memory_format=torch.channels_last)  # NHWC memory
-    wm = filter_matrix(weight)  # [K, R*S*C], KRSC: contiguous
-    if xs.data_ptr() % 16 or wm.data_ptr() % 16:  # (an offset view's storage)
-        xs, wm = xs.clone(memory_format=torch.channels_last), wm.clone()
-    b = None if bias is None else bias.to(x.dtype).contiguous()
-    g = plan.g
-    return conv03.run(plan, xs, wm, b).view(g["N"], g["P"], g["Q"], g["K"])
+    return conv03.run(plan, x, weight, bias)
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
@@ -246,8 +240,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
     if algorithm == "tma":  # (first: its plans skip the geometry's working out)
-        y = tma_im2col(x, weight, bias, stride, padding, dilation, activation).permute(0, 3, 1, 2)
-        return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
+        return tma_im2col(x, weight, bias, stride, padding, dilation, activation)
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
     if algorithm == "implicit":

@@ -43,9 +43,13 @@ class Plan:
     grid: tuple
     block: tuple
     smem: int
-    fixed: tuple  # ctypes values of the arguments after D and before the bias
-    x_params: dict
-    w_params: dict
+    args: tuple  # the launch's arguments as ctypes values: the maps', D's and the bias's filled in per call
+    params: ctypes.Array  # their addresses, as cuLaunchKernel takes them
+    x_nhwc: bool  # x's strides are dense channels_last ones: its memory is read in place
+    w_krsc: bool  # the weight's are: its memory is the [K, R*S*C] filter matrix
+    bias_direct: bool  # the bias is contiguous in x's dtype
+    out_channels_last: bool  # the result is channels_last (else a contiguous NCHW copy), as torch's would be
+    lock: threading.Lock = field(default_factory=threading.Lock)  # over args and params, until the launch has read them
     x_maps: dict = field(default_factory=dict)  # x's address -> its im2col map (a ctypes array)
     w_maps: dict = field(default_factory=dict)
 
@@ -73,11 +77,16 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
     launch.ensure_current(device_id)
     sizes = (M, K, g["C"], g["R"], g["S"], g["P"], g["Q"], *g["stride"], g["pads"][0], g["pads"][2], *g["dilation"],
              K)  # (the last: D's row stride)  # fmt: skip
-    fixed = (*(ctypes.c_int32(v) for v in sizes), ctypes.c_float(1.0))
+    args = ((ctypes.c_ubyte * 128)(), (ctypes.c_ubyte * 128)(), ctypes.c_uint64(0), *(ctypes.c_int32(v) for v in sizes),
+            ctypes.c_float(1.0), ctypes.c_uint64(0))  # fmt: skip
+    from .conv import _suggests_channels_last
+
     plan = Plan(g=g, M=M, K=K, cfg=cfg, device_id=device_id, func=launch.function_handle(loaded, device_id),
                 grid=CONV_03.grid(M, K, cfg), block=CONV_03.block(cfg), smem=loaded.compiled.usage.dynamic_smem,
-                fixed=fixed, x_params=tma.im2col_map_params(g, cfg["BM"], CONV03_BK, x.element_size()),
-                w_params=tma.filter_map_params(K, g["R"], g["S"], g["C"], cfg["BN"], CONV03_BK, x.element_size()))  # fmt: skip
+                args=args, params=(ctypes.c_void_p * len(args))(*map(ctypes.addressof, args)),
+                x_nhwc=x.stride() == _nhwc_strides(x.shape), w_krsc=weight.stride() == _nhwc_strides(weight.shape),
+                bias_direct=bias is None or (bias.dtype == x.dtype and bias.stride() == (1,)),
+                out_channels_last=_suggests_channels_last(x) or _suggests_channels_last(weight))  # fmt: skip
     with _lock:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
@@ -85,13 +94,17 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
     return plan
 
 
+def _nhwc_strides(shape) -> tuple:
+    """The strides of a dense channels_last tensor of this [N, C, H, W] shape."""
+    _, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
+
+
 def _map(maps: dict, t: Tensor, encode) -> ctypes.Array:
     """The tensor map of t's address from a plan's table, encoded on a miss."""
     ptr = t.data_ptr()
     found = maps.get(ptr)
     if found is None:
-        if ptr % tma.TMA_ALIGN_BYTES:
-            raise ValueError(f"TMA needs a 16-byte aligned operand, got address {ptr:#x}")
         found = (ctypes.c_ubyte * 128).from_buffer_copy(encode(t))
         with _lock:
             if len(maps) >= _MAPS_MAX:
@@ -100,21 +113,40 @@ def _map(maps: dict, t: Tensor, encode) -> ctypes.Array:
     return found
 
 
-def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
-    """Launch the plan over NHWC x (xs), the [K, R*S*C] filter matrix (wm) and the bias (in the
-    output's dtype, contiguous) on torch's current stream; returns D, [N*P*Q, K] (NHWC)."""
+_STREAMS: dict[int, object] = {}  # a raw stream handle -> the driver's CUstream of it
+
+
+def run(plan: Plan, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """Launch the plan on torch's current stream: x [N, C, H, W] (its NHWC memory, copied there
+    unless it is dense channels_last), weight [K, C, R, S] (as the [K, R*S*C] filter matrix, a copy
+    unless it is dense channels_last), the bias. Returns the [N, K, P, Q] result, channels_last
+    where torch's would be, else contiguous."""
     from cuda.bindings import driver
 
-    d = torch.empty((plan.M, plan.K), dtype=xs.dtype, device=xs.device)
-    if d.numel() == 0:
-        return d
+    from .conv import filter_matrix
+
     g = plan.g
-    map_x = _map(plan.x_maps, xs, lambda t: tma.im2col_map(t, g, plan.cfg["BM"], CONV03_BK))
-    map_w = _map(plan.w_maps, wm, lambda t: tma.filter_map(t, plan.K, g["R"], g["S"], g["C"], plan.cfg["BN"], CONV03_BK))
-    held = (map_x, map_w, ctypes.c_uint64(d.data_ptr()), *plan.fixed, ctypes.c_uint64(0 if bias is None else bias.data_ptr()))
-    params = (ctypes.c_void_p * len(held))(*map(ctypes.addressof, held))
-    (err,) = driver.cuLaunchKernel(plan.func, *plan.grid, *plan.block, plan.smem,
-                                   driver.CUstream(launch.current_stream_handle(plan.device_id)), ctypes.addressof(params), 0)  # fmt: skip
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"launching conv03 {plan.cfg.as_dict()} failed: {err}")
-    return d
+    xs = x if plan.x_nhwc else x.contiguous(memory_format=torch.channels_last)
+    wm = weight if plan.w_krsc else filter_matrix(weight)
+    if xs.data_ptr() % tma.TMA_ALIGN_BYTES:  # (an offset view's storage)
+        xs = xs.clone(memory_format=torch.channels_last)
+    if wm.data_ptr() % tma.TMA_ALIGN_BYTES:
+        wm = wm.clone(memory_format=torch.channels_last if wm.dim() == 4 else torch.contiguous_format)
+    b = bias if plan.bias_direct else bias.to(x.dtype).contiguous()
+    d = torch.empty((g["N"], g["P"], g["Q"], g["K"]), dtype=x.dtype, device=x.device)  # NHWC
+    if d.numel():
+        map_x = _map(plan.x_maps, xs, lambda t: tma.im2col_map(t, g, plan.cfg["BM"], CONV03_BK))
+        map_w = _map(plan.w_maps, wm, lambda t: tma.filter_map(t, plan.K, g["R"], g["S"], g["C"], plan.cfg["BN"], CONV03_BK))
+        handle = launch.current_stream_handle(plan.device_id)
+        stream = _STREAMS.get(handle)
+        if stream is None:
+            stream = _STREAMS[handle] = driver.CUstream(handle)
+        with plan.lock:
+            plan.params[0], plan.params[1] = ctypes.addressof(map_x), ctypes.addressof(map_w)
+            plan.args[2].value = d.data_ptr()
+            plan.args[-1].value = 0 if b is None else b.data_ptr()
+            (err,) = driver.cuLaunchKernel(plan.func, *plan.grid, *plan.block, plan.smem, stream, ctypes.addressof(plan.params), 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"launching conv03 {plan.cfg.as_dict()} failed: {err}")
+    y = d.permute(0, 3, 1, 2)
+    return y if plan.out_channels_last else y.contiguous()
