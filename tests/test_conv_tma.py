@@ -3,7 +3,7 @@ for sm_90a with the resource report checked, its refusals, and the im2col map's 
 out for ResNet-50's layer shapes -- checked against float64 F.conv2d through a CPU model of how the
 TMA walks an im2col map (the PTX ISA's reading of it: bases walk the bounding box W fastest, then H,
 then N, by the traversal strides; the tap's offsets are added; zeros outside the tensor). On a GPU
-(marker `gpu`, not yet run): its results against float64 F.conv2d over random geometries, padding
+(marker `gpu`): its results against float64 F.conv2d over random geometries, padding
 forms, both memory formats, with a bias and each activation, into poisoned memory."""
 
 import random

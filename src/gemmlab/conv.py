@@ -235,7 +235,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, no gradients yet; at
     0.30x cuDNN on ResNet-50's layers, taken only when asked for) or "tma" (conv03, TMA im2col
     feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not;
-    compiled but not yet run on a GPU, so only when asked for)."""
+    at 0.69x cuDNN on ResNet-50's layers on an H100, taken only when asked for)."""
     _check(x, weight, bias, groups, activation)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")

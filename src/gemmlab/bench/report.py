@@ -73,7 +73,7 @@ def results_sections(results_root: Path) -> dict[str, str]:
     cpu_md = "\n\n".join(bench_table(r) for r in merged_runs(find_runs(results_root, "bench-cpu")))
     models_md = "\n\n".join(models_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "models")))
     fp32_md = "\n\n".join(fp32_shapes_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "fp32-shapes")))
-    conv_paths = [p for tag in ("conv-resnet50", "conv-resnet50-implicit")
+    conv_paths = [p for tag in ("conv-resnet50", "conv-resnet50-implicit", "conv-resnet50-tma")
                   for p in _newest_per_gpu(find_runs(results_root, tag), key=lambda m: m.get("dtype", ""))]  # fmt: skip
     conv_md = "\n\n".join(conv_table(load_run(p)) for p in conv_paths)
     linear_md = "\n\n".join(linear_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "linear-mlp")))

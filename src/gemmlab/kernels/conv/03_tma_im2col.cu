@@ -6,7 +6,7 @@
 // memory, 128-byte swizzled, the layout wgmma reads. The map (gemmlab.tma.im2col_map) holds the
 // padding and stride; the instruction's offsets carry the tap (r, s) times the dilation. So the
 // pipeline is tc06's: a producer warpgroup (one thread issuing TMA) and one or two consumer
-// warpgroups on wgmma m64nNk16, full/empty mbarrier rings. Not yet run on a GPU.
+// warpgroups on wgmma m64nNk16, full/empty mbarrier rings.
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of D (T or float). BM x BN: the block's tile of D
