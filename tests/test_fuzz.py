@@ -180,3 +180,15 @@ def test_a_batched_case_builds_its_batch_with_gaps_on_the_cpu(batched_share):
     for x, pad in ((t.a, case.pad[0]), (t.b, case.pad[1])):
         outer, inner = (x.shape[2], x.shape[1]) if x.stride(1) == 1 and x.shape[1] > 1 else (x.shape[1], x.shape[2])
         assert x.stride(0) == outer * max(inner + pad, 1) + pad, case.label()
+
+
+def test_a_batched_case_with_a_bias_builds_one_vector_over_the_columns(batched_share):
+    """bmm takes one bias for the whole batch, a vector of N: built from the batch's store it was
+    a [1, N] matrix, which the one-launch path refuses (every such case counted wrong on a GPU)."""
+    case = next(c for c in (fuzz.draw(s) for s in range(2000)) if c.batch > 1 and c.bias)
+    t = fuzz.build(case, device="cpu")
+    assert t.bias.shape == (case.N,), case.label()
+    from gemmlab import batched_tc07
+
+    why = batched_tc07.refusal(t.a, t.b, t.c, beta=case.beta, out_dtype=None, bias=t.bias, activation=case.activation)
+    assert why is None or "bias" not in why, why

@@ -218,9 +218,13 @@ def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, 
         why = tma_why_not(x, weight, bias, stride, padding, dilation)
         if why:
             raise ValueError(f"algorithm='tma' cannot serve this convolution: {why}; use algorithm='implicit' or 'im2col'")
-        plan = conv03.plan_for(x, weight, bias, conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation),
-                               activation, g_args)  # fmt: skip
-    return conv03.run(plan, x, weight, bias)
+        g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+        plan = conv03.plan_for(x, weight, bias, g, activation, g_args,
+                               _suggests_channels_last(x) or _suggests_channels_last(weight))  # fmt: skip
+    xs = x if plan.x_nhwc else x.contiguous(memory_format=torch.channels_last)
+    wm = weight if plan.w_krsc else filter_matrix(weight)
+    b = bias if plan.bias_direct else bias.to(x.dtype).contiguous()
+    return conv03.run(plan, xs, wm, b)
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,

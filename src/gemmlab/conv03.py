@@ -47,7 +47,7 @@ class Plan:
     params: ctypes.Array  # their addresses, as cuLaunchKernel takes them
     x_nhwc: bool  # x's strides are dense channels_last ones: its memory is read in place
     w_krsc: bool  # the weight's are: its memory is the [K, R*S*C] filter matrix
-    bias_direct: bool  # the bias is contiguous in x's dtype
+    bias_direct: bool  # the bias is contiguous in x's dtype (else conv converts it)
     out_channels_last: bool  # the result is channels_last (else a contiguous NCHW copy), as torch's would be
     lock: threading.Lock = field(default_factory=threading.Lock)  # over args and params, until the launch has read them
     x_maps: dict = field(default_factory=dict)  # x's address -> its im2col map (a ctypes array)
@@ -65,8 +65,10 @@ def cached_plan(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, a
     return _PLANS.get(_key(x, weight, bias, g_args, activation))
 
 
-def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str | None, g_args: tuple) -> Plan:
-    """The plan of this kind of call, built on its first call (g: conv.conv_geometry's)."""
+def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str | None, g_args: tuple,
+             out_channels_last: bool) -> Plan:  # fmt: skip
+    """The plan of this kind of call, built on its first call (g: conv.conv_geometry's;
+    out_channels_last: whether torch's result would be channels_last)."""
     key = _key(x, weight, bias, g_args, activation)
     M, K = g["N"] * g["P"] * g["Q"], g["K"]
     device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
@@ -79,14 +81,12 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
              K)  # (the last: D's row stride)  # fmt: skip
     args = ((ctypes.c_ubyte * 128)(), (ctypes.c_ubyte * 128)(), ctypes.c_uint64(0), *(ctypes.c_int32(v) for v in sizes),
             ctypes.c_float(1.0), ctypes.c_uint64(0))  # fmt: skip
-    from .conv import _suggests_channels_last
-
     plan = Plan(g=g, M=M, K=K, cfg=cfg, device_id=device_id, func=launch.function_handle(loaded, device_id),
                 grid=CONV_03.grid(M, K, cfg), block=CONV_03.block(cfg), smem=loaded.compiled.usage.dynamic_smem,
                 args=args, params=(ctypes.c_void_p * len(args))(*map(ctypes.addressof, args)),
                 x_nhwc=x.stride() == _nhwc_strides(x.shape), w_krsc=weight.stride() == _nhwc_strides(weight.shape),
                 bias_direct=bias is None or (bias.dtype == x.dtype and bias.stride() == (1,)),
-                out_channels_last=_suggests_channels_last(x) or _suggests_channels_last(weight))  # fmt: skip
+                out_channels_last=out_channels_last)  # fmt: skip
     with _lock:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
@@ -116,24 +116,19 @@ def _map(maps: dict, t: Tensor, encode) -> ctypes.Array:
 _STREAMS: dict[int, object] = {}  # a raw stream handle -> the driver's CUstream of it
 
 
-def run(plan: Plan, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """Launch the plan on torch's current stream: x [N, C, H, W] (its NHWC memory, copied there
-    unless it is dense channels_last), weight [K, C, R, S] (as the [K, R*S*C] filter matrix, a copy
-    unless it is dense channels_last), the bias. Returns the [N, K, P, Q] result, channels_last
-    where torch's would be, else contiguous."""
+def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
+    """Launch the plan on torch's current stream over xs (x's NHWC memory: x itself where the plan
+    says x_nhwc), wm (the [K, R*S*C] filter matrix, or the weight itself where it says w_krsc) and
+    the bias (in x's dtype, contiguous). Returns the [N, K, P, Q] result, channels_last where
+    torch's would be, else contiguous."""
     from cuda.bindings import driver
 
-    from .conv import filter_matrix
-
     g = plan.g
-    xs = x if plan.x_nhwc else x.contiguous(memory_format=torch.channels_last)
-    wm = weight if plan.w_krsc else filter_matrix(weight)
     if xs.data_ptr() % tma.TMA_ALIGN_BYTES:  # (an offset view's storage)
         xs = xs.clone(memory_format=torch.channels_last)
     if wm.data_ptr() % tma.TMA_ALIGN_BYTES:
         wm = wm.clone(memory_format=torch.channels_last if wm.dim() == 4 else torch.contiguous_format)
-    b = bias if plan.bias_direct else bias.to(x.dtype).contiguous()
-    d = torch.empty((g["N"], g["P"], g["Q"], g["K"]), dtype=x.dtype, device=x.device)  # NHWC
+    d = torch.empty((g["N"], g["P"], g["Q"], g["K"]), dtype=xs.dtype, device=xs.device)  # NHWC
     if d.numel():
         map_x = _map(plan.x_maps, xs, lambda t: tma.im2col_map(t, g, plan.cfg["BM"], CONV03_BK))
         map_w = _map(plan.w_maps, wm, lambda t: tma.filter_map(t, plan.K, g["R"], g["S"], g["C"], plan.cfg["BN"], CONV03_BK))
@@ -144,7 +139,7 @@ def run(plan: Plan, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         with plan.lock:
             plan.params[0], plan.params[1] = ctypes.addressof(map_x), ctypes.addressof(map_w)
             plan.args[2].value = d.data_ptr()
-            plan.args[-1].value = 0 if b is None else b.data_ptr()
+            plan.args[-1].value = 0 if bias is None else bias.data_ptr()
             (err,) = driver.cuLaunchKernel(plan.func, *plan.grid, *plan.block, plan.smem, stream, ctypes.addressof(plan.params), 0)
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"launching conv03 {plan.cfg.as_dict()} failed: {err}")

@@ -356,7 +356,8 @@ def build(case: Case, device: str = "cuda") -> Built:
     first = (lambda t: t if t is None or t.dim() == 2 else t[0]) if case.batch else (lambda t: t)
     problem = problem_from_tensors(first(a), first(b), first(c), out, alpha=case.alpha, beta=case.beta,
                                    precision=precision, out_dtype=result, device_type=device)  # fmt: skip
-    bias = store(1, case.N, False, 0, 0, result)[0] if case.bias else None
+    # one vector over D's columns, for a batch too (the batch's store would give one a matrix)
+    bias = operand(1, case.N, False, 0, 0, result, gen=gen, device=device)[0] if case.bias else None
     return Built(a, b, c, out, c_before, problem, bias)
 
 
