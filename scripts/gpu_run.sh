@@ -14,6 +14,7 @@
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
 # "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "linear" the fused Linear + GELU against torch,
+# "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md)):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then COMPILE=0 STEPS="fuzz" (the fuzz compiles what it launches; the call is then full) then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
@@ -47,7 +48,7 @@ step "environment and compile (resource report for the driver's arch)"
 # Tests of kernels that have not yet run on a GPU (PENDING_TESTS) run after the others, each file
 # under a time limit of its own: a kernel whose barriers never complete hangs rather than fails, and
 # must not take the rest of the call with it. A file leaves the list once it has passed on a GPU.
-PENDING_TESTS=${PENDING_TESTS:-tests/test_conv_tma.py tests/test_batched_tc07.py}
+PENDING_TESTS=${PENDING_TESTS:-tests/test_conv_tma.py tests/test_batched_tc07.py tests/test_bmm_bench.py}
 if want tests; then
   step "GPU tests"
   ignore=(); for f in $PENDING_TESTS; do ignore+=(--ignore "$f"); done
@@ -132,6 +133,14 @@ if want linear; then
   # gemmlab.linear (bias and GELU in the GEMM's epilogue) against torch eager and torch.compile
   step "linear-bench: Llama 3's MLP weights with GELU against torch eager and torch.compile (sweeps/linear/llama-mlp.toml)"
   python3 -m gemmlab linear-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "linear-bench"
+fi
+
+if want bmm; then
+  # gemmlab.bmm over a batch, in one launch (tc07's batched build) and per matrix, against torch.bmm.
+  # Under a time limit, as a pending kernel's tests are: the one-launch path has not yet run on a GPU,
+  # and a kernel whose barriers never complete hangs rather than fails.
+  step "bmm-bench: batched bf16 GEMM against torch.bmm, B = 8-64, M = N = K = 512-2048 (sweeps/bmm/grid.toml; ${BMM_SECONDS:-480} s at most)"
+  timeout "${BMM_SECONDS:-480}" python3 -m gemmlab bmm-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bmm-bench"
 fi
 
 if want cold-start; then

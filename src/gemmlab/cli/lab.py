@@ -1,5 +1,5 @@
 """Commands that measure on a device and write records: bench, pad, overhead, cold-start, fuzz, accuracy,
-sustained, peak, conv-bench, linear-bench."""
+sustained, peak, conv-bench, linear-bench, bmm-bench."""
 
 from __future__ import annotations
 
@@ -541,3 +541,28 @@ def linear_bench_cmd(
     path, _ = run_linear_bench(spec, out, on_record=progress)
     console.print(linear_table(load_run(path)), markup=False, highlight=False)
     console.print(f"record: {path}")
+
+
+def bmm_bench_cmd(
+    sweep: Path = typer.Option(Path("sweeps/bmm/grid.toml"), help="a bmm sweep file: batches crossed with squares, shapes, dtypes"),
+    dtype: Optional[list[str]] = typer.Option(None, help="bf16 or fp16 (repeatable); default the sweep's"),
+    out: Path = _out_option("bmm"),
+) -> None:
+    """Time gemmlab.bmm, in one launch and per matrix, against torch.bmm on a sweep of batches."""
+    _require_gpu()
+    from ..bench.bmm import BMM_DTYPES, read_bmm_sweep, run_bmm_bench
+    from ..bench.bmm_table import bmm_table
+    from ..bench.records import load_run
+
+    spec = _layer_sweep(read_bmm_sweep, sweep)
+    if dtype:
+        bad = [d for d in dtype if d not in BMM_DTYPES]
+        if bad:
+            raise typer.BadParameter(f"--dtype {bad[0]!r}: one of {', '.join(BMM_DTYPES)}")
+        spec["dtypes"] = list(dtype)
+    progress = _numbered(len(spec["dtypes"]) * len(spec["cases"]),
+                         lambda r: f"{r['dtype']} B={r['B']} {r['M']}x{r['N']}x{r['K']}: {r['vs_torch']:.2f}x torch.bmm "
+                                   f"in one launch, {r['per_matrix_vs_torch']:.2f}x per matrix")  # fmt: skip
+    for path, _ in run_bmm_bench(spec, out, on_record=progress):
+        console.print(bmm_table(load_run(path)), markup=False, highlight=False)
+        console.print(f"record: {path}")
