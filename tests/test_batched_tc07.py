@@ -51,8 +51,8 @@ def test_batched_build_refuses_configs_clearly(override, words):
         batched_tc07.SPEC.config(**override)
 
 
-def test_one_launch_is_off_by_default(monkeypatch):
-    assert batched.ONE_LAUNCH is False
+def test_one_launch_is_on_by_default_and_cpu_tensors_keep_the_cpu_ladder(monkeypatch):
+    assert batched.ONE_LAUNCH is True
     monkeypatch.setattr(batched_tc07, "bmm_one_launch", lambda *a, **k: pytest.fail("one-launch path taken"))
     a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
     torch.testing.assert_close(gemmlab.bmm(a, b, device="cpu"), torch.bmm(a, b))

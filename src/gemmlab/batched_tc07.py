@@ -1,8 +1,8 @@
 """One launch for a whole batch of products: tc07's batched build (TC_07_BATCHED), its config and
 its launch glue. gemmlab.bmm calls it where it is asked to (batched.ONE_LAUNCH, one_launch=True).
 
-Not yet run on a GPU: it compiles for sm_90a, and the GPU tests (tests/test_batched_tc07.py) check
-it against float64 when a Hopper GPU is there.
+Its GPU tests (tests/test_batched_tc07.py) check it against float64 on a Hopper GPU, and the fuzz
+draws batched problems through it (gemmlab fuzz).
 
 A and B reach the kernel through rank-3 tensor maps ([batch][rows][cols], the batch stride
 outermost), so TMA fills zeros past each matrix's own edges and a tile never multiplies the next
