@@ -5,7 +5,9 @@ against torch.bmm (cuBLAS's batched GEMM) on the same inputs.
 
 Each case is checked against torch.bmm of float64 copies before it is timed (the relative Frobenius
 error, against the bf16/fp16 bound of gemmlab.reference); a wrong result raises and is not timed.
-The three run without autograd, in the same interleaved rounds with L2 flushed before each.
+The three run without autograd, in the same interleaved rounds with L2 flushed before each, each
+round queued behind a gate (bench.timing.HostGate), so the times are the GPU's: host time a call
+is gemmlab overhead's to measure (gemmlab overhead), not this benchmark's.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..batched import bmm
 from ..reference import TOLERANCES
 from . import environment
 from .run import DTYPES, REPS, results_path, write_run
-from .timing import L2Flusher, interleaved, median
+from .timing import HostGate, L2Flusher, interleaved, median
 
 SWEEP_KEYS = {"tag", "dtypes", "batches", "squares", "shapes", "reps", "warmup"}
 SHAPE_KEYS = {"B", "M", "N", "K"}
@@ -69,7 +71,7 @@ def refuse_wrong(case: str, errors: dict[str, float], bound: float) -> None:
 
 
 def bmm_case(batch: int, M: int, N: int, K: int, dtype_name: str, reps: int, warmup: int, flusher,
-             device: str = "cuda") -> dict:  # fmt: skip
+             device: str = "cuda", gate: HostGate | None = None) -> dict:  # fmt: skip
     """One batch of products: the errors of all three against torch.bmm in float64, then the median
     times of gemmlab.bmm in one launch, gemmlab.bmm per matrix and torch.bmm. The record's ms,
     tflops and vs_torch are the one-launch path's; per_matrix_* and torch_* the others'."""
@@ -88,7 +90,9 @@ def bmm_case(batch: int, M: int, N: int, K: int, dtype_name: str, reps: int, war
         errors = {key: rel_fro(fn(), ref) for key, fn in fns.items()}  # (compiles gemmlab's builds too)
         del ref
         refuse_wrong(f"B={batch} M={M} N={N} K={K} {dtype_name}", errors, TOLERANCES[dtype].rel_fro)
-        times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
+        times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher, gate=gate)
+        if gate is not None and gate.timed_out():
+            raise RuntimeError(f"B={batch} M={M} N={N} K={K}: the host took over {gate.limit_s} s to queue a round of launches")
     ms = {key: median(v) for key, v in times.items()}
     flops = 2.0 * batch * M * N * K
     return dict(
@@ -108,16 +112,17 @@ def run_bmm_bench(sweep: dict, out_root: Path, device_id: int = 0,
     rewritten after each case, so an interrupted run keeps what it measured."""
     if not torch.cuda.is_available():
         raise RuntimeError("bmm-bench times gemmlab.bmm against torch.bmm on a CUDA GPU, and none is visible here")
-    flusher = L2Flusher(device_id)
+    flusher, gate = L2Flusher(device_id), HostGate(device_id)
     done = []
     for dtype_name in sweep["dtypes"]:
         meta = environment.describe(device_id)
         meta.update(kind="bmm", dtype=dtype_name,
-                    baseline="torch.bmm(a, b) on the same contiguous [B, M, K] @ [B, K, N] inputs")  # fmt: skip
+                    baseline="torch.bmm(a, b) on the same contiguous [B, M, K] @ [B, K, N] inputs",
+                    gate="round")  # each round of timed launches queued behind a HostGate (bench.timing)  # fmt: skip
         path = results_path(out_root, meta, sweep["tag"])
         records: list[dict] = []
         for batch, M, N, K in sweep["cases"]:
-            rec = bmm_case(batch, M, N, K, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}")
+            rec = bmm_case(batch, M, N, K, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}", gate)
             records.append(rec)
             write_run(path, meta, records)
             if on_record:

@@ -10,6 +10,11 @@ from .records import _commits
 RATIOS = {"vs_torch": "in one launch", "per_matrix_vs_torch": "per matrix"}  # record key: what it times
 
 
+# How a run's launches reached the GPU (its meta's "gate"): behind a gate each round is queued
+# before the GPU starts it, so the host's time a call is not in the times
+GATES = {"round": " (each round of launches queued behind a gate, so host time is not counted)",
+         None: " (a spin of ~100 us before each timed launch: host time past it is counted)"}
+
 def _case(r: dict) -> str:
     return f"B={r['B']} {r['M']}x{r['N']}x{r['K']}"
 
@@ -40,6 +45,6 @@ def bmm_table(run: dict) -> str:
     return "\n".join(lines) + (
         f"\n\n{meta['gpu']}, {_commits(meta)}, {meta.get('dtype', recs[0]['dtype'])}: geometric mean against torch.bmm "
         f"{means}; ratio = torch.bmm's median time / gemmlab.bmm's, median of {recs[0]['reps']} event-timed runs with "
-        "L2 flushed, no autograd; TFLOP/s: the one-launch path's; error: its relative Frobenius error against "
+        f"L2 flushed{GATES.get(meta.get('gate'), GATES[None])}, no autograd; TFLOP/s: the one-launch path's; error: its relative Frobenius error against "
         "torch.bmm in float64 of the same inputs."
     )
