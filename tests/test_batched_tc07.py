@@ -195,3 +195,38 @@ def test_tensor_map_3d_refuses_strides_tma_cannot_take():
         tma.tensor_map_3d(t, 4, 6, 8, 12, 96, (64, 64))
     with pytest.raises(ValueError, match="swizzle"):
         tma.tensor_map_3d(t, 4, 6, 8, 16, 96, (64, 48))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="tc07's batched build needs sm_90")
+@pytest.mark.parametrize("form", ["contiguous", "transposed", "shared_a", "c_and_bias"])
+def test_a_kind_of_call_launches_from_its_plan_with_new_tensors(form):
+    """The first call of a kind prepares it (batched_tc07._PLANS); later calls launch from the plan
+    with their own tensors -- other addresses and values, an odd offset that forces the full path
+    once, a C and a bias -- and each result is checked against float64."""
+    B, M, N, K = 4, 77, 130, 72
+    dt = torch.bfloat16
+    for step in range(4):
+        a = torch.randn(B, M, K, device="cuda", dtype=dt)
+        b = torch.randn(B, K, N, device="cuda", dtype=dt)
+        c = bias = None
+        if form == "transposed":
+            a = torch.randn(B, K, M, device="cuda", dtype=dt).transpose(1, 2)
+            b = torch.randn(B, N, K, device="cuda", dtype=dt).transpose(1, 2)
+        if form == "shared_a":
+            a = a[0]
+        if step == 2:  # an address off the 16-byte grid: the full path, with a padded copy
+            big = torch.randn(B * M * K + 1, device="cuda", dtype=dt)
+            a = big[1:].view(B, M, K) if form != "shared_a" else big[1 : 1 + M * K].view(M, K)
+        kw = {}
+        if form == "c_and_bias":
+            c = torch.randn(B, M, N, device="cuda", dtype=dt)
+            bias = torch.randn(N, device="cuda", dtype=dt)
+            kw = dict(alpha=0.5, beta=-1.0, bias=bias)
+        d = gemmlab.bmm(a, b, c, **kw)
+        if c is None:
+            _check(d, a, b, label=f"{form} call {step}")
+        else:
+            _check(d.double() - bias.double(), a, b, c, 0.5, -1.0, label=f"{form} call {step}")
+        # (step 2's operand is copied, so its kind is prepared only where an aligned call made it)
+        assert step == 2 or batched_tc07.prepared(a, b, c, alpha=kw.get("alpha", 1.0), beta=kw.get("beta", 0.0), bias=bias)

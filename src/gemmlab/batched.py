@@ -108,4 +108,6 @@ def _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activatio
         return "an input requires grad, and the one-launch path has no autograd yet (the per-matrix path has)"
     if torch.compiler.is_compiling():
         return "under torch.compile the per-matrix path's operators trace; the one-launch path is no operator yet"
+    if batched_tc07.prepared(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation):
+        return None  # a call of this kind was served before: nothing in the refusal has changed
     return batched_tc07.refusal(a, b, c, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)

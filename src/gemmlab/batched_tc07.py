@@ -20,6 +20,8 @@ and an activation are fused into the epilogue (POST), as gemm() fuses them.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -100,11 +102,70 @@ def _storage(t: Tensor) -> tuple[Tensor, int, int, int, int, int, int, int]:
     return view, batch, rows, cols, ld, bs, int(trans), step
 
 
+class _Plan(NamedTuple):
+    """A kind of call prepared (bmm_one_launch's first call of it): the kernel, its grid, the
+    operands' map geometry (batch, rows, cols, row and batch stride, in elements) read in place
+    from the caller's tensors, D's shape and type, and the scalar arguments (C's strides among them)."""
+
+    loaded: object
+    device_id: int
+    grid: tuple
+    block: tuple
+    boxes: dict
+    geometry: tuple  # A's and B's (batch, rows, cols, ld, batch stride) as tensor_map_3d takes them
+    placeholder_map: object  # D's map, never read (D is written from registers)
+    d_shape: tuple
+    result: torch.dtype
+    head: tuple  # the scalars between D's address and the bias's
+    tail: tuple  # those after it
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_PLANS_MAX = 1024  # kinds of call remembered; past it the table starts again
+
+
+def _key(a, b, c, alpha, beta, out_dtype, bias, activation) -> tuple:
+    """What a kind of call is: everything the refusal, the config and the launch's geometry depend
+    on, but the tensors' addresses."""
+    meta = lambda t: None if t is None else (t.shape, t.stride(), t.dtype, t.device)  # noqa: E731
+    return (meta(a), meta(b), meta(c) if beta != 0 else None, alpha, beta, out_dtype, meta(bias), activation)
+
+
+def prepared(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> bool:
+    """Whether an earlier call of this kind was served (so refusal(...) has nothing to say)."""
+    return _key(a, b, c, alpha, beta, out_dtype, bias, activation) in _PLANS
+
+
+def _aligned(*ts) -> bool:
+    return all(t.data_ptr() % tma.TMA_ALIGN_BYTES == 0 for t in ts)
+
+
 def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None,
                    activation=None) -> Tensor:  # fmt: skip
     """D[i] = activation(alpha * A[i] @ B[i] + beta * C[i] + bias) in one launch of tc07's batched
     build (refusal(...) must be None; bias [N], one for every product, fused into the epilogue as
-    gemm() fuses it). a [B, M, K] or [M, K], b [B, K, N] or [K, N]; returns D [B, M, N]."""
+    gemm() fuses it). a [B, M, K] or [M, K], b [B, K, N] or [K, N]; returns D [B, M, N].
+    The first call of a kind (_key) is worked out in full and, where both operands are read in
+    place, prepared (_Plan); later ones launch from the plan."""
+    key = _key(a, b, c, alpha, beta, out_dtype, bias, activation)
+    plan = _PLANS.get(key)
+    if plan is None or not _aligned(a, b):
+        return _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation)
+    maps = [tma.tensor_map_3d(t, *geo, plan.boxes[n]) for t, geo, n in ((a, plan.geometry[0], "a"), (b, plan.geometry[1], "b"))]
+    d = torch.empty(plan.d_shape, dtype=plan.result, device=a.device)
+    c_ptr = 0
+    if beta != 0:
+        c = c if c.shape[2] <= 1 or c.stride(2) == 1 else c.contiguous()
+        c_ptr = c.data_ptr()
+    bias = None if bias is None else bias.to(plan.result).contiguous()
+    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, plan.placeholder_map, a.data_ptr(),
+                  b.data_ptr(), c_ptr, d.data_ptr(), *plan.head, bias.data_ptr() if bias is not None else 0,
+                  *plan.tail)  # fmt: skip
+    del bias, c  # (converted copies: back to torch only once the kernel is queued behind them)
+    return d
+
+
+def _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation) -> Tensor:
     why = refusal(a, b, c, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
     if why:
         raise ValueError(why)
@@ -134,9 +195,16 @@ def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, 
     grid = (min(tiles, launch.resident_blocks(loaded, device_id, block, None)), 1, 1)
     i32, i64, f32 = launch.i32, launch.i64, launch.f32
     a_step, b_step = sa[7], sb[7]  # 0: one matrix for the whole batch
+    head = (i32(M), i32(N), i32(K), i32(sa[4]), i32(sb[4]), i32(ldc), i32(N), f32(alpha), f32(beta))
+    tail = (i32(batch), i32(a_step), i32(b_step), i64(sc), i64(N * M))
     launch.launch(loaded, device_id, grid, block, *maps, sa[0].data_ptr(), sb[0].data_ptr(), c_ptr, d.data_ptr(),
-                  i32(M), i32(N), i32(K), i32(sa[4]), i32(sb[4]), i32(ldc), i32(N), f32(alpha), f32(beta),
-                  bias.data_ptr() if bias is not None else 0,
-                  i32(batch), i32(a_step), i32(b_step), i64(sc), i64(N * M))  # fmt: skip
+                  *head, bias.data_ptr() if bias is not None else 0, *tail)  # fmt: skip
+    # Prepared only where both operands were read in place, so that a later call's maps are those
+    # of its own tensors (a C that needs a copy is copied on each call, to the same strides)
+    if sa[0].data_ptr() == a.data_ptr() and sb[0].data_ptr() == b.data_ptr():
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = _Plan(loaded, device_id, grid, block, boxes, (sa[1:6], sb[1:6]), maps[2], (batch, M, N),
+                            result, head, tail)  # fmt: skip
     del sa, sb, bias  # only now may padded copies go back to torch: the kernel is queued behind them
     return d
