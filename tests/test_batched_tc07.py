@@ -203,8 +203,10 @@ def test_tensor_map_3d_refuses_strides_tma_cannot_take():
 def test_a_kind_of_call_launches_from_its_plan_with_new_tensors(form):
     """The first call of a kind prepares it (batched_tc07._PLANS); later calls launch from the plan
     with their own tensors -- other addresses and values, an odd offset that forces the full path
-    once, a C and a bias -- and each result is checked against float64."""
-    B, M, N, K = 4, 77, 130, 72
+    once, a C and a bias -- and each result is checked against float64. Rows of 16-byte multiples
+    (M = 80, N = 136, K = 72 in bf16): an operand TMA cannot read in place is copied on every call,
+    and its kind is not prepared."""
+    B, M, N, K = 4, 80, 136, 72
     dt = torch.bfloat16
     for step in range(4):
         a = torch.randn(B, M, K, device="cuda", dtype=dt)
