@@ -39,8 +39,8 @@ def test_compiles_for_hopper_without_spills(cfg, dtype, activation):
 
 
 def test_configs_it_refuses():
-    with pytest.raises(ValueError, match="BN must be 128 or 256"):
-        CONV_03.config(BN=64)
+    with pytest.raises(ValueError, match="BN must be 64, 128 or 256"):
+        CONV_03.config(BN=32)
     with pytest.raises(ValueError, match="BM must be 64 or 128"):
         CONV_03.config(BM=192)
     with pytest.raises(ValueError, match="shared memory"):

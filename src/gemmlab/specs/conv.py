@@ -68,8 +68,8 @@ def _conv03_smem(c: GemmConfig) -> int:
 def _conv03_check(c: GemmConfig) -> str | None:
     if c["BM"] not in (64, 128):
         return "BM must be 64 or 128 (one consumer warpgroup per 64 output pixels)"
-    if c["BN"] not in (128, 256):
-        return "BN must be 128 or 256 (one m64n128k16 or m64n256k16 MMA a warpgroup)"
+    if c["BN"] not in (64, 128, 256):
+        return "BN must be 64, 128 or 256 (one m64n64k16, m64n128k16 or m64n256k16 MMA a warpgroup)"
     if c["STAGES"] < 2:
         return "STAGES must be at least 2"
     if c["PERSISTENT"] not in (0, 1):
@@ -96,7 +96,7 @@ CONV_03 = KernelSpec(
     entry="conv_tma_im2col",
     params=(
         Param("BM", 128, "output pixels a block: 64 per consumer warpgroup (64 or 128)"),
-        Param("BN", 128, "output channels a block (128 or 256: one m64nBNk16 MMA a warpgroup)"),
+        Param("BN", 128, "output channels a block (64, 128 or 256: one m64nBNk16 MMA a warpgroup)"),
         Param("STAGES", 6, "shared buffers in the TMA ring (a stage: one tap x 64 channels)"),
         Param("PERSISTENT", 0, "0 one tile a block; 1 at most one block an SM, each walking tiles (not yet run on a GPU)"),
     ),
@@ -112,12 +112,18 @@ CONV_03 = KernelSpec(
 )
 
 
-# conv03's tiles (BM, BN) with the deepest ring 227 KB of shared memory holds beside them
-CONV03_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8}
-# A tile's time for a k-step, relative to its area's share of a 128 x 256 tile's: smaller tiles
-# read more bytes a multiply-add and keep fewer MMAs in flight. A first estimate, to be replaced
-# by measurement.
-CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128): 0.35}
+# conv03's tiles (BM, BN) with their rings: the 64-wide ones (for layers of 64 output channels,
+# which a 128-wide tile computes half of in zeros) with the deepest ring 227 KB of shared memory
+# holds beside them.
+CONV03_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8, (128, 64): 9, (64, 64): 14}
+# A tile's time for a k-step, relative to a 128 x 256 tile's: smaller tiles read more bytes a
+# multiply-add and keep fewer MMAs in flight, so each costs more than its share of the area. A
+# first estimate, to be replaced by measurement; the 64-wide tiles' are guesses on the same lines
+# (m64n64k16 reads A from shared memory once for half the columns of m64n128k16).
+CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128): 0.35, (128, 64): 0.35, (64, 64): 0.2}
+# The tiles the one-tile-a-block rule weighs. The 64-wide tiles came with the persistent build and
+# are weighed only there until a GPU run has measured them (both builds compile and test them).
+CONV03_ONE_TILE_A_BLOCK = ((128, 256), (128, 128), (64, 256), (64, 128))
 
 
 def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, persistent: bool = False) -> GemmConfig:
@@ -125,7 +131,7 @@ def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, pe
     M) on sms SMs: the tile whose busiest SM takes least time by CONV03_TILE_COST, the larger tile
     where two tie. Without rows, the rule for a large layer: 128 x 256 tiles where there are at
     least 256 output channels, else 128 x 128. persistent: the persistent build's config
-    (PERSISTENT = 1).
+    (PERSISTENT = 1), chosen among every tile of CONV03_TILES.
 
     Either way one block an SM holds the ring (no two fit), so the busiest SM runs ceil(tiles /
     sms) tiles: waves of blocks, or the longest walk of a persistent block. The rule charges k-step
@@ -142,7 +148,7 @@ def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, pe
         tiles = -(-rows // bm) * -(-out_channels // bn)
         return -(-tiles // sms) * CONV03_TILE_COST[tile], -bm * bn
 
-    bm, bn = min(CONV03_TILES, key=cost)
+    bm, bn = min(CONV03_TILES if persistent else CONV03_ONE_TILE_A_BLOCK, key=cost)
     return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)], PERSISTENT=flag)
 
 

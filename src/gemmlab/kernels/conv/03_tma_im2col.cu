@@ -19,8 +19,8 @@
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of D (T or float). BM x BN: the block's tile of D
-// (output pixels x output channels), one consumer warpgroup per 64 pixels; BN = 128 or 256, one
-// m64nBNk16 MMA a warpgroup and k16 step. A stage is one filter tap (r, s) and 64 channels of the
+// (output pixels x output channels), one consumer warpgroup per 64 pixels; BN = 64, 128 or 256,
+// one m64nBNk16 MMA a warpgroup and k16 step. A stage is one filter tap (r, s) and 64 channels of the
 // input (one 128-byte swizzle row); the reduction runs r, s, then the channel slices c0 = 0, 64, ...
 // (the filter matrix's (r, s, c) order, a tap at a time). STAGES: buffers in the ring. PERSISTENT:
 // 0 one tile a block (grid: N tiles x M tiles), 1 the persistent build above (grid: at most the
@@ -43,7 +43,7 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 pixels)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
-    static_assert(BN == 128 || BN == 256, "one m64n128k16 or m64n256k16 MMA a warpgroup and k16 step");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "one m64nBNk16 MMA a warpgroup and k16 step: BN = 64, 128 or 256");
     static_assert(STAGES >= 2, "a ring needs at least two stages");
     static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT: 0 one tile a block, 1 a walk over tiles");
     static_assert(sizeof(T) == 2, "16-bit inputs");
