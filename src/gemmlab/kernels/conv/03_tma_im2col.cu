@@ -115,7 +115,7 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     // k-steps of the block's tiles before this one, as the producer's does: both walk the same tiles.
     //
     // Why the persistent hand-over from tile to tile is race-free:
-    // - The ring. A stage is refilled only after both consumers released its last use (the empty
+    // - The ring. A stage is refilled only after every consumer released its last use (the empty
     //   barrier counts CONSUMERS arrivals a phase), and a consumer releases a use only after
     //   wgmma_wait has retired the MMAs that read it: within a tile one k-step later (mma_k_step's
     //   wait<1>), and a tile's last k-step after its wait<0>, before the epilogue -- so the
