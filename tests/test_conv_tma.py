@@ -1,12 +1,17 @@
 """conv03, TMA im2col (kernels/conv/03_tma_im2col.cu, gemmlab.conv2d(algorithm="tma")): its compiles
-for sm_90a with the resource report checked, its refusals, and the im2col map's parameters worked
+for sm_90a with the resource report checked (one tile a block and the persistent build), its
+refusals, the persistent build's tile walk and grid (a Python model of the kernel's walk:
+gemmlab.conv03.tile_walk), and the im2col map's parameters worked
 out for ResNet-50's layer shapes -- checked against float64 F.conv2d through a CPU model of how the
 TMA walks an im2col map (the PTX ISA's reading of it: bases walk the bounding box W fastest, then H,
 then N, by the traversal strides; the tap's offsets are added; zeros outside the tensor). On a GPU
-(marker `gpu`): its results against float64 F.conv2d over random geometries, padding
-forms, both memory formats, with a bias and each activation, into poisoned memory."""
+(marker `gpu`): its results against float64 F.conv2d over random geometries, padding forms, both
+memory formats, with a bias and each activation, into poisoned memory; the persistent build (not
+yet run on a GPU) the same way, its grid also forced down to a few blocks so that each walks
+several tiles."""
 
 import random
+import re
 
 import pytest
 import torch
@@ -17,13 +22,15 @@ import gemmlab
 from gemmlab import jit
 from gemmlab.activations import ACTIVATIONS, post_code
 from gemmlab.conv import conv_geometry, tma_why_not
-from gemmlab.specs.conv import CONV03_BK, CONV03_TILES, CONV_03, conv03_config
+from gemmlab.conv03 import WALK_GROUP, grid_for, tile_origin, tile_walk
+from gemmlab.specs.conv import CONV03_BK, CONV03_ONE_TILE_A_BLOCK, CONV03_TILES, CONV_03, conv03_config
 from gemmlab.tma import filter_map_params, im2col_map_params, im2col_why_not
 
-CONFIGS = [CONV_03.config(BM=bm, BN=bn, STAGES=stages) for (bm, bn), stages in CONV03_TILES.items()]  # every tile the rule picks
+# every tile the rules pick, in both builds
+CONFIGS = [CONV_03.config(BM=bm, BN=bn, STAGES=stages, PERSISTENT=p) for p in (0, 1) for (bm, bn), stages in CONV03_TILES.items()]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['BM']}x{c['BN']}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['BM']}x{c['BN']}{'-persistent' if c['PERSISTENT'] else ''}")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("activation", [False, None, "relu", "gelu"], ids=["plain", "bias", "relu", "gelu"])
 def test_compiles_for_hopper_without_spills(cfg, dtype, activation):
@@ -39,13 +46,18 @@ def test_compiles_for_hopper_without_spills(cfg, dtype, activation):
 
 
 def test_configs_it_refuses():
-    with pytest.raises(ValueError, match="BN must be 128 or 256"):
-        CONV_03.config(BN=64)
+    with pytest.raises(ValueError, match="BN must be 64, 128 or 256"):
+        CONV_03.config(BN=32)
     with pytest.raises(ValueError, match="BM must be 64 or 128"):
         CONV_03.config(BM=192)
     with pytest.raises(ValueError, match="shared memory"):
         CONV_03.config(BN=256, STAGES=6)
+    with pytest.raises(ValueError, match="shared memory"):
+        CONV_03.config(BM=64, BN=64, STAGES=15)
+    with pytest.raises(ValueError, match="PERSISTENT must be 0"):
+        CONV_03.config(PERSISTENT=2)
     assert conv03_config(64) == CONV_03.default_config() and conv03_config(256)["BN"] == 256
+    assert conv03_config(64, persistent=True) == CONV_03.config(PERSISTENT=1)
 
 
 def test_the_tile_rule_fills_the_sms():
@@ -60,7 +72,52 @@ def test_the_tile_rule_fills_the_sms():
     for rows in (1, 7, 1568, 6272, 25088, 100352, 802816):
         for k in (1, 64, 130, 256, 512, 2048):
             c = conv03_config(k, rows, 132)
-            assert CONV03_TILES[(c["BM"], c["BN"])] == c["STAGES"]
+            assert CONV03_TILES[(c["BM"], c["BN"])] == c["STAGES"] and c["PERSISTENT"] == 0
+            assert (c["BM"], c["BN"]) in CONV03_ONE_TILE_A_BLOCK, f"rows={rows} k={k}: {c.as_dict()}"
+            p = conv03_config(k, rows, 132, persistent=True)
+            assert CONV03_TILES[(p["BM"], p["BN"])] == p["STAGES"] and p["PERSISTENT"] == 1
+
+
+def test_the_persistent_rule_takes_64_wide_tiles_for_64_output_channels():
+    """ResNet-50's stage-1 1x1 and 3x3 layers (64 output channels, 56 x 56 pixels) at batch 32: a
+    128-wide tile computes half of its columns in zeros; the persistent build's rule takes a 64-wide
+    tile there, and keeps 128- and 256-wide tiles where the layer has that many channels."""
+    p = conv03_config(64, 32 * 56 * 56, 132, persistent=True)
+    assert p["BN"] == 64
+    assert conv03_config(256, 32 * 56 * 56, 132, persistent=True)["BN"] > 64
+    assert conv03_config(64, 32 * 56 * 56, 132)["BN"] == 128  # one tile a block: as before
+
+
+@pytest.mark.parametrize("tiles_m,tiles_n", [(1, 1), (1, 5), (7, 1), (13, 2), (49, 4), (196, 2), (785, 1), (33, 3)])
+def test_the_persistent_walk_visits_every_tile_once(tiles_m, tiles_n):
+    """The persistent build's walk, modelled in Python (gemmlab.conv03.tile_walk: the kernel's loop
+    t = blockIdx.x, += gridDim.x over grouped_tile_origin's arithmetic): for grids of one block up
+    to more blocks than tiles, every tile falls to exactly one block, and a block walks its tiles in
+    the order of t -- with the kernel's group of one row, the output channels fastest. Other group
+    sizes of the same helper also visit every tile once."""
+    tiles = tiles_m * tiles_n
+    for group in (WALK_GROUP, 2, 3, 8):
+        for grid in sorted({1, 2, 3, 7, 132, tiles, tiles + 5}):
+            walks = [tile_walk(b, grid, tiles_m, tiles_n, group) for b in range(grid)]
+            seen = [tile for walk in walks for tile in walk]
+            assert sorted(seen) == [(m, n) for m in range(tiles_m) for n in range(tiles_n)], f"{tiles_m}x{tiles_n} grid={grid} group={group}"
+            assert max(map(len, walks)) == -(-tiles // grid)  # the busiest block: ceil(tiles / grid) tiles
+    assert [tile_origin(t, tiles_m, tiles_n) for t in range(tiles)] == [(t // tiles_n, t % tiles_n) for t in range(tiles)]
+
+
+def test_the_walk_model_has_the_kernels_group():
+    source = CONV_03.source_path().read_text()
+    assert re.search(r"constexpr int GROUP = (\d+);", source).group(1) == str(WALK_GROUP)
+    assert "grouped_tile_origin(t, tiles_m, tiles_n, GROUP, 1, 0, BM, BN, row0, col0)" in source
+
+
+def test_the_persistent_grid_is_the_resident_blocks_or_fewer():
+    one = CONV_03.config(BM=128, BN=128, STAGES=6)
+    walk = CONV_03.config(BM=128, BN=128, STAGES=6, PERSISTENT=1)
+    assert grid_for(6272, 256, one, 0) == (2, 49, 1)  # a block a tile: (N tiles, M tiles)
+    assert grid_for(6272, 256, walk, 132) == (98, 1, 1)  # fewer tiles than SMs: a block each
+    assert grid_for(100352, 256, walk, 132) == (132, 1, 1)  # 1568 tiles: 12 or 11 a block
+    assert grid_for(100352, 256, walk, 3) == (3, 1, 1)
 
 
 def _fake(shape, dtype=torch.bfloat16, **kw):
@@ -226,12 +283,17 @@ def _geometries(count: int, seed: int = 0):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 4e-3)])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_values_against_float64_on_the_gpu(dtype, tol, channels_last):
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_values_against_float64_on_the_gpu(dtype, tol, channels_last, persistent, monkeypatch):
     """bf16: 8 mantissa bits, fp16: 11, on fp32 sums of up to 7 * 7 * 160 products: the tolerances
     conv02's test holds. The memory the result lands in is first filled with NaN (freed, so the
-    caching allocator hands it back), so a pixel or channel the kernel never writes shows."""
+    caching allocator hands it back), so a pixel or channel the kernel never writes shows.
+    persistent: the persistent build (gemmlab.conv03.PERSISTENT) with its own rule and grid."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03
+
+    monkeypatch.setattr(conv03, "PERSISTENT", persistent)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     for i, g in enumerate(_geometries(40, seed=int(channels_last))):
         x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(dtype).to(memory_format=fmt)
@@ -263,8 +325,8 @@ def test_every_tile_against_float64_on_the_gpu(tile, monkeypatch):
         pytest.skip("conv03 needs a Hopper GPU")
     from gemmlab import conv03
 
-    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms: CONV_03.config(BM=tile[0], BN=tile[1],
-                                                                                       STAGES=CONV03_TILES[tile]))  # fmt: skip
+    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False: CONV_03.config(
+        BM=tile[0], BN=tile[1], STAGES=CONV03_TILES[tile], PERSISTENT=int(persistent)))  # fmt: skip
     monkeypatch.setattr(conv03, "_PLANS", {})
     for i, g in enumerate(_geometries(12, seed=10 + tile[0] + tile[1])):
         x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
@@ -298,3 +360,73 @@ def test_a_kind_of_call_reuses_its_plan_with_new_tensors():
         err = float((y.double() - ref).abs().max() / ref.abs().max())
         assert err < 2e-2, f"call {step}: {err:.2e}"
         assert conv03.cached_plan(x, w, None, (1, 1, 1), None) is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", list(CONV03_TILES), ids=lambda t: f"{t[0]}x{t[1]}")
+def test_the_persistent_build_walks_several_tiles_a_block_on_the_gpu(tile, monkeypatch):
+    """The persistent build with each tile, its grid forced down to 1, 2, 3 or 5 blocks (the
+    resident blocks replaced), so that every block walks several tiles and its ring runs on from
+    one tile into the next -- the hand-over the kernel argues race-free -- over the random
+    geometries (reductions of one k-step to hundreds), with and without a bias and an activation,
+    into poisoned memory, against float64 F.conv2d."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03, launch
+
+    monkeypatch.setattr(conv03, "PERSISTENT", True)
+    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False: CONV_03.config(
+        BM=tile[0], BN=tile[1], STAGES=CONV03_TILES[tile], PERSISTENT=int(persistent)))  # fmt: skip
+    for i, g in enumerate(_geometries(16, seed=20 + tile[0] + tile[1])):
+        blocks = (1, 2, 3, 5)[i % 4]
+        monkeypatch.setattr(launch, "resident_blocks", lambda *a, n=blocks: n)
+        monkeypatch.setattr(conv03, "_PLANS", {})  # a plan of this grid
+        x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
+        w = (torch.randn(g["K"], g["C"], g["R"], g["S"], device="cuda") / (g["C"] * g["R"] * g["S"]) ** 0.5).to(torch.bfloat16)
+        # three epilogues (plain; bias and ReLU; bias and GELU): three builds a tile to compile
+        with_bias, activation = ((False, None), (True, "relu"), (True, "gelu"))[i % 3]
+        bias = torch.randn(g["K"], device="cuda").to(torch.bfloat16) if with_bias else None
+        kw = dict(stride=g["stride"], padding=g["padding"], dilation=g["dilation"])
+        torch.full((1 << 22,), float("nan"), dtype=torch.bfloat16, device="cuda")  # freed: poison for the result
+        with torch.no_grad():
+            y = gemmlab.conv2d(x, w, bias, activation=activation, algorithm="tma", **kw)
+        (plan,) = conv03._PLANS.values()
+        tiles = -(-plan.M // tile[0]) * -(-plan.K // tile[1])
+        assert plan.cfg["PERSISTENT"] == 1 and plan.grid == (min(blocks, tiles), 1, 1)
+        ref = F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), **kw)
+        if activation:
+            ref = ACTIVATIONS[activation](ref)
+        case = f"{tile} {g} blocks={blocks} tiles={tiles} bias={bias is not None} {activation}"
+        assert not y.isnan().any(), f"{case}: NaN in the result"
+        err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        assert err < 2e-2, f"{case}: {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layer", [
+    dict(C=64, K=256, R=1), dict(C=256, K=64, R=1), dict(C=64, K=64, R=3), dict(C=128, K=128, R=3),
+], ids=["1x1-64-256", "1x1-256-64", "3x3-64", "3x3-128"])
+def test_the_persistent_build_on_resnet_layers_on_the_gpu(layer, monkeypatch):
+    """ResNet-50's stage-1 and stage-2 layers at batch 8 (56 x 56 and 28 x 28 pixels: hundreds of
+    tiles, more than there are SMs) with the persistent rule's tile and the real persistent grid:
+    the walks as a launch of the switch's would run them, with a bias and ReLU."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03
+
+    monkeypatch.setattr(conv03, "PERSISTENT", True)
+    monkeypatch.setattr(conv03, "_PLANS", {})
+    H = 56 if layer["C"] <= 64 or layer["R"] == 1 else 28
+    x = torch.randn(8, layer["C"], H, H, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
+    w = (torch.randn(layer["K"], layer["C"], layer["R"], layer["R"], device="cuda") / (layer["C"] * layer["R"] ** 2) ** 0.5)
+    w, bias = w.to(torch.bfloat16), torch.randn(layer["K"], device="cuda").to(torch.bfloat16)
+    torch.full((1 << 24,), float("nan"), dtype=torch.bfloat16, device="cuda")  # freed: poison for the result
+    with torch.no_grad():
+        y = gemmlab.conv2d(x, w, bias, padding=layer["R"] // 2, activation="relu", algorithm="tma")
+    (plan,) = conv03._PLANS.values()
+    ref = torch.relu(F.conv2d(x.double(), w.double(), bias.double(), padding=layer["R"] // 2))
+    case = f"{layer} H={H} {plan.cfg.as_dict()} grid={plan.grid}"
+    assert plan.cfg["PERSISTENT"] == 1, case
+    assert not y.isnan().any(), f"{case}: NaN in the result"
+    err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+    assert err < 2e-2, f"{case}: {err:.2e}"

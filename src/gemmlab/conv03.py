@@ -7,6 +7,10 @@ that on the host, and the GPU waited for it. So the first call of a kind (shapes
 device, bias, activation, stride, padding, dilation: `_key`) builds a `Plan` with all of that, and
 later calls of the kind only look the plan up, take their tensors' addresses, fetch or encode the
 tensor maps of those addresses, and launch.
+
+PERSISTENT switches to the kernel's persistent build (PERSISTENT = 1: at most one block an SM,
+each walking tiles; tile_walk below is that walk in Python). It stays off until a GPU has
+validated it (tests/test_conv_tma.py, marker gpu).
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from torch import Tensor
 from . import jit, launch, tma
 from .activations import post_code
 from .specs.conv import CONV03_BK, CONV_03, conv03_config
+
+# Launch the persistent build (plans are kept apart by it). Not yet run on a GPU: off.
+PERSISTENT = False
+# The kernel's GROUP: its tile walk takes groups of this many rows of tiles, column by column.
+WALK_GROUP = 1
 
 _PLANS: dict[tuple, Plan] = {}
 _PLANS_MAX = 256  # kinds of call remembered; past it the table starts again
@@ -56,7 +65,7 @@ class Plan:
 
 def _key(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, activation: str | None) -> tuple:
     b = None if bias is None else (bias.dtype, bias.stride())
-    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), b, activation, g_args)
+    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), b, activation, g_args, PERSISTENT)
 
 
 def cached_plan(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, activation: str | None) -> Plan | None:
@@ -74,15 +83,16 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
     device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
     from .device import sm_count
 
-    cfg = conv03_config(K, M, sm_count(device_id))
+    cfg = conv03_config(K, M, sm_count(device_id), persistent=PERSISTENT)
     loaded = jit.load_kernel(CONV_03, cfg, device_id, x.dtype, x.dtype, post=post_code(bias is not None, activation))
     launch.ensure_current(device_id)
+    resident = launch.resident_blocks(loaded, device_id, CONV_03.block(cfg), None) if cfg["PERSISTENT"] else 0
     sizes = (M, K, g["C"], g["R"], g["S"], g["P"], g["Q"], *g["stride"], g["pads"][0], g["pads"][2], *g["dilation"],
              K)  # (the last: D's row stride)  # fmt: skip
     args = ((ctypes.c_ubyte * 128)(), (ctypes.c_ubyte * 128)(), ctypes.c_uint64(0), *(ctypes.c_int32(v) for v in sizes),
             ctypes.c_float(1.0), ctypes.c_uint64(0))  # fmt: skip
     plan = Plan(g=g, M=M, K=K, cfg=cfg, device_id=device_id, func=launch.function_handle(loaded, device_id),
-                grid=CONV_03.grid(M, K, cfg), block=CONV_03.block(cfg), smem=loaded.compiled.usage.dynamic_smem,
+                grid=grid_for(M, K, cfg, resident), block=CONV_03.block(cfg), smem=loaded.compiled.usage.dynamic_smem,
                 args=args, params=(ctypes.c_void_p * len(args))(*map(ctypes.addressof, args)),
                 x_nhwc=x.stride() == _nhwc_strides(x.shape), w_krsc=weight.stride() == _nhwc_strides(weight.shape),
                 bias_direct=bias is None or (bias.dtype == x.dtype and bias.stride() == (1,)),
@@ -92,6 +102,31 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             _PLANS.clear()
         _PLANS[key] = plan
     return plan
+
+
+def grid_for(M: int, K: int, cfg, resident: int) -> tuple:
+    """The grid of a launch over M output pixels and K output channels: a block a tile, or for the
+    persistent build (cfg's PERSISTENT) as many blocks as are resident at once, no more than tiles."""
+    grid = CONV_03.grid(M, K, cfg)
+    return (max(1, min(grid[0], resident)), 1, 1) if cfg["PERSISTENT"] else grid
+
+
+def tile_origin(t: int, tiles_m: int, tiles_n: int, group: int = WALK_GROUP) -> tuple[int, int]:
+    """Tile t's (row of tiles, column of tiles) in the persistent build's walk:
+    gemmlab::grouped_tile_origin's arithmetic (kernels/common/tma.cuh) for single blocks, in tiles
+    rather than elements. With the kernel's group of one row, the output channels run fastest."""
+    per_group = group * tiles_n
+    top = t // per_group * group
+    rows = min(tiles_m - top, group)
+    in_group = t % per_group
+    return top + in_group % rows, in_group // rows
+
+
+def tile_walk(block: int, grid: int, tiles_m: int, tiles_n: int, group: int = WALK_GROUP) -> list[tuple[int, int]]:
+    """The tiles block `block` of a persistent grid of `grid` blocks computes, in its order: tiles
+    block, block + grid, ... (the kernel's loop over t), each as tile_origin gives it. A model of
+    the kernel for the tests: every tile must fall to exactly one block."""
+    return [tile_origin(t, tiles_m, tiles_n, group) for t in range(block, tiles_m * tiles_n, grid)]
 
 
 def _nhwc_strides(shape) -> tuple:

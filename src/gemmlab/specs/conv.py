@@ -54,7 +54,8 @@ CONV_02 = KernelSpec(
 
 
 # conv03: a stage is one filter tap and 64 channels (one 128-byte swizzle row); BM pixels (64 per
-# consumer warpgroup) by BN output channels, in a ring of STAGES.
+# consumer warpgroup) by BN output channels, in a ring of STAGES; one tile a block, or (PERSISTENT)
+# at most one block an SM, each walking tiles.
 CONV03_BK = 64
 
 
@@ -67,11 +68,20 @@ def _conv03_smem(c: GemmConfig) -> int:
 def _conv03_check(c: GemmConfig) -> str | None:
     if c["BM"] not in (64, 128):
         return "BM must be 64 or 128 (one consumer warpgroup per 64 output pixels)"
-    if c["BN"] not in (128, 256):
-        return "BN must be 128 or 256 (one m64n128k16 or m64n256k16 MMA a warpgroup)"
+    if c["BN"] not in (64, 128, 256):
+        return "BN must be 64, 128 or 256 (one m64n64k16, m64n128k16 or m64n256k16 MMA a warpgroup)"
     if c["STAGES"] < 2:
         return "STAGES must be at least 2"
+    if c["PERSISTENT"] not in (0, 1):
+        return "PERSISTENT must be 0 (one tile a block) or 1 (blocks walk tiles)"
     return _smem_fits(_conv03_smem(c), 227 * 1024)
+
+
+def _conv03_grid(M: int, N: int, c: GemmConfig) -> tuple[int, int, int]:
+    """One tile a block: (N tiles, M tiles). Persistent: every tile along x, which the host
+    (gemmlab.conv03) caps at the blocks resident at once."""
+    tiles_m, tiles_n = cdiv(M, c["BM"]), cdiv(N, c["BN"])
+    return (tiles_m * tiles_n, 1, 1) if c["PERSISTENT"] else (tiles_n, tiles_m, 1)
 
 
 # Correct on Hopper GPUs (tests/test_conv_tma.py), 0.69x cuDNN so far (docs/ladder/conv03-tma-im2col.md).
@@ -86,11 +96,12 @@ CONV_03 = KernelSpec(
     entry="conv_tma_im2col",
     params=(
         Param("BM", 128, "output pixels a block: 64 per consumer warpgroup (64 or 128)"),
-        Param("BN", 128, "output channels a block (128 or 256: one m64nBNk16 MMA a warpgroup)"),
+        Param("BN", 128, "output channels a block (64, 128 or 256: one m64nBNk16 MMA a warpgroup)"),
         Param("STAGES", 6, "shared buffers in the TMA ring (a stage: one tap x 64 channels)"),
+        Param("PERSISTENT", 0, "0 one tile a block; 1 at most one block an SM, each walking tiles (not yet run on a GPU)"),
     ),
     block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
-    grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
+    grid=_conv03_grid,
     dtypes=(torch.bfloat16, torch.float16),
     dynamic_smem=_conv03_smem,
     check_config=_conv03_check,
@@ -101,30 +112,44 @@ CONV_03 = KernelSpec(
 )
 
 
-# conv03's tiles (BM, BN) with the deepest ring 227 KB of shared memory holds beside them
-CONV03_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8}
-# A tile's time for a k-step, relative to its area's share of a 128 x 256 tile's: smaller tiles
-# read more bytes a multiply-add and keep fewer MMAs in flight. A first estimate, to be replaced
-# by measurement.
-CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128): 0.35}
+# conv03's tiles (BM, BN) with their rings: the 64-wide ones (for layers of 64 output channels,
+# which a 128-wide tile computes half of in zeros) with the deepest ring 227 KB of shared memory
+# holds beside them.
+CONV03_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8, (128, 64): 9, (64, 64): 14}
+# A tile's time for a k-step, relative to a 128 x 256 tile's: smaller tiles read more bytes a
+# multiply-add and keep fewer MMAs in flight, so each costs more than its share of the area. A
+# first estimate, to be replaced by measurement; the 64-wide tiles' are guesses on the same lines
+# (m64n64k16 reads A from shared memory once for half the columns of m64n128k16).
+CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128): 0.35, (128, 64): 0.35, (64, 64): 0.2}
+# The tiles the one-tile-a-block rule weighs. The 64-wide tiles came with the persistent build and
+# are weighed only there until a GPU run has measured them (both builds compile and test them).
+CONV03_ONE_TILE_A_BLOCK = ((128, 256), (128, 128), (64, 256), (64, 128))
 
 
-def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132) -> GemmConfig:
+def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, persistent: bool = False) -> GemmConfig:
     """conv03's config for a convolution of out_channels (the GEMM's N) over rows output pixels (its
-    M) on sms SMs: the tile whose waves (one block an SM) take least time by CONV03_TILE_COST, the
-    larger tile where two tie. Without rows, the rule for a large layer: 128 x 256 tiles where there
-    are at least 256 output channels, else 128 x 128."""
+    M) on sms SMs: the tile whose busiest SM takes least time by CONV03_TILE_COST, the larger tile
+    where two tie. Without rows, the rule for a large layer: 128 x 256 tiles where there are at
+    least 256 output channels, else 128 x 128. persistent: the persistent build's config
+    (PERSISTENT = 1), chosen among every tile of CONV03_TILES.
+
+    Either way one block an SM holds the ring (no two fit), so the busiest SM runs ceil(tiles /
+    sms) tiles: waves of blocks, or the longest walk of a persistent block. The rule charges k-step
+    time only. One tile a block also pays each wave's ring fill and epilogue, which favours fewer,
+    larger tiles; the persistent build overlaps those with the next tile's loads and MMAs, so the
+    same count is a closer model of it. That is a guess, not a measurement."""
+    flag = int(persistent)
     if rows is None:
         bm, bn = (128, 256) if out_channels >= 256 else (128, 128)
-        return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)])
+        return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)], PERSISTENT=flag)
 
     def cost(tile):
         bm, bn = tile
         tiles = -(-rows // bm) * -(-out_channels // bn)
         return -(-tiles // sms) * CONV03_TILE_COST[tile], -bm * bn
 
-    bm, bn = min(CONV03_TILES, key=cost)
-    return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)])
+    bm, bn = min(CONV03_TILES if persistent else CONV03_ONE_TILE_A_BLOCK, key=cost)
+    return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)], PERSISTENT=flag)
 
 
 CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03)

@@ -177,18 +177,6 @@ GEMMLAB_WGMMA_SS(wgmma_m64n256k16, m64n256k16, 128, GEMMLAB_WGMMA_D128, GEMMLAB_
 
 GEMMLAB_WGMMA_SS(wgmma_m64n192k16, m64n192k16, 96, GEMMLAB_WGMMA_D96, GEMMLAB_WGMMA_TAIL192)
 
-// One k16 step of a 64 x N tile, N = 128, 192 or 256 (N / 2 accumulators a thread), in the
-// persistent steps' terms: A K-major (TA = 0: a row-major A) or M-major (TA = 1: A stored
-// transposed); B N-major (TB = 0: a row-major B) or K-major (TB = 1: B stored transposed).
-template <typename T, int N, int TA = 0, int TB = 0>
-__device__ __forceinline__ void wgmma_m64nk16(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
-    static_assert(N == 128 || N == 192 || N == 256, "m64n128, m64n192 or m64n256");
-    constexpr int TRANS_B = TB ? 0 : 1;
-    if constexpr (N == 128) wgmma_m64n128k16<T, TA, TRANS_B>(d, da, db);
-    else if constexpr (N == 192) wgmma_m64n192k16<T, TA, TRANS_B>(d, da, db);
-    else wgmma_m64n256k16<T, TA, TRANS_B>(d, da, db);
-}
-
 // ---- wgmma.mma_async m64n16k16, m64n32k16, m64n64k16: few columns ------------------------------
 //
 // The layout of m64n128k16 over N / 8 column blocks of 8 (N / 2 accumulators a thread). tc10 puts
@@ -225,6 +213,20 @@ __device__ __forceinline__ void wgmma_m64nk16_narrow(float (&d)[N / 2], unsigned
     else if constexpr (N == 32) wgmma_m64n32k16<T, TRANS_A, TRANS_B>(d, da, db);
     else if constexpr (N == 64) wgmma_m64n64k16<T, TRANS_A, TRANS_B>(d, da, db);
     else wgmma_m64n128k16<T, TRANS_A, TRANS_B>(d, da, db);
+}
+
+// One k16 step of a 64 x N tile, N = 64, 128, 192 or 256 (N / 2 accumulators a thread), in the
+// persistent steps' terms: A K-major (TA = 0: a row-major A) or M-major (TA = 1: A stored
+// transposed); B N-major (TB = 0: a row-major B) or K-major (TB = 1: B stored transposed).
+// N = 64: conv03's tiles of 64 output channels.
+template <typename T, int N, int TA = 0, int TB = 0>
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "m64n64, m64n128, m64n192 or m64n256");
+    constexpr int TRANS_B = TB ? 0 : 1;
+    if constexpr (N == 64) wgmma_m64n64k16<T, TA, TRANS_B>(d, da, db);
+    else if constexpr (N == 128) wgmma_m64n128k16<T, TA, TRANS_B>(d, da, db);
+    else if constexpr (N == 192) wgmma_m64n192k16<T, TA, TRANS_B>(d, da, db);
+    else wgmma_m64n256k16<T, TA, TRANS_B>(d, da, db);
 }
 
 // ---- wgmma.mma_async m64nNk8 TF32: fp32 inputs, both operands K-major -------------------------

@@ -7,19 +7,29 @@
 // padding and stride; the instruction's offsets carry the tap (r, s) times the dilation. So the
 // pipeline is tc06's: a producer warpgroup (one thread issuing TMA) and one or two consumer
 // warpgroups on wgmma m64nNk16, full/empty mbarrier rings.
+//
+// The persistent build (PERSISTENT = 1, not yet run on a GPU). One tile a block stops the tensor
+// cores at every tile's end: the block loads, multiplies a few k-steps (a 1x1 layer of 64..256
+// channels has one to four), stores and exits, and the next block starts from an empty ring. So,
+// as tc07 does, the grid is at most one block an SM and each block walks tiles blockIdx.x,
+// + gridDim.x, ... (output channels fastest: the blocks running at one time read the same pixels,
+// and the filter, small, stays in L2). The producer fills the ring across the tiles' boundaries
+// -- its stage and phase count on over the whole walk -- so the next tile's loads are in flight
+// while the consumers finish and store the last one; the consumers count the same.
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of D (T or float). BM x BN: the block's tile of D
-// (output pixels x output channels), one consumer warpgroup per 64 pixels; BN = 128 or 256, one
-// m64nBNk16 MMA a warpgroup and k16 step. A stage is one filter tap (r, s) and 64 channels of the
+// (output pixels x output channels), one consumer warpgroup per 64 pixels; BN = 64, 128 or 256,
+// one m64nBNk16 MMA a warpgroup and k16 step. A stage is one filter tap (r, s) and 64 channels of the
 // input (one 128-byte swizzle row); the reduction runs r, s, then the channel slices c0 = 0, 64, ...
-// (the filter matrix's (r, s, c) order, a tap at a time). STAGES: buffers in the ring. POST: the
-// fused epilogue (bias, activation), 0 for none.
+// (the filter matrix's (r, s, c) order, a tap at a time). STAGES: buffers in the ring. PERSISTENT:
+// 0 one tile a block (grid: N tiles x M tiles), 1 the persistent build above (grid: at most the
+// blocks resident at once, gemmlab.conv03). POST: the fused epilogue (bias, activation), 0 for none.
 //
 // tmX: the im2col map of the NHWC input (box: BM pixels x 64 channels, 128-byte swizzle); tmW: the
 // tiled map of the filter as [K][R*S][C] (box: 64 channels x 1 tap x BN output channels, 128-byte
 // swizzle). D, [M = N*P*Q][K] row-major, is the NHWC output.
-template <typename T, typename TD, int BM, int BN, int STAGES, int POST = 0>
+template <typename T, typename TD, int BM, int BN, int STAGES, int PERSISTENT = 0, int POST = 0>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_constant__ gemmlab::TensorMap tmW, TD* D,
                 int M, int out_c, int in_c, int f_r, int f_s, int out_p, int out_q, int stride_h, int stride_w,
@@ -33,8 +43,9 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 pixels)");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
-    static_assert(BN == 128 || BN == 256, "one m64n128k16 or m64n256k16 MMA a warpgroup and k16 step");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "one m64nBNk16 MMA a warpgroup and k16 step: BN = 64, 128 or 256");
     static_assert(STAGES >= 2, "a ring needs at least two stages");
+    static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT: 0 one tile a block, 1 a walk over tiles");
     static_assert(sizeof(T) == 2, "16-bit inputs");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
@@ -44,9 +55,21 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     unsigned long long* empty = full + STAGES;
 
     const int tid = threadIdx.x, wg = tid / 128;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int block_row0 = blockIdx.y * BM, block_col0 = blockIdx.x * BN;  // one tile a block: its tile
     const int slices = gemmlab::ceil_div(in_c, BK);  // channel slices a tap (the last one zero-filled past C)
     const int KT = f_r * f_s * slices;
+    // The block's tiles: t = first, first + stride, ... below `tiles`. One tile a block: blockIdx's
+    // own. Persistent: of tiles_m x tiles_n, in groups of one row of tiles (GROUP), the output
+    // channels fastest. gemmlab.conv03.tile_walk is this walk in Python (its test checks that every
+    // tile is visited once).
+    constexpr int GROUP = 1;
+    const int tiles_m = gemmlab::ceil_div(M, BM), tiles_n = gemmlab::ceil_div(out_c, BN);
+    const int tiles = PERSISTENT ? tiles_m * tiles_n : 1;
+    const int first = PERSISTENT ? static_cast<int>(blockIdx.x) : 0, stride = PERSISTENT ? static_cast<int>(gridDim.x) : 1;
+    auto tile_origin = [&](int t, int& row0, int& col0) {
+        if constexpr (PERSISTENT) gemmlab::grouped_tile_origin(t, tiles_m, tiles_n, GROUP, 1, 0, BM, BN, row0, col0);
+        else row0 = block_row0, col0 = block_col0;
+    };
 
     if (tid == 0) {
         gemmlab::tma_prefetch_map(&tmX);
@@ -56,48 +79,88 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     __syncthreads();
 
     if (wg == 0) {
-        // Producer. The tile's first output pixel (n, p, q) puts the filter's base at input row
+        // Producer. A tile's first output pixel (n, p, q) puts the filter's base at input row
         // p * stride_h - pad_h and column q * stride_w - pad_w of image n; the map walks on from there.
+        // `it` counts the k-steps issued over the block's tiles before this tile's; k-step kt is use
+        // u = it + kt of the ring: stage u % STAGES, its (u / STAGES)-th time round, so the ring runs
+        // on from one tile into the next without a pause.
         gemmlab::setmaxnreg_dec<PRODUCER_REGS>();
         if (tid == 0) {
-            const int pq = out_p * out_q, img = row0 / pq, p = row0 % pq / out_q, q = row0 % out_q;
-            const int h0 = p * stride_h - pad_h, w0 = q * stride_w - pad_w;
+            const int pq = out_p * out_q;
             const unsigned a0 = gemmlab::smem_addr(sA), b0 = gemmlab::smem_addr(sB);
-            for (int kt = 0; kt < KT; ++kt) {
-                const int stage = kt % STAGES;
-                const int tap = kt / slices, c0 = kt % slices * BK, r = tap / f_s, s = tap % f_s;
-                if (kt >= STAGES) gemmlab::mbar_wait(&empty[stage], (kt / STAGES - 1) & 1);
-                const unsigned bar = gemmlab::smem_addr(&full[stage]);
-                gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                gemmlab::tma_load_im2col_4d(a0 + stage * STAGE_A * 2, &tmX, bar, c0, w0, h0, img,
-                                            static_cast<unsigned short>(s * dil_w), static_cast<unsigned short>(r * dil_h));
-                gemmlab::tma_load_3d(b0 + stage * STAGE_B * 2, &tmW, bar, c0, tap, col0);
+            int it = 0;
+            for (int t = first; t < tiles; t += stride) {
+                int row0, col0;
+                tile_origin(t, row0, col0);
+                const int img = row0 / pq, p = row0 % pq / out_q, q = row0 % out_q;
+                const int h0 = p * stride_h - pad_h, w0 = q * stride_w - pad_w;
+                for (int kt = 0; kt < KT; ++kt) {
+                    const int u = it + kt, stage = u % STAGES;
+                    const int tap = kt / slices, c0 = kt % slices * BK, r = tap / f_s, s = tap % f_s;
+                    if (u >= STAGES) gemmlab::mbar_wait(&empty[stage], (u / STAGES - 1) & 1);
+                    const unsigned bar = gemmlab::smem_addr(&full[stage]);
+                    gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
+                    gemmlab::tma_load_im2col_4d(a0 + stage * STAGE_A * 2, &tmX, bar, c0, w0, h0, img,
+                                                static_cast<unsigned short>(s * dil_w), static_cast<unsigned short>(r * dil_h));
+                    gemmlab::tma_load_3d(b0 + stage * STAGE_B * 2, &tmW, bar, c0, tap, col0);
+                }
+                it += KT;
             }
         }
         return;
     }
 
-    // Consumer c: pixels 64 c .. 64 c + 63 of the tile, all BN output channels. A and B are both
-    // K-major 128-byte-swizzled [rows][64] tiles: 8-row groups 1024 bytes apart.
+    // Consumer c: pixels 64 c .. 64 c + 63 of each tile, all BN output channels. A and B are both
+    // K-major 128-byte-swizzled [rows][64] tiles: 8-row groups 1024 bytes apart. `it` counts the
+    // k-steps of the block's tiles before this one, as the producer's does: both walk the same tiles.
+    //
+    // Why the persistent hand-over from tile to tile is race-free:
+    // - The ring. A stage is refilled only after every consumer released its last use (the empty
+    //   barrier counts CONSUMERS arrivals a phase), and a consumer releases a use only after
+    //   wgmma_wait has retired the MMAs that read it: within a tile one k-step later (mma_k_step's
+    //   wait<1>), and a tile's last k-step after its wait<0>, before the epilogue -- so the
+    //   producer loads the next tile's first stages while this one is stored. Stage and phase
+    //   run on over the walk, so a use of the next tile is the same protocol as any other. A stage's
+    //   full barrier cannot complete its next use before every consumer has released this one, nor
+    //   its empty barrier its next release before the producer has filled that use, so no waiter
+    //   can take a later phase of the same parity for its own.
+    // - The epilogue writes D from registers (store_accumulators), through no shared memory: there
+    //   is no staging buffer that a store of one tile might still read while the next tile's
+    //   epilogue writes it (docs/notes/epilogue-staging-race.md), and no tile's data is in shared
+    //   memory past its last stage's release. Keep it so.
+    // - The accumulators. Each tile starts after wait<0> retired the last tile's MMAs and the
+    //   stores read the registers: ordinary instructions zero registers no MMA owns, and no MMA
+    //   group is open across the tile loop's back edge (what made ptxas serialise tc07's
+    //   hand-over, docs/notes/epilogue-hand-over.md; the compile test checks for C751x).
+    // - The exit. The producer issues exactly the uses the consumers wait for, so no TMA load is
+    //   in flight into shared memory when the block exits.
     gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
     const int c = wg - 1;
     const unsigned long long desc_a0 = gemmlab::stage_desc<BK, 1>(sA + c * 64 * BK);
     const unsigned long long desc_b0 = gemmlab::stage_desc<BK, 1>(sB);
-    float acc[NACC];
+    int it = 0;
+    for (int t = first; t < tiles; t += stride) {
+        int row0, col0;
+        tile_origin(t, row0, col0);
+        float acc[NACC];
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0.0f;
+        for (int i = 0; i < NACC; ++i) acc[i] = 0.0f;
 
-    for (int kt = 0; kt < KT; ++kt) {
-        const int stage = kt % STAGES;
-        // TA = 0 (A K-major), TB = 1 (B stored as [N][K]: K-major)
-        gemmlab::mma_k_step<T, BN, BK, 0, 1>(acc, &full[stage], (kt / STAGES) & 1,
-                                             desc_a0 + (stage * STAGE_A * 2 >> 4), desc_b0 + (stage * STAGE_B * 2 >> 4));
-        if (kt > 0) gemmlab::release_stage<1>(&empty[(kt - 1) % STAGES]);
+        for (int kt = 0; kt < KT; ++kt) {
+            const int u = it + kt, stage = u % STAGES;
+            // TA = 0 (A K-major), TB = 1 (B stored as [N][K]: K-major)
+            gemmlab::mma_k_step<T, BN, BK, 0, 1>(acc, &full[stage], (u / STAGES) & 1,
+                                                 desc_a0 + (stage * STAGE_A * 2 >> 4), desc_b0 + (stage * STAGE_B * 2 >> 4));
+            if (kt > 0) gemmlab::release_stage<1>(&empty[(u - 1) % STAGES]);
+        }
+        it += KT;
+        gemmlab::wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+        // The tile's last stage, for the next tile's loads (one tile a block has no next).
+        if (PERSISTENT && KT > 0) gemmlab::release_stage<1>(&empty[(it - 1) % STAGES]);
+
+        gemmlab::store_accumulators<TD, NACC, POST>(acc, static_cast<const TD*>(nullptr), D, row0 + c * 64, col0, M,
+                                                    out_c, ldd, ldd, alpha, 0.0f, bias);
     }
-    gemmlab::wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) gemmlab::wgmma_fence_operand(acc[i]);
-
-    gemmlab::store_accumulators<TD, NACC, POST>(acc, static_cast<const TD*>(nullptr), D, row0 + c * 64, col0, M, out_c,
-                                                ldd, ldd, alpha, 0.0f, bias);
 }
