@@ -8,9 +8,9 @@ device, bias, activation, stride, padding, dilation: `_key`) builds a `Plan` wit
 later calls of the kind only look the plan up, take their tensors' addresses, fetch or encode the
 tensor maps of those addresses, and launch.
 
-PERSISTENT switches to the kernel's persistent build (PERSISTENT = 1: at most one block an SM,
-each walking tiles; tile_walk below is that walk in Python). It stays off until a GPU has
-validated it (tests/test_conv_tma.py, marker gpu).
+PERSISTENT picks the kernel's persistent build (PERSISTENT = 1: at most one block an SM, each
+walking tiles; tile_walk below is that walk in Python), on since its GPU tests passed on an H200
+and it ran 0.74x cuDNN against one tile a block's 0.69x there (ResNet-50, batch 32).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from . import jit, launch, tma
 from .activations import post_code
 from .specs.conv import CONV03_BK, CONV_03, conv03_config
 
-# Launch the persistent build (plans are kept apart by it). Not yet run on a GPU: off.
-PERSISTENT = False
+# Launch the persistent build (plans are kept apart by it); False: one tile a block.
+PERSISTENT = True
 # The kernel's GROUP: its tile walk takes groups of this many rows of tiles, column by column.
 WALK_GROUP = 1
 
