@@ -92,10 +92,7 @@ def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, i
     _, swizzle = _enums()
     view = StridedMemoryView.from_cuda_array_interface(_Matrix(t.data_ptr(), rows, cols, ld, t.element_size()), stream_ptr=-1)
     found = view.as_tensor_map(box_dim=tuple(box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
-    if len(_MAPS) >= _MAPS_MAX:
-        _MAPS.clear()
-    _MAPS[key] = found
-    return found
+    return _remember(key, found)
 
 
 class _Batch(_Matrix):
@@ -137,10 +134,7 @@ def tensor_map_3d(t: torch.Tensor, batch: int, rows: int, cols: int, ld: int, ba
     layout = _Batch(t.data_ptr(), batch, rows, cols, ld, batch_stride, size)
     view = StridedMemoryView.from_cuda_array_interface(layout, stream_ptr=-1)
     found = view.as_tensor_map(box_dim=(1, *box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
-    if len(_MAPS) >= _MAPS_MAX:
-        _MAPS.clear()
-    _MAPS[key] = found
-    return found
+    return _remember(key, found)
 
 # ---- conv03: the im2col map of an NHWC input and the tiled map of its filter ------------------
 #
@@ -269,38 +263,32 @@ def encode_filter(driver, data_type, ptr: int, p: dict):
 def im2col_map(x: torch.Tensor, g: dict, box_pixels: int, box_channels: int) -> bytes:
     """The im2col tensor map (its 128 bytes) of the NHWC memory of x (channels_last, 16-byte aligned)
     for the convolution g, 128-byte swizzled (the K-major layout conv03's wgmma descriptors read),
-    zeros outside the tensor."""
+    zeros outside the tensor. Encoded on every call: gemmlab.conv03's plans keep them by address."""
     p = im2col_map_params(g, box_pixels, box_channels, x.element_size())
     if x.data_ptr() % TMA_ALIGN_BYTES:
         raise ValueError(f"TMA needs a 16-byte aligned input, got address {x.data_ptr():#x}")
-    key = ("im2col", x.data_ptr(), x.device.index, x.dtype, tuple(sorted((k, v) for k, v in p.items())))
-    found = _MAPS.get(key)
-    if found is not None:
-        return found
     driver, data_type = _driver_enums(x.dtype)
     err, tmap = encode_im2col(driver, data_type, x.data_ptr(), p)
     _check(driver, err, f"cuTensorMapEncodeIm2col({p})")
-    return _remember(key, map_bytes(tmap))
+    return map_bytes(tmap)
 
 
 def filter_map(w: torch.Tensor, K: int, R: int, S: int, C: int, box_rows: int, box_channels: int) -> bytes:
     """The tiled tensor map (its 128 bytes) of the contiguous [K][R*S*C] filter matrix at w, read as
-    [K][R*S][C] in boxes of box_channels x 1 tap x box_rows, 128-byte swizzled."""
+    [K][R*S][C] in boxes of box_channels x 1 tap x box_rows, 128-byte swizzled. Encoded on every
+    call, as im2col_map."""
     p = filter_map_params(K, R, S, C, box_rows, box_channels, w.element_size())
     if w.data_ptr() % TMA_ALIGN_BYTES:
         raise ValueError(f"TMA needs a 16-byte aligned filter, got address {w.data_ptr():#x}")
-    key = ("filter", w.data_ptr(), w.device.index, w.dtype, tuple(sorted((k, v) for k, v in p.items())))
-    found = _MAPS.get(key)
-    if found is not None:
-        return found
     driver, data_type = _driver_enums(w.dtype)
     err, tmap = encode_filter(driver, data_type, w.data_ptr(), p)
     _check(driver, err, f"cuTensorMapEncodeTiled({p})")
-    return _remember(key, map_bytes(tmap))
+    return map_bytes(tmap)
 
 
-def _remember(key: tuple, value: bytes) -> bytes:
+def _remember(key: tuple, found):
+    """Keep a map in the table (started again once it holds _MAPS_MAX) and return it."""
     if len(_MAPS) >= _MAPS_MAX:
         _MAPS.clear()
-    _MAPS[key] = value
-    return value
+    _MAPS[key] = found
+    return found
