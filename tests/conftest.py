@@ -20,6 +20,16 @@ os.environ.setdefault("COLUMNS", "220")  # rich tables in CLI tests: wide enough
 HAS_GPU = torch.cuda.is_available()
 
 
+def conv_run(algorithm: str, ratios: dict[tuple[str, int], float], commit: str = "c0ffee") -> dict:
+    """A hand-made conv-bench run: one record a (layer, batch), in the sweep's batch-major order; the
+    stem is a layer conv02 and conv03 cannot serve, so its record says im2col ran."""
+    recs = [dict(name=name, N=n, dtype="bf16", ratio=ratio, reps=10, algorithm="im2col" if name == "stem" else algorithm)
+            for (name, n), ratio in sorted(ratios.items(), key=lambda kv: kv[0][1])]
+    meta = dict(gpu="NVIDIA H200", gpu_slug="nvidia-h200", commit=commit * 5, time="2026-11-27T00:00:00", kind="conv",
+                dtype="bf16", algorithm=algorithm)
+    return {"meta": meta, "records": recs}
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return

@@ -17,7 +17,7 @@ from gemmlab.cli import app
 from gemmlab.cli.common import parse_shape
 from gemmlab.registry import CPU_LADDER, KERNELS
 
-from conftest import HAS_GPU
+from conftest import HAS_GPU, conv_run
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -299,3 +299,19 @@ def test_report_writes_every_marked_file_and_passes_over_the_others(tmp_path):
     assert res.exit_code == 1 and "no gemmlab section markers" in res.output
     res = runner.invoke(app, ["report", "--write", str(plain), "--write", str(tmp_path / "missing.md")])
     assert res.exit_code == 1 and "no such file" in res.output
+
+
+def test_plot_draws_conv2d_against_cudnn_per_gpu(tmp_path):
+    """gemmlab plot on a results tree with only conv-bench records: one image a GPU, from the newest
+    record of each algorithm."""
+    for alg, stamp in (("tma", "20261127T010000Z"), ("tma", "20261127T020000Z"), ("implicit", "20261127T000000Z")):
+        run = conv_run(alg, {("stem", 32): 0.5, ("s1 3x3", 32): 0.9, ("stem", 256): 0.6, ("s1 3x3", 256): 0.8})
+        folder = tmp_path / "results" / run["meta"]["gpu_slug"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"conv-resnet50-{alg}-{stamp}.json").write_text(json.dumps(run))
+    res = runner.invoke(app, ["plot", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "img")], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert [p.name for p in (tmp_path / "img").iterdir()] == ["nvidia-h200-conv-resnet50.png"]
+    assert "nvidia-h200-conv-resnet50.png" in res.output
+    empty = runner.invoke(app, ["plot", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "img")])
+    assert empty.exit_code == 1 and "no bench or conv-bench records" in empty.output

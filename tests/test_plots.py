@@ -1,12 +1,16 @@
 """Plots render from the committed records, with the series a reader expects."""
 
+import statistics
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.colors import same_color
 import pytest
 
 from gemmlab.bench import plots, records
 from gemmlab.registry import SGEMM_LADDER
+
+from conftest import conv_run
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 RUNS = records.merged_runs(records.find_runs(RESULTS, "bench"))
@@ -53,4 +57,63 @@ def test_roofline_from_the_committed_peak(run, tmp_path):
     timed = {r["kernel"] for r in run["records"] if r.get("dtype", "float32") == "float32"}
     steps = [k for k in SGEMM_LADDER if k.id in timed]
     assert len(steps) >= 11 and len(ax.collections) == 2 * (len(steps) + 1)  # every step timed and cuBLAS at both shapes
+    plt.close(fig)
+
+
+LAYERS = ["stem", "s1 3x3", "s4 1x1"]
+
+
+def test_conv_bars_draw_a_bar_per_layer_algorithm_and_batch(tmp_path):
+    """Two algorithms at two batches: a bar for each (layer, algorithm, batch), each bar its record's
+    ratio, the layers top to bottom in the sweep's order, parity as a line at 1.0x, the fallback hatched."""
+    ratios = {alg: {(name, n): round(0.1 * (i + 1) + 0.01 * j + (0.5 if alg == "tma" else 0), 2)
+                    for i, name in enumerate(LAYERS) for j, n in enumerate((32, 256))} for alg in ("implicit", "tma")}
+    runs = [conv_run("tma", ratios["tma"], "ab12"), conv_run("implicit", ratios["implicit"], "cd34")]  # tma first: sorted by step
+    png = tmp_path / "conv.png"
+    fig = plots.conv_bars(runs, png)
+    ax = fig.axes[0]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bars = ax.patches
+    assert len(bars) == len(LAYERS) * 2 * 2
+    # series in ladder order (conv02 implicit, then conv03 tma), each batch ascending; a bar per layer
+    expect = [ratios[alg][(name, n)] for alg in ("implicit", "tma") for n in (32, 256) for name in LAYERS]
+    assert [round(b.get_width(), 2) for b in bars] == expect
+    centres = [b.get_y() + b.get_height() / 2 for b in bars]
+    for k, name in enumerate(LAYERS):  # the four bars of a layer sit around its tick
+        assert all(abs(c - k) < 0.5 for c in centres[k::len(LAYERS)]), name
+    assert [t.get_text() for t in ax.get_yticklabels()] == LAYERS and ax.yaxis_inverted()
+    assert [bool(b.get_hatch()) for b in bars] == [name == "stem" for _ in range(4) for name in LAYERS]
+    (parity,) = [line for line in ax.get_lines() if line.get_label().startswith("cuDNN")]
+    assert list(parity.get_xdata()) == [1.0, 1.0]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[:4] == [f"conv{s}, batch {n}: geometric mean {gm:.2f}x"
+                          for s, alg in (("02 implicit", "implicit"), ("03 tma", "tma")) for n in (32, 256)
+                          for gm in [statistics.geometric_mean([ratios[alg][(name, n)] for name in LAYERS])]]
+    assert legend[4:] == ["cuDNN (same run)", "im2col ran: the step cannot serve the layer"]
+    assert not same_color(bars[0].get_facecolor(), bars[len(LAYERS)].get_facecolor())  # the batches apart
+    title = ax.get_title()
+    assert "NVIDIA H200" in title and "bf16" in title and "cd34cd34cd34, ab12ab12ab12" in title
+    assert "cuDNN time / gemmlab.conv2d's" in ax.get_xlabel()
+    plt.close(fig)
+
+
+def test_conv_bars_skip_a_layer_a_run_did_not_time():
+    partial = conv_run("tma", {("stem", 32): 0.5, ("s4 1x1", 32): 0.8})
+    fig = plots.conv_bars([conv_run("implicit", {(name, 32): 0.3 for name in LAYERS}), partial])
+    ax = fig.axes[0]
+    assert len(ax.patches) == len(LAYERS) + 2 and [t.get_text() for t in ax.get_yticklabels()] == LAYERS
+    plt.close(fig)
+    with pytest.raises(ValueError, match="no conv-bench runs"):
+        plots.conv_bars([])
+
+
+CONV = {}
+for _p in records.newest_conv(RESULTS):
+    CONV.setdefault(_p.parent.name, []).append(records.load_run(_p))
+
+
+@pytest.mark.parametrize("slug", sorted(CONV))
+def test_conv_bars_from_the_committed_records(slug, tmp_path):
+    fig = plots.conv_bars(CONV[slug], tmp_path / "conv.png")
+    assert len(fig.axes[0].patches) == sum(len(run["records"]) for run in CONV[slug])  # a bar a record
     plt.close(fig)

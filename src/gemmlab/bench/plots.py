@@ -3,14 +3,18 @@ the Figure, so tests can check its series, and writes a PNG when given a path.""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from .. import registry  # noqa: E402
+from ..conv import ALGORITHMS  # noqa: E402
+from .records import short_commit  # noqa: E402
 from .tables import _baseline_tflops  # noqa: E402
 from .tables import _title as _label  # noqa: E402
 
@@ -129,3 +133,56 @@ def models_bars(run: dict, path: Path | None = None):
     if path:
         fig.savefig(path, dpi=110)
     return fig
+
+
+def conv_bars(runs: list[dict], path: Path | None = None):
+    """conv-bench runs of one GPU (the newest of each algorithm): gemmlab.conv2d's ratio to cuDNN
+    for each layer in the sweep's order, one bar per (algorithm, batch), with parity marked.
+    Hatched bars are layers the run's algorithm could not serve, which ran im2col instead."""
+    if not runs:
+        raise ValueError("no conv-bench runs to plot")
+    runs = sorted(runs, key=lambda run: ALGORITHMS.index(_conv_algorithm(run)))
+    layers = list(dict.fromkeys(r["name"] for run in runs for r in run["records"]))  # sweep order
+    series = [(run, n) for run in runs for n in sorted({r["N"] for r in run["records"]})]
+    dtypes = sorted({r["dtype"] for run in runs for r in run["records"]})
+    shades = {"im2col": plt.cm.Blues, "implicit": plt.cm.Oranges, "tma": plt.cm.Greens}
+    fig, ax = plt.subplots(figsize=(9, 2.5 + 0.32 * len(layers)), layout="constrained")
+    height = 0.8 / len(series)
+    top = 1.0
+    handles: list = []
+    for i, (run, n) in enumerate(series):
+        alg = _conv_algorithm(run)
+        recs = {r["name"]: r for r in run["records"] if r["N"] == n}
+        kin = [_conv_algorithm(s[0]) for s in series]  # an algorithm's series: one shade each, darker on
+        color = shades[alg](0.5 + 0.35 * kin[:i].count(alg) / max(1, kin.count(alg) - 1))
+        ys = [j + (i - (len(series) - 1) / 2) * height for j, name in enumerate(layers) if name in recs]
+        ratios = [recs[name]["ratio"] for name in layers if name in recs]
+        mean = statistics.geometric_mean(ratios)
+        step = f"conv{ALGORITHMS.index(alg) + 1:02d} {alg}"
+        dtype = f", {next(iter(recs.values()))['dtype']}" if len(dtypes) > 1 else ""
+        bars = ax.barh(ys, ratios, height, color=color)
+        handles.append(Patch(color=color, label=f"{step}, batch {n}{dtype}: geometric mean {mean:.2f}x"))
+        for bar, name in zip(bars, (name for name in layers if name in recs)):
+            if recs[name].get("algorithm", alg) != alg:
+                bar.set_hatch("//")
+                bar.set_edgecolor("white")
+        top = max(top, *ratios)
+    handles.append(ax.axvline(1.0, color="black", linestyle="--", linewidth=1, label="cuDNN (same run)"))
+    if any(bar.get_hatch() for bar in ax.patches):
+        handles.append(Patch(facecolor="lightgray", hatch="//", edgecolor="white", label="im2col ran: the step cannot serve the layer"))
+    ax.set_yticks(range(len(layers)), layers)
+    ax.invert_yaxis()  # the sweep's first layer on top
+    ax.set_xlim(0, top + 0.1)
+    ax.set_xlabel("cuDNN time / gemmlab.conv2d's (> 1: faster than cuDNN)")
+    commits = ", ".join(short_commit(run["meta"]["commit"]) for run in runs)
+    ax.set_title(f"gemmlab.conv2d against cuDNN on ResNet-50's layers\n{runs[0]['meta']['gpu']}, {', '.join(dtypes)}, runs {commits}")
+    ax.grid(axis="x", alpha=0.3)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8)
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def _conv_algorithm(run: dict) -> str:
+    """The algorithm a conv-bench run asked conv2d for (records before meta carried it: im2col)."""
+    return run["meta"].get("algorithm", "im2col")

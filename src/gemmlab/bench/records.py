@@ -86,6 +86,15 @@ def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
     return load_run(paths[-1]) if paths else None
 
 
+CONV_TAGS = ("conv-resnet50", "conv-resnet50-implicit", "conv-resnet50-tma")  # conv-bench's sweep, per algorithm
+
+
+def newest_conv(results_root: Path) -> list[Path]:
+    """The newest conv-bench record on ResNet-50's layers of each algorithm per (GPU, dtype): the
+    algorithms in CONV_TAGS' order, each one's records by GPU folder and dtype."""
+    return [p for tag in CONV_TAGS for p in _newest_per_gpu(find_runs(results_root, tag), key=lambda m: m.get("dtype", ""))]
+
+
 def _sidecar(csv_path: Path) -> dict:
     """The header a profile's CSV has beside it (same name, .json or .json.gz); {} if none."""
     stem = Path(csv_path).name.removesuffix(".gz").removesuffix(".csv")

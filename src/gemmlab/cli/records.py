@@ -86,13 +86,17 @@ def plot_cmd(
 ) -> None:
     """PNGs from the newest records of each GPU: the ladder, TFLOP/s against size, a roofline.
 
-    The ladder at one size, TFLOP/s against size, a roofline where the GPU has a peak record, and
-    gemm() on a model's layers where it has a models sweep."""
+    The ladder at one size, TFLOP/s against size, a roofline where the GPU has a peak record,
+    gemm() on a model's layers where it has a models sweep, and conv2d against cuDNN on ResNet-50's
+    layers where it has conv-bench records."""
     from ..bench import plots, records
 
     runs = records.merged_runs(records.find_runs(results, "bench"))
-    if not runs:
-        err_console.print(f"gemmlab: no bench records under {results}")
+    conv: dict[str, list[Path]] = {}
+    for p in records.newest_conv(results):
+        conv.setdefault(p.parent.name, []).append(p)
+    if not runs and not conv:
+        err_console.print(f"gemmlab: no bench or conv-bench records under {results}")
         raise typer.Exit(1)
     out.mkdir(parents=True, exist_ok=True)
     ids = kernel or ["sgemm_01_naive", "sgemm_03_smem_tile", "sgemm_07_vectorized", "sgemm_10_smem_double_buffer", "sgemm_11_warp_tile"]
@@ -127,3 +131,7 @@ def plot_cmd(
             plots.roofline(run, peak, [(1024, 1024, 1024), (8192, 8192, 8192)], written[-1])
         for p in written:
             console.print(f"wrote {p}")
+    for slug, paths in sorted(conv.items()):  # gemmlab conv-bench --sweep sweeps/conv/resnet50.toml
+        png = out / f"{slug}-conv-resnet50.png"
+        plots.conv_bars([records.load_run(p) for p in paths], png)
+        console.print(f"wrote {png}")
