@@ -15,6 +15,7 @@
 # "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
 # "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "linear" the fused Linear + GELU against torch,
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
+# "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md)):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then COMPILE=0 STEPS="fuzz" (the fuzz compiles what it launches; the call is then full) then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
@@ -140,6 +141,13 @@ if want bmm; then
   # Under a time limit (on an H100 the sweep took under a minute)
   step "bmm-bench: batched bf16 GEMM against torch.bmm, B = 8-64, M = N = K = 512-2048 (sweeps/bmm/grid.toml; ${BMM_SECONDS:-480} s at most)"
   timeout "${BMM_SECONDS:-480}" python3 -m gemmlab bmm-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bmm-bench"
+fi
+
+if want train; then
+  # a transformer block's training step, every nn.Linear swapped for gemmlab.nn.Linear, against the
+  # same block on torch's own (same weights, input, target; the losses and gradients checked first)
+  step "train-bench: a transformer block's training step in bf16 at 8192 tokens, d_model 1024 and 4096, against torch's own Linear (sweeps/train/block.toml; ${TRAIN_SECONDS:-480} s at most)"
+  timeout "${TRAIN_SECONDS:-480}" python3 -m gemmlab train-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "train-bench"
 fi
 
 if want cold-start; then

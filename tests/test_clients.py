@@ -7,58 +7,19 @@ Stated tolerances: the losses of every step agree to LOSS_RTOL, and each final w
 in the norm of its difference over its own (the two products sum in different orders, and 200 steps
 of AdamW carry the difference on; in bf16 a weight whose gradient is near zero may step either way)."""
 
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import gemmlab
+from gemmlab.bench.block import Block, on_gemmlab
 
 STEPS = 200
 TOLERANCES = {torch.float32: (1e-3, 1e-3), torch.bfloat16: (5e-2, 3e-2)}  # dtype -> (LOSS_RTOL, WEIGHT_RTOL)
 
 
-class Block(nn.Module):
-    """Pre-norm attention (fused qkv projection, torch's scaled_dot_product_attention) and a
-    SiLU-gated MLP: the Linear layers of a Llama-style transformer block."""
-
-    def __init__(self, d: int = 32, heads: int = 4, ffn: int = 64, linear=nn.Linear):
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        # (no bias on the projections to q, k, v: the key's would get a gradient of exactly zero --
-        # softmax does not see a shift shared by a query's scores -- which AdamW turns into steps
-        # of either sign from rounding noise, in any implementation; Llama has none there either)
-        self.qkv, self.out = linear(d, 3 * d, bias=False), linear(d, d)
-        self.gate_up, self.down = linear(d, 2 * ffn), linear(ffn, d)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).transpose(1, 3).unbind(2)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
-        x = x + self.out(att)
-        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
-
-
 def mlp(linear=nn.Linear):
     return nn.Sequential(linear(24, 64), nn.GELU(), linear(64, 48), nn.GELU(), linear(48, 8))
-
-
-def on_gemmlab(model: nn.Module) -> nn.Module:
-    """A copy of the model with every nn.Linear replaced by gemmlab.nn.Linear holding the same weights."""
-    ours = copy.deepcopy(model)
-    for parent in ours.modules():
-        for name, child in parent.named_children():
-            if type(child) is nn.Linear:
-                swap = gemmlab.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
-                                         device=child.weight.device, dtype=child.weight.dtype)  # fmt: skip
-                swap.load_state_dict(child.state_dict())
-                setattr(parent, name, swap)
-    assert not any(type(m) is nn.Linear for m in ours.modules())
-    return ours
 
 
 def train_both(ref: nn.Module, ours: nn.Module, batch, steps: int = STEPS, step_of=lambda m: m):

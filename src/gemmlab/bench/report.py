@@ -13,6 +13,7 @@ from .records import (
 from .accuracy_table import accuracy_table
 from .bmm_table import bmm_table
 from .layer_tables import conv_table, linear_table
+from .train_table import train_table
 from .tables import (
     bench_table, cpu_vs_gpu_table, fp32_shapes_summary, fp32_shapes_table, k_sweep_shape, k_sweep_table,
     models_summary, models_table, ncu_table,
@@ -64,7 +65,8 @@ def readme_sections(results_root: Path) -> dict[str, str]:
 
 def results_sections(results_root: Path) -> dict[str, str]:
     """docs/results.md: every GPU's ladders per dtype, a model's layers, the layer benchmarks, batched
-    GEMM against torch.bmm, the CPU ladder, the overhead, the first call."""
+    GEMM against torch.bmm, a transformer block's training step, the CPU ladder, the overhead, the
+    first call."""
     runs = merged_runs(find_runs(results_root, "bench"))
     bench_md = "\n\n".join(
         f"### {r['meta']['gpu']}\n\n" + bench_table(r, newest_peak(results_root, r["meta"]["gpu_slug"]), label=f"#### {r['meta']['gpu']}: {{}}")
@@ -78,11 +80,13 @@ def results_sections(results_root: Path) -> dict[str, str]:
     linear_md = "\n\n".join(linear_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "linear-mlp")))
     bmm_paths = _newest_per_gpu(find_runs(results_root, "bmm"), key=lambda m: m.get("dtype", ""))
     bmm_md = "\n\n".join(bmm_table(load_run(p)) for p in bmm_paths)
+    train_paths = _newest_per_gpu(find_runs(results_root, "train"), key=lambda m: m.get("dtype", ""))
+    train_md = "\n\n".join(train_table(load_run(p)) for p in train_paths)
     cold_md = "\n\n".join(cold_start_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "cold-start")))
     none = "_no records yet_"
     return {"results": bench_md or none, "overhead": over_md or none, "results-cpu": cpu_md or none,
             "models": models_md or none, "fp32-shapes": fp32_md or none, "conv": conv_md or none,
-            "linear": linear_md or none, "bmm": bmm_md or none, "cold-start": cold_md or none}
+            "linear": linear_md or none, "bmm": bmm_md or none, "train": train_md or none, "cold-start": cold_md or none}
 
 
 def ladder_sections(results_root: Path) -> dict[str, str]:

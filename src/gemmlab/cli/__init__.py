@@ -28,6 +28,7 @@ for name, command in (
     ("conv-bench", lab.conv_bench_cmd),
     ("linear-bench", lab.linear_bench_cmd),
     ("bmm-bench", lab.bmm_bench_cmd),
+    ("train-bench", lab.train_bench_cmd),
     ("report", records.report_cmd),
     ("profile", records.profile_cmd),
     ("sass", kernels.sass_cmd),

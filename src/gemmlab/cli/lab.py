@@ -1,5 +1,5 @@
 """Commands that measure on a device and write records: bench, pad, overhead, cold-start, fuzz, accuracy,
-sustained, peak, conv-bench, linear-bench, bmm-bench."""
+sustained, peak, conv-bench, linear-bench, bmm-bench, train-bench."""
 
 from __future__ import annotations
 
@@ -566,3 +566,22 @@ def bmm_bench_cmd(
     for path, _ in run_bmm_bench(spec, out, on_record=progress):
         console.print(bmm_table(load_run(path)), markup=False, highlight=False)
         console.print(f"record: {path}")
+
+
+def train_bench_cmd(
+    sweep: Path = typer.Option(Path("sweeps/train/block.toml"), help="a train sweep file: block sizes, batch x seq, dtype"),
+    out: Path = _out_option("train"),
+) -> None:
+    """Time a transformer block's training step on gemmlab.nn.Linear against the same block on torch's nn.Linear."""
+    _require_gpu()
+    from ..bench.records import load_run
+    from ..bench.train import read_train_sweep, run_train_bench
+    from ..bench.train_table import train_table
+
+    spec = _layer_sweep(read_train_sweep, sweep)
+    progress = _numbered(len(spec["blocks"]),
+                         lambda r: f"{r['name']} {r['batch']}x{r['seq']} tokens: {r['vs_torch']:.2f}x torch ({r['ms']:.2f} ms "
+                                   f"against {r['torch_ms']:.2f}), loss gap {r['loss_gap']:.1e}, gradient gap {r['grad_gap']:.1e}")  # fmt: skip
+    path, _ = run_train_bench(spec, out, on_record=progress)
+    console.print(train_table(load_run(path)), markup=False, highlight=False)
+    console.print(f"record: {path}")
