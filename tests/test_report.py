@@ -380,3 +380,21 @@ def test_cold_start_section_is_the_newest_record_or_says_there_is_none(tmp_path)
     run = _cold_start_run()
     write_run(results_path(tmp_path, run["meta"], "cold-start"), run["meta"], run["records"])
     assert report.results_sections(tmp_path)["cold-start"] == tables.cold_start_table(run)
+
+
+def test_record_cases_keeps_what_was_measured_when_a_case_fails(tmp_path):
+    """The benches (bmm, conv, linear, train) run their cases through run.record_cases: the file
+    is rewritten after each case, so a case that raises leaves the earlier records on disk."""
+    from gemmlab.bench.run import record_cases
+
+    path, meta, seen = tmp_path / "gpu" / "x-1.json", {"gpu": "test"}, []
+
+    def broken():
+        raise RuntimeError("a wrong result")
+
+    cases = [lambda: {"case": 1}, lambda: {"case": 2}, broken, lambda: {"case": 4}]
+    with pytest.raises(RuntimeError, match="a wrong result"):
+        record_cases(path, meta, cases, seen.append)
+    assert json.loads(path.read_text()) == {"meta": meta, "records": [{"case": 1}, {"case": 2}]}
+    assert seen == [{"case": 1}, {"case": 2}]
+    assert record_cases(path, meta, cases[:2]) == [{"case": 1}, {"case": 2}]

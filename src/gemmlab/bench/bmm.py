@@ -12,6 +12,7 @@ is gemmlab overhead's to measure (gemmlab overhead), not this benchmark's.
 
 from __future__ import annotations
 
+from functools import partial
 import tomllib
 from pathlib import Path
 from typing import Callable
@@ -21,7 +22,7 @@ import torch
 from ..batched import bmm
 from ..reference import TOLERANCES
 from . import environment
-from .run import DTYPES, REPS, results_path, write_run
+from .run import DTYPES, REPS, record_cases, results_path
 from .timing import HostGate, L2Flusher, interleaved, median
 
 SWEEP_KEYS = {"tag", "dtypes", "batches", "squares", "shapes", "reps", "warmup"}
@@ -120,13 +121,7 @@ def run_bmm_bench(sweep: dict, out_root: Path, device_id: int = 0,
                     baseline="torch.bmm(a, b) on the same contiguous [B, M, K] @ [B, K, N] inputs",
                     gate="round")  # each round of timed launches queued behind a HostGate (bench.timing)  # fmt: skip
         path = results_path(out_root, meta, sweep["tag"])
-        records: list[dict] = []
-        for batch, M, N, K in sweep["cases"]:
-            rec = bmm_case(batch, M, N, K, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}", gate)
-            records.append(rec)
-            write_run(path, meta, records)
-            if on_record:
-                on_record(rec)
-            torch.cuda.empty_cache()
-        done.append((path, records))
+        cases = [partial(bmm_case, batch, M, N, K, dtype_name, sweep["reps"], sweep["warmup"], flusher,
+                         f"cuda:{device_id}", gate) for batch, M, N, K in sweep["cases"]]  # fmt: skip
+        done.append((path, record_cases(path, meta, cases, on_record)))
     return done

@@ -12,6 +12,7 @@ images before it is timed.
 
 from __future__ import annotations
 
+from functools import partial
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 from ..conv import conv2d, conv_geometry, im2col, implicit_gemm_why_not, tma_why_not
 from . import environment
-from .run import DTYPES, PRECISIONS, REPS, results_path, write_run
+from .run import DTYPES, PRECISIONS, REPS, record_cases, results_path
 from .timing import L2Flusher, interleaved, median
 
 LAYER_KEYS = {"name", "C", "H", "W", "K", "R", "S", "stride", "padding"}
@@ -133,15 +134,7 @@ def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
         meta.update(kind="conv", dtype=dtype_name, algorithm=algorithm,
                     baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last")  # fmt: skip
         path = results_path(out_root, meta, sweep["tag"] + ("" if algorithm == "im2col" else f"-{algorithm}"))
-        records: list[dict] = []
-        for batch in sweep["batches"]:
-            for layer in sweep["layers"]:
-                rec = conv_case(layer, batch, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}",
-                                algorithm)  # fmt: skip
-                records.append(rec)
-                write_run(path, meta, records)
-                if on_record:
-                    on_record(rec)
-                torch.cuda.empty_cache()
-        done.append((path, records))
+        cases = [partial(conv_case, layer, batch, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}",
+                         algorithm) for batch in sweep["batches"] for layer in sweep["layers"]]  # fmt: skip
+        done.append((path, record_cases(path, meta, cases, on_record)))
     return done

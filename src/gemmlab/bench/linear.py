@@ -11,6 +11,7 @@ without autograd (torch.no_grad), in the same interleaved rounds with L2 flushed
 
 from __future__ import annotations
 
+from functools import partial
 import tomllib
 from pathlib import Path
 from typing import Callable
@@ -110,14 +111,6 @@ def run_linear_bench(sweep: dict, out_root: Path, device_id: int = 0,
     meta.update(kind="linear", dtype=sweep["dtype"], activation=sweep["activation"],
                 baseline="torch eager: activation(F.linear(x, w, b)); torch.compile of the same")  # fmt: skip
     path = results_path(out_root, meta, sweep["tag"])
-    records: list[dict] = []
-    for name, n, k in sweep["weights"]:
-        for tokens in sweep["tokens"]:
-            rec = linear_case(name, tokens, n, k, sweep["dtype"], sweep["activation"], sweep["reps"], sweep["warmup"],
-                              flusher, f"cuda:{device_id}")  # fmt: skip
-            records.append(rec)
-            write_run(path, meta, records)
-            if on_record:
-                on_record(rec)
-            torch.cuda.empty_cache()
-    return path, records
+    cases = [partial(linear_case, name, tokens, n, k, sweep["dtype"], sweep["activation"], sweep["reps"], sweep["warmup"],
+                     flusher, f"cuda:{device_id}") for name, n, k in sweep["weights"] for tokens in sweep["tokens"]]  # fmt: skip
+    return path, record_cases(path, meta, cases, on_record)

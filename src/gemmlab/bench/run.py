@@ -248,6 +248,22 @@ def write_run(path: Path, meta: dict, records: list[dict]) -> None:
     os.replace(tmp, path)
 
 
+def record_cases(path: Path, meta: dict, cases, on_record=None) -> list[dict]:
+    """Run each case (a function returning its record) in turn, rewriting the record file after
+    each, so an interrupted run keeps what it measured; on_record sees each record as it comes.
+    The caching allocator's blocks go back between cases (the next case's sizes differ)."""
+    import torch
+
+    records: list[dict] = []
+    for case in cases:
+        records.append(case())
+        write_run(path, meta, records)
+        if on_record:
+            on_record(records[-1])
+        torch.cuda.empty_cache()
+    return records
+
+
 def run_bench(
     kernels: list[str],
     shapes: list[tuple[int, int, int]],

@@ -14,6 +14,7 @@ that waits on the host for a launch counts the wait, as a training loop would).
 
 from __future__ import annotations
 
+from functools import partial
 import tomllib
 from pathlib import Path
 from typing import Callable
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 from . import environment
 from .block import Block, on_gemmlab
-from .run import DTYPES, REPS, results_path, write_run
+from .run import DTYPES, REPS, record_cases, results_path
 from .timing import L2Flusher, interleaved, median
 
 SWEEP_KEYS = {"tag", "dtype", "blocks", "reps", "warmup"}
@@ -150,12 +151,6 @@ def run_train_bench(sweep: dict, out_root: Path, device_id: int = 0,
                 step="zero_grad, forward, F.mse_loss(out.float(), target.float()), backward, optimizer step",
                 baseline="the same block on torch's own nn.Linear: same weights, input, target and optimizer")  # fmt: skip
     path = results_path(out_root, meta, sweep["tag"])
-    records: list[dict] = []
-    for block in sweep["blocks"]:
-        rec = train_case(block, sweep["dtype"], sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}")
-        records.append(rec)
-        write_run(path, meta, records)
-        if on_record:
-            on_record(rec)
-        torch.cuda.empty_cache()
-    return path, records
+    cases = [partial(train_case, block, sweep["dtype"], sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}")
+             for block in sweep["blocks"]]  # fmt: skip
+    return path, record_cases(path, meta, cases, on_record)
