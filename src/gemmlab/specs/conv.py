@@ -98,7 +98,7 @@ CONV_03 = KernelSpec(
         Param("BM", 128, "output pixels a block: 64 per consumer warpgroup (64 or 128)"),
         Param("BN", 128, "output channels a block (64, 128 or 256: one m64nBNk16 MMA a warpgroup)"),
         Param("STAGES", 6, "shared buffers in the TMA ring (a stage: one tap x 64 channels)"),
-        Param("PERSISTENT", 0, "0 one tile a block; 1 at most one block an SM, each walking tiles (not yet run on a GPU)"),
+        Param("PERSISTENT", 0, "0 one tile a block; 1 at most one block an SM, each walking tiles"),
     ),
     block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
     grid=_conv03_grid,
