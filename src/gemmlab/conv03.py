@@ -41,7 +41,8 @@ _lock = threading.Lock()
 class Plan:
     """What a kind of conv03 call launches: the geometry g, the GEMM's M (output pixels) and K
     (output channels), the config, the kernel as a CUfunction, grid, block and shared memory, the
-    launch's fixed arguments (sizes, alpha) as ctypes values, and the maps' parameters."""
+    launch's arguments as ctypes values (the fixed ones set here), how the operands are read, and
+    the tensor maps of the addresses seen so far."""
 
     g: dict
     M: int
