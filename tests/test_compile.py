@@ -2,7 +2,6 @@
 from ptxas; the disk cache is keyed, atomic and self-healing."""
 
 import os
-from pathlib import Path
 import subprocess
 import sys
 

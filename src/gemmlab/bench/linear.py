@@ -23,7 +23,7 @@ from ..activations import ACTIVATIONS
 from ..nn import linear
 from ..ops import gemm
 from . import environment
-from .run import DTYPES, REPS, results_path, write_run
+from .run import DTYPES, REPS, record_cases, results_path
 from .timing import L2Flusher, interleaved, median
 
 SWEEP_KEYS = {"tag", "dtype", "activation", "tokens", "weights", "reps", "warmup"}

@@ -369,7 +369,7 @@ def k_sweep_shape(run: dict) -> tuple[str, int, int] | None:
 
 def _line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least squares y = a + b x: (a, b)."""
-    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return my - b * mx, b
 

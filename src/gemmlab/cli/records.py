@@ -16,7 +16,7 @@ def report_cmd(
     write: Optional[list[Path]] = typer.Option(None, help="rewrite the marked sections of this file (repeatable: README.md, docs/results.md, docs/ladder/*.md)"),
 ) -> None:
     """Markdown tables from the newest records of each GPU: printed, or written between markers."""
-    from ..bench import records, report
+    from ..bench import report
 
     sections = report.all_sections(results)
     if write is None:
