@@ -65,6 +65,26 @@ def test_gradients_match_torch_on_the_cpu(M, K, N, layout):
         torch.testing.assert_close(ours.double(), theirs, rtol=1e-5, atol=1e-5, msg=lambda m: f"d{name}: {m}")
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_each_gradient_arrives_in_its_operand_s_layout(layout):
+    """A gradient of another layout than its leaf's is copied into the leaf's before it is kept
+    (autograd's layout contract): for a Linear's weight, read as weight.t(), the whole weight."""
+    a, b = _leaf(7, 5, transposed=layout[0] == "t"), _leaf(5, 3, transposed=layout[1] == "t")
+    arrived = {}
+    a.register_hook(lambda g: arrived.update(a=g.stride()))
+    b.register_hook(lambda g: arrived.update(b=g.stride()))
+    gemmlab.gemm(a, b, device="cpu").sum().backward()
+    assert arrived == {"a": a.stride(), "b": b.stride()}
+
+
+def test_a_linear_weight_s_gradient_is_not_copied():
+    lin = gemmlab.nn.Linear(5, 3)
+    arrived = []
+    lin.weight.register_hook(lambda g: arrived.append(g.is_contiguous()))
+    lin(torch.randn(4, 5)).sum().backward()
+    assert arrived == [True] and lin.weight.grad.is_contiguous()
+
+
 def test_only_the_inputs_that_require_grad_get_one():
     a, b = _leaf(7, 5), torch.randn(5, 3)
     gemmlab.gemm(a, b, device="cpu").sum().backward()

@@ -15,6 +15,7 @@ dbias = dZ summed over the rows. A 16-bit problem with an fp32 result takes dZ r
 inputs' type for dA and dB, the type they are in.
 """
 
+from functools import partial
 from typing import Optional
 
 import torch
@@ -96,6 +97,23 @@ def _setup_context(ctx, inputs, output):
     ctx.alpha, ctx.beta, ctx.precision, ctx.input_dtype = alpha, beta, precision, a.dtype
     ctx.kernel, ctx.out_dtype, ctx.activation = kernel, out_dtype, activation
     ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.a_transposed, ctx.b_transposed = _column_major(a), _column_major(b)
+
+
+def _column_major(t: Tensor) -> bool:
+    """Whether a matrix is stored transposed (a .t() view of a row-major one), as nn.Linear's
+    weight.t() is."""
+    return t.shape[0] > 1 and t.shape[1] > 1 and t.stride(0) == 1 and t.stride(1) != 1
+
+
+def _product_in_layout(p: Tensor, q: Tensor, transposed: bool, alpha: float, precision: str) -> Tensor:
+    """alpha p @ q, in the layout of the operand it is the gradient of: computed as (q^T @ p^T)^T
+    where that operand is stored transposed. Autograd hands a parameter a gradient of its own
+    layout as it is, and copies any other into that layout first (for a Linear's weight, read as
+    weight.t(), a copy of the whole weight every step)."""
+    if transposed:
+        return gemm_op(q.t(), p.t(), None, alpha, 0.0, "auto", precision, None).t()
+    return gemm_op(p, q, None, alpha, 0.0, "auto", precision, None)
 
 
 def _backward(ctx, grad):
@@ -106,8 +124,9 @@ def _backward(ctx, grad):
             z = z.detach().requires_grad_()
             (grad,) = torch.autograd.grad(ACTIVATIONS[ctx.activation](z), z, grad)
     g = grad.to(ctx.input_dtype).contiguous()  # (an expanded gradient, as sum() gives, has stride 0)
-    da = gemm_op(g, b.t(), None, ctx.alpha, 0.0, "auto", ctx.precision, None) if ctx.needs_input_grad[0] else None
-    db = gemm_op(a.t(), g, None, ctx.alpha, 0.0, "auto", ctx.precision, None) if ctx.needs_input_grad[1] else None
+    product = partial(_product_in_layout, alpha=ctx.alpha, precision=ctx.precision)
+    da = product(g, b.t(), ctx.a_transposed) if ctx.needs_input_grad[0] else None
+    db = product(a.t(), g, ctx.b_transposed) if ctx.needs_input_grad[1] else None
     dc = grad * ctx.beta if ctx.needs_input_grad[2] else None
     wants_dbias = len(ctx.needs_input_grad) > 8 and ctx.needs_input_grad[8]
     dbias = grad.sum(0).to(ctx.bias_dtype) if wants_dbias else None
