@@ -395,3 +395,26 @@ def test_a_small_conv_bench_run_writes_checked_records(tmp_path):
             else:
                 assert r["im2col_ms"] > 0 and r["im2col_bytes"] > 0, r
         assert "none (view)" in tables.conv_table({"meta": {"gpu": "GPU", "commit": "abc", "time": "t"}, "records": records})
+
+
+def test_tiles_are_timed_only_for_conv03(tmp_path):
+    sweep = dict(layers=[conv_bench.Layer("1x1", 8, 9, 9, 16, 1, 1)], batches=[2], dtypes=["bf16"], tag="t", reps=3, warmup=1)
+    with pytest.raises(ValueError, match="algorithm='tma'"):
+        conv_bench.run_conv_bench(sweep, tmp_path, algorithm="implicit", tiles=True)
+
+
+@gpu
+@needs_gpu
+def test_a_conv03_bench_run_records_its_build_and_every_tile_s_time(tmp_path):
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03
+    from gemmlab.specs.conv import CONV03_TILES
+
+    sweep = dict(layers=[conv_bench.Layer("3x3", 64, 14, 14, 128, 3, 3, 1, 1)], batches=[4], dtypes=["bf16"], tag="t",
+                 reps=3, warmup=1)  # fmt: skip
+    ((path, (r,)),) = conv_bench.run_conv_bench(sweep, tmp_path, algorithm="tma", tiles=True)
+    assert r["algorithm"] == "tma" and r["conv03"]["persistent"] == conv03.PERSISTENT and conv03.TILE is None
+    tiles = -(-4 * 14 * 14 // r["conv03"]["BM"]) * -(-128 // r["conv03"]["BN"])
+    assert r["conv03"]["tiles"] == tiles and 1 <= r["conv03"]["grid"] <= tiles
+    assert sorted(r["tile_ms"]) == sorted(f"{bm}x{bn}" for bm, bn in CONV03_TILES) and min(r["tile_ms"].values()) > 0

@@ -122,6 +122,21 @@ def test_the_persistent_grid_is_the_resident_blocks_or_fewer():
     assert grid_for(100352, 256, walk, 3) == (3, 1, 1)
 
 
+def test_a_plan_says_what_it_launches_and_a_forced_tile_keeps_plans_apart(monkeypatch):
+    from types import SimpleNamespace
+
+    from gemmlab import conv03
+
+    walk = CONV_03.config(BM=64, BN=128, STAGES=8, PERSISTENT=1)
+    plan = SimpleNamespace(cfg=walk, M=100352, K=256, grid=grid_for(100352, 256, walk, 132))
+    assert conv03.describe(plan) == dict(BM=64, BN=128, STAGES=8, persistent=True, grid=132, tiles=1568 * 2)
+    with FakeTensorMode():
+        x, w = _fake((2, 64, 9, 9), memory_format=torch.channels_last), _fake((128, 64, 3, 3))
+        rule = conv03._key(x, w, None, (1, 1, 1), None)
+        monkeypatch.setattr(conv03, "TILE", (64, 64))
+        assert conv03._key(x, w, None, (1, 1, 1), None) != rule
+
+
 def _fake(shape, dtype=torch.bfloat16, **kw):
     return torch.empty(*shape, device="cuda", dtype=dtype, **kw)
 

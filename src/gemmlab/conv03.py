@@ -24,12 +24,15 @@ from torch import Tensor
 
 from . import jit, launch, tma
 from .activations import post_code
-from .specs.conv import CONV03_BK, CONV_03, conv03_config
+from .specs.conv import CONV03_BK, CONV03_TILES, CONV_03, conv03_config
 
 # Launch the persistent build (plans are kept apart by it); False: one tile a block.
 PERSISTENT = True
 # The kernel's GROUP: its tile walk takes groups of this many rows of tiles, column by column.
 WALK_GROUP = 1
+# A tile (BM, BN) of CONV03_TILES every plan takes instead of the rule's (conv-bench --tiles times
+# each); None: the rule's (conv03_config). Plans are kept apart by it.
+TILE: tuple[int, int] | None = None
 
 _PLANS: dict[tuple, Plan] = {}
 _PLANS_MAX = 256  # kinds of call remembered; past it the table starts again
@@ -66,7 +69,7 @@ class Plan:
 
 def _key(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, activation: str | None) -> tuple:
     b = None if bias is None else (bias.dtype, bias.stride())
-    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), b, activation, g_args, PERSISTENT)
+    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), b, activation, g_args, PERSISTENT, TILE)
 
 
 def cached_plan(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, activation: str | None) -> Plan | None:
@@ -84,7 +87,10 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
     device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
     from .device import sm_count
 
-    cfg = conv03_config(K, M, sm_count(device_id), persistent=PERSISTENT)
+    if TILE is None:
+        cfg = conv03_config(K, M, sm_count(device_id), persistent=PERSISTENT)
+    else:
+        cfg = CONV_03.config(BM=TILE[0], BN=TILE[1], STAGES=CONV03_TILES[TILE], PERSISTENT=int(PERSISTENT))
     loaded = jit.load_kernel(CONV_03, cfg, device_id, x.dtype, x.dtype, post=post_code(bias is not None, activation))
     launch.ensure_current(device_id)
     resident = launch.resident_blocks(loaded, device_id, CONV_03.block(cfg), None) if cfg["PERSISTENT"] else 0
@@ -103,6 +109,13 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             _PLANS.clear()
         _PLANS[key] = plan
     return plan
+
+
+def describe(plan: Plan) -> dict:
+    """What a plan launches, for a benchmark's record: the tile, the build and the grid."""
+    return dict(BM=plan.cfg["BM"], BN=plan.cfg["BN"], STAGES=plan.cfg["STAGES"], persistent=bool(plan.cfg["PERSISTENT"]),
+                grid=plan.grid[0] * plan.grid[1] * plan.grid[2],
+                tiles=-(-plan.M // plan.cfg["BM"]) * -(-plan.K // plan.cfg["BN"]))  # fmt: skip
 
 
 def grid_for(M: int, K: int, cfg, resident: int) -> tuple:

@@ -76,13 +76,43 @@ def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
+def _on_tile(tile: tuple[int, int], call: Callable[[], object]) -> object:
+    """call() with every conv03 plan on this tile (gemmlab.conv03.TILE), the rule's again after."""
+    from .. import conv03
+
+    conv03.TILE = tile
+    try:
+        return call()
+    finally:
+        conv03.TILE = None
+
+
+def _tile_times(x, w, kw: dict, ref, dtype_name: str, reps: int, warmup: int, flusher) -> dict:
+    """conv03 on each tile of CONV03_TILES in the build conv03.PERSISTENT picks, every result
+    checked against float64 first, then all timed in the same interleaved rounds: the
+    measurements CONV03_TILE_COST stands in for. Milliseconds by tile name ("128x256")."""
+    from ..specs.conv import CONV03_TILES
+
+    first = x[:CHECK_IMAGES]
+    fns = {}
+    for tile in CONV03_TILES:
+        err = _rel_err(_on_tile(tile, lambda: conv2d(first, w, algorithm="tma", **kw)), ref)
+        if not err <= WRONG_ABOVE[dtype_name]:
+            raise RuntimeError(f"conv03 on the {tile[0]}x{tile[1]} tile: error {err:.2e} against float64; not timed")
+        fns[f"{tile[0]}x{tile[1]}"] = partial(_on_tile, tile, lambda: conv2d(x, w, algorithm="tma", **kw))
+    times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
+    return {name: median(v) for name, v in times.items()}
+
+
 def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int, flusher, device: str = "cuda",
-              algorithm: str = "im2col") -> dict:  # fmt: skip
+              algorithm: str = "im2col", tiles: bool = False) -> dict:  # fmt: skip
     """One layer at one batch and dtype: the error of both sides against float64 on the first
     images, then the median times of gemmlab.conv2d, cuDNN and conv2d's im2col alone (None where
     im2col returns a view of x: no work, or where the algorithm is implicit GEMM, which has none).
     algorithm: conv2d's; a layer implicit GEMM (or conv03, "tma") cannot serve (C not a multiple
-    of 8, or a geometry the im2col map cannot hold) runs im2col, and its record says which ran."""
+    of 8, or a geometry the im2col map cannot hold) runs im2col, and its record says which ran.
+    Where conv03 ran, the record holds its tile, build and grid (conv03); tiles: also every tile's
+    time (tile_ms, _tile_times)."""
     dtype, precision = DTYPES[dtype_name], PRECISIONS.get(dtype_name, "fp32")
     g = conv_geometry((batch, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
     x = torch.randn(batch, layer.C, layer.H, layer.W, device=device).to(dtype).to(memory_format=torch.channels_last)
@@ -108,7 +138,15 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
             raise RuntimeError(f"{layer.name} N={batch} {dtype_name} ({algorithm}): gemmlab.conv2d's error against float64 "
                                f"is {err:.2e}, over {WRONG_ABOVE[dtype_name]:.0e} (cuDNN's: {cudnn_err:.2e}); not timed")  # fmt: skip
         times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
+        tile_ms = _tile_times(x, w, kw, ref, dtype_name, reps, warmup, flusher) if tiles and algorithm == "tma" else None
     ms = {k: median(v) for k, v in times.items()}
+    extra = {}
+    if algorithm == "tma":
+        from .. import conv03
+
+        extra["conv03"] = conv03.describe(conv03.cached_plan(x, w, None, (layer.stride, layer.padding, 1), None))
+    if tile_ms is not None:
+        extra["tile_ms"] = tile_ms
     flops = 2.0 * batch * g["P"] * g["Q"] * layer.K * layer.C * layer.R * layer.S
     return dict(
         name=layer.name, N=batch, C=layer.C, H=layer.H, W=layer.W, K=layer.K, R=layer.R, S=layer.S,
@@ -118,23 +156,30 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
         cudnn_times_ms=times["cudnn"], tflops=flops / ms["ours"] / 1e9, cudnn_tflops=flops / ms["cudnn"] / 1e9,
         ratio=ms["cudnn"] / ms["ours"],
         im2col_bytes=batch * g["P"] * g["Q"] * layer.C * layer.R * layer.S * x.element_size() if copies else 0,
-        error=err, cudnn_error=cudnn_err, reps=reps, algorithm=algorithm,
+        error=err, cudnn_error=cudnn_err, reps=reps, algorithm=algorithm, **extra,
     )  # fmt: skip
 
 
 def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
-                   on_record: Callable[[dict], None] | None = None, algorithm: str = "im2col") -> list[tuple[Path, list[dict]]]:  # fmt: skip
+                   on_record: Callable[[dict], None] | None = None, algorithm: str = "im2col",
+                   tiles: bool = False) -> list[tuple[Path, list[dict]]]:  # fmt: skip
     """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder;
     tag-implicit-<time>.json for algorithm="implicit", tag-tma-<time>.json for "tma"), rewritten after each layer, so an
-    interrupted run keeps what it measured."""
+    interrupted run keeps what it measured. tiles (algorithm "tma"): every conv03 tile timed too."""
+    if tiles and algorithm != "tma":
+        raise ValueError(f"tiles=True times conv03's tiles: it needs algorithm='tma', got {algorithm!r}")
     flusher = L2Flusher(device_id)
     done = []
     for dtype_name in sweep["dtypes"]:
         meta = environment.describe(device_id)
         meta.update(kind="conv", dtype=dtype_name, algorithm=algorithm,
                     baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last")  # fmt: skip
+        if algorithm == "tma":
+            from .. import conv03
+
+            meta.update(conv03_persistent=conv03.PERSISTENT, tiles_timed=tiles)
         path = results_path(out_root, meta, sweep["tag"] + ("" if algorithm == "im2col" else f"-{algorithm}"))
         cases = [partial(conv_case, layer, batch, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}",
-                         algorithm) for batch in sweep["batches"] for layer in sweep["layers"]]  # fmt: skip
+                         algorithm, tiles) for batch in sweep["batches"] for layer in sweep["layers"]]  # fmt: skip
         done.append((path, record_cases(path, meta, cases, on_record)))
     return done

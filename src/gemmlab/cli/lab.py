@@ -489,6 +489,7 @@ def conv_bench_cmd(
     dtype: Optional[list[str]] = typer.Option(None, help="float32, tf32, bf16 or fp16 (repeatable); default the sweep's"),
     batch: Optional[list[int]] = typer.Option(None, help="batch sizes (repeatable); default the sweep's"),
     algorithm: str = typer.Option("im2col", help="conv2d's: im2col, implicit (conv02, implicit GEMM) or tma (conv03, TMA im2col + wgmma, Hopper); the last two bf16/fp16 with C a multiple of 8, im2col elsewhere"),
+    tiles: bool = typer.Option(False, "--tiles", help="with --algorithm tma: time conv03 on every tile too (the record's tile_ms)"),
     out: Path = _out_option("conv"),
 ) -> None:
     """Time gemmlab.conv2d against cuDNN on a sweep of convolution layers, its im2col step timed beside them."""
@@ -510,7 +511,9 @@ def conv_bench_cmd(
 
     if algorithm not in ALGORITHMS:
         raise typer.BadParameter(f"--algorithm {algorithm!r}: one of {', '.join(ALGORITHMS)}")
-    for path, records in run_conv_bench(spec, out, on_record=progress, algorithm=algorithm):
+    if tiles and algorithm != "tma":
+        raise typer.BadParameter("--tiles times conv03's tiles: it goes with --algorithm tma")
+    for path, records in run_conv_bench(spec, out, on_record=progress, algorithm=algorithm, tiles=tiles):
         from ..bench.records import load_run
 
         console.print(conv_table(load_run(path)), markup=False, highlight=False)
