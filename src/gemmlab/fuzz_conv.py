@@ -1,0 +1,380 @@
+"""gemmlab conv-fuzz: random convolutions drawn into conv02's and conv03's risky regimes, checked
+against float64.
+
+The GEMM harness (gemmlab.fuzz) draws matrices; a convolution's risks lie in its geometry, so this
+one draws geometries: output rows (N*P*Q) whole multiples of conv03's 64- to 256-pixel tiles and
+one either side, output channels around 64, 128, 192 and 256 and odd ones (1, 7, 130, 300), short
+reductions (1x1 filters over 8 to 64 channels), enough output pixels that each of conv03's
+persistent blocks walks several tiles, and odd sizes: prime images, stride 2 and 3, dilation,
+asymmetric padding, 'same' with even filters. Every case comes from its own seed (geometry, memory
+formats of x and of the weight, dtype, algorithm, bias, a NaN or Inf in x or w, the input values),
+so any one can be run again alone (`gemmlab conv-fuzz --replay '<case>'`). The cases and their
+drawing live in gemmlab.fuzz_conv_cases; this module runs and judges them.
+
+Each case: x and w drawn fresh (normal; w scaled by 1/sqrt(C*R*S)), the memory the result will
+land in filled with NaN first (freed, so that the caching allocator hands it back), then
+gemmlab.conv2d(algorithm=...) under no_grad. The result is compared with float64 (torch's own
+convolution, cuDNN off: explicit zero padding, im2col and DGEMM, so a zero in the padding times an
+Inf in w is NaN there as in our kernels) and so is cuDNN's in the case's dtype: a case is wrong
+where NaN or Inf appears or vanishes, or where an error (reference.error_terms: rel_fro and
+max_scaled) exceeds both the dtype's tolerance and CUBLAS_FACTOR times cuDNN's own error. Where
+the algorithm drawn cannot serve a geometry (C not a multiple of 8, the TMA's limits, a GPU before
+Hopper), the case falls back (tma, then implicit, then im2col) and the refusal is counted, never
+judged. The errors are queued on the GPU and read back in batches, as gemmlab.fuzz does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+import math
+import random
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .activations import ACTIVATIONS, post_code
+from .conv import conv2d, implicit_gemm_why_not, tma_why_not
+from .fuzz import BATCH, CUBLAS_FACTOR, WRONG_KEPT, run_activation
+from .fuzz_conv_cases import ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, draw, why_not
+from .reference import error_terms, reference_post, tolerance
+from .specs.conv import CONV_02, CONV_03, conv03_config
+
+# (the cases and their drawing, imported here too: fuzz_conv.draw, fuzz_conv.ConvCase)
+__all__ = ["ALGORITHM_WEIGHTS", "DTYPES", "REGIMES", "ConvCase", "draw", "why_not", "run_activation", "run", "replay",
+           "judge", "start"]  # fmt: skip
+POISON_BLOCKS = 4  # NaN blocks the size of the result, freed before the call: x's and w's copies may take some
+
+
+# ---- Building and running a case ----------------------------------------------------------------
+
+
+@dataclass
+class Built:
+    x: torch.Tensor
+    w: torch.Tensor
+    bias: torch.Tensor | None
+
+
+def build(case: ConvCase, device: str = "cuda") -> Built:
+    """The case's tensors: x, w (scaled by 1/sqrt(C*R*S)) and the bias drawn from a generator
+    seeded by the case, in its dtype and memory formats, the special value placed."""
+    dtype = DTYPES[case.dtype]
+    gen = torch.Generator(device=device)
+    gen.manual_seed(case.seed)
+    x = torch.randn(case.N, case.C, case.H, case.W, generator=gen, device=device).to(dtype)
+    w = torch.randn(case.K, case.C, case.R, case.S, generator=gen, device=device)
+    w = (w / math.sqrt(case.C * case.R * case.S)).to(dtype)
+    bias = torch.randn(case.K, generator=gen, device=device).to(dtype) if case.bias else None
+    if case.special:
+        what, where = case.special.split("-")
+        target = x if where == "x" else w
+        at = random.Random(f"place {case.seed}")
+        index = tuple(at.randrange(n) for n in target.shape)
+        target[index] = math.nan if what == "nan" else -math.inf if sum(index) % 2 else math.inf
+    fmt = lambda cl: torch.channels_last if cl else torch.contiguous_format  # noqa: E731
+    return Built(x.contiguous(memory_format=fmt(case.x_channels_last)),
+                 w.contiguous(memory_format=fmt(case.w_channels_last)), bias)  # fmt: skip
+
+
+def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -> ConvCase | None:
+    """The case with the first algorithm (its own, then FALLBACK's among `algorithms`) whose
+    conv2d check accepts these tensors on this device -- conv.tma_why_not also asks the device --
+    or None where none does."""
+    reasons = [case.refused] if case.refused else []
+    for algorithm in (case.algorithm, *FALLBACK[case.algorithm]):
+        if algorithms is not None and algorithm not in algorithms:
+            continue
+        why = None
+        if algorithm == "tma":
+            why = tma_why_not(t.x, t.w, t.bias, *case.g_args)
+        elif algorithm == "implicit":
+            why = implicit_gemm_why_not(t.x, t.w, t.bias)
+        if why is None:
+            if algorithm == case.algorithm:
+                return case
+            return replace(case, algorithm=algorithm, drawn=case.drawn or case.algorithm, refused="; ".join(reasons))
+        reasons.append(f"{algorithm}: {why}")
+    return None
+
+
+def poison(numel: int, dtype: torch.dtype, device: str = "cuda") -> None:
+    """Blocks of NaN the size of a result, freed: the caching allocator hands the best fit, one of
+    these, to the result, so an element the kernel never writes stays NaN."""
+    blocks = [torch.full((numel,), math.nan, dtype=dtype, device=device) for _ in range(POISON_BLOCKS)]
+    del blocks
+
+
+def _as_rows(y: torch.Tensor) -> torch.Tensor:
+    """[N, K, P, Q] as the GEMM's [N*P*Q, K] (NHWC order): the bias runs along the columns."""
+    return y.permute(0, 2, 3, 1).reshape(-1, y.shape[1])
+
+
+def _errors(case: ConvCase, t: Built, y: torch.Tensor) -> torch.Tensor:
+    """[ours: rel_fro, max_scaled, appeared, vanished; cuDNN's four] without a sync. The float64
+    reference pads x with zeros itself and runs with cuDNN off (torch's im2col and DGEMM)."""
+    g = case.geometry()
+    top, bottom, left, right = g["pads"]
+    kw = dict(stride=g["stride"], dilation=g["dilation"])
+    x64 = F.pad(t.x.double().contiguous(), (left, right, top, bottom))
+    w64 = t.w.double().contiguous()
+    with torch.backends.cudnn.flags(enabled=False):
+        ref = _as_rows(F.conv2d(x64, w64, **kw))
+        scale = _as_rows(F.conv2d(x64.abs(), w64.abs(), **kw))
+        # ||T||^2 = sum over outputs of sum_j (x_j w_jk)^2: one convolution of x^2 with sum_k w^2
+        clean = lambda v: torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
+        terms = F.conv2d(clean(x64).square(), clean(w64).square().sum(0, keepdim=True), **kw).sum().sqrt()
+    ref, scale = reference_post(ref, scale, t.bias, None)
+    norm = torch.maximum(torch.linalg.vector_norm(ref.where(torch.isfinite(ref), torch.zeros_like(ref))), terms)
+    ref, scale = reference_post(ref, scale, None, case.activation)
+    ours = error_terms(_as_rows(y), ref, scale, norm)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        theirs = F.conv2d(t.x, t.w, t.bias, *case.g_args)
+    if case.activation:
+        theirs = ACTIVATIONS[case.activation](theirs)
+    return torch.cat([ours, error_terms(_as_rows(theirs), ref, scale, norm)])
+
+
+@dataclass
+class Outcome:
+    case: ConvCase
+    chosen: str  # the kernel that ran and its tile, for the coverage counts
+    wrong: bool
+    why: str
+    ours: tuple[float, float]  # rel_fro, max_scaled
+    cudnn: tuple[float, float]
+    tol: tuple[float, float]
+
+
+def judge(case: ConvCase, chosen: str, v: list[float]) -> Outcome:
+    """The verdict on a case from its eight error terms (_errors)."""
+    dtype = DTYPES[case.dtype]
+    tol = tolerance(dtype, "fp32", dtype, case.C * case.R * case.S)
+    rel, ms, appeared, vanished, c_rel, c_ms, _, _ = v
+    why = []
+    if appeared:
+        why.append(f"{int(appeared)} NaN/Inf appeared where float64 is finite")
+    if vanished:
+        why.append(f"{int(vanished)} NaN/Inf of float64 missing")
+    if rel > tol.rel_fro and rel > CUBLAS_FACTOR * c_rel:
+        why.append(f"rel_fro {rel:.2e} over {tol.rel_fro:.0e} and {CUBLAS_FACTOR:g}x cuDNN's {c_rel:.2e}")
+    if ms > tol.max_scaled and ms > CUBLAS_FACTOR * c_ms:
+        why.append(f"max_scaled {ms:.2e} over {tol.max_scaled:.0e} and {CUBLAS_FACTOR:g}x cuDNN's {c_ms:.2e}")
+    return Outcome(case, chosen, bool(why), "; ".join(why), (rel, ms), (c_rel, c_ms), (tol.rel_fro, tol.max_scaled))
+
+
+def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
+    """(the kernel and its tile, how conv03's blocks met its tiles) for the coverage counts: conv03's
+    from the plan its call launched (t given, after the call), else from its config rule for a
+    132-SM GPU; im2col's as gemm() chooses for its [N*P*Q, C*R*S] x [C*R*S, K] product."""
+    from . import conv03
+
+    g = case.geometry()
+    M = g["N"] * g["P"] * g["Q"]
+    if case.algorithm == "implicit":
+        cfg = CONV_02.default_config()
+        return f"{CONV_02.id} BM={cfg['BM']},BN={cfg['BN']}", ""
+    if case.algorithm == "im2col":
+        from .fuzz import _chosen
+
+        return _chosen(_im2col_problem(case, g), "auto"), ""
+    plan = conv03.cached_plan(t.x, t.w, t.bias, case.g_args, case.activation) if t is not None else None
+    cfg = plan.cfg if plan is not None else conv03_config(case.K, M, 132, persistent=conv03.PERSISTENT)
+    blocks = plan.grid[0] if plan is not None else 132
+    tiles = -(-M // cfg["BM"]) * -(-case.K // cfg["BN"])
+    walk = "" if not cfg["PERSISTENT"] else "several tiles a block" if tiles > blocks else "one tile a block"
+    return f"{CONV_03.id} BM={cfg['BM']},BN={cfg['BN']}" + (",PERSISTENT=1" if cfg["PERSISTENT"] else ""), walk
+
+
+def _im2col_problem(case: ConvCase, g: dict):
+    """The GEMM problem im2col hands gemm(), on the meta device (shapes and strides only), asked as
+    of the GPU's SM count where there is one."""
+    from .problem import problem_from_tensors
+
+    dtype, rsc = DTYPES[case.dtype], case.C * case.R * case.S
+    a = torch.empty(g["N"] * g["P"] * g["Q"], rsc, dtype=dtype, device="meta")
+    b = torch.empty(case.K, rsc, dtype=dtype, device="meta").t()  # the filter matrix, read transposed
+    return replace(problem_from_tensors(a, b, device_type="meta"), device=torch.device("cuda"))
+
+
+def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
+    """Build and run a case and queue its checks: (the case as it ran, its kernel, its walk, the
+    error terms still on the GPU), or (the case, None, None, None) where no algorithm asked for
+    can serve it on this device."""
+    t = build(case)
+    served = serve(case, t, algorithms)
+    if served is None:
+        return case, None, None, None
+    g = served.geometry()
+    poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
+    with torch.no_grad():
+        y = conv2d(t.x, t.w, t.bias, *served.g_args, activation=served.activation, algorithm=served.algorithm)
+    kernel, walk = chosen(served, t)
+    return served, kernel, walk, _errors(served, t, y)
+
+
+# ---- The run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    seed: int
+    tried: int = 0
+    wrong: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    by_regime: Counter = field(default_factory=Counter)
+    by_dtype: Counter = field(default_factory=Counter)
+    by_algorithm: Counter = field(default_factory=Counter)
+    by_kernel: Counter = field(default_factory=Counter)  # kernel and tile (conv03: persistent or not)
+    by_walk: Counter = field(default_factory=Counter)  # conv03's persistent build: one or several tiles a block
+    refused: Counter = field(default_factory=Counter)  # "drawn -> ran" (-> none: skipped), never judged
+    refusals: dict = field(default_factory=dict)  # an example reason of each
+    worst: list[dict] = field(default_factory=list)  # the cases closest to failing, per dtype
+    crashed: dict | None = None  # the GPU's error and the cases in flight when it came
+
+    def record(self) -> dict:
+        return dict(seed=self.seed, tried=self.tried, wrong_count=len(self.wrong), seconds=round(self.seconds, 1),
+                    by_regime=dict(self.by_regime), by_dtype=dict(self.by_dtype), by_algorithm=dict(self.by_algorithm),
+                    by_kernel=dict(sorted(self.by_kernel.items())), by_walk=dict(self.by_walk),
+                    refused=dict(self.refused), refusals=self.refusals, wrong=self.wrong[:WRONG_KEPT],
+                    worst=self.worst, crashed=self.crashed)  # fmt: skip
+
+
+def as_record(o: Outcome) -> dict:
+    return dict(case=asdict(o.case), chosen=o.chosen, why=o.why, ours=o.ours, cudnn=o.cudnn, tol=o.tol,
+                replay=o.case.to_json())  # fmt: skip
+
+
+def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[str, ...] | None = None,
+        algorithms: tuple[str, ...] | None = None, on_wrong: Callable[[Outcome], None] | None = None,
+        on_progress: Callable[[Summary], None] | None = None) -> Summary:  # fmt: skip
+    """Cases seed, seed + 1, ... until `seconds` have passed or max_cases have run (refused cases
+    are counted apart, not among them)."""
+    s = Summary(seed)
+    worst: dict[str, tuple[float, Outcome]] = {}
+    queued: list[tuple[ConvCase, str, str, torch.Tensor]] = []
+
+    def settle():
+        if not queued:
+            return
+        values = torch.stack([e for *_, e in queued]).tolist()
+        for (case, kernel, walk, _), v in zip(queued, values):
+            o = judge(case, kernel, v)
+            s.tried += 1
+            s.by_regime[case.regime] += 1
+            s.by_dtype[case.dtype] += 1
+            s.by_algorithm[case.algorithm] += 1
+            s.by_kernel[kernel] += 1
+            if walk:
+                s.by_walk[walk] += 1
+            closeness = max(o.ours[0] / o.tol[0], o.ours[1] / o.tol[1])
+            if case.dtype not in worst or closeness > worst[case.dtype][0]:
+                worst[case.dtype] = (closeness, o)
+            if o.wrong:
+                s.wrong.append(as_record(o))
+                if on_wrong:
+                    on_wrong(o)
+        queued.clear()
+
+    activation = run_activation(seed)
+    warm(seed, activation, dtypes, algorithms, max_cases)
+    t0 = time.monotonic()  # (the warm-up's compiles are not the run's time)
+    i = seed
+    case = None
+    try:
+        while (max_cases is None or s.tried + len(queued) < max_cases) and time.monotonic() - t0 < seconds:
+            case = draw(i, dtypes, algorithms, activation)
+            i += 1
+            ran, kernel, walk, errors = start(case, algorithms)
+            if ran.drawn:
+                key = f"{ran.drawn} -> {ran.algorithm if errors is not None else 'none'}"
+                s.refused[key] += 1
+                s.refusals.setdefault(key, ran.refused)
+            elif errors is None:
+                s.refused[f"{ran.algorithm} -> none"] += 1
+                s.refusals.setdefault(f"{ran.algorithm} -> none", "no algorithm asked for serves it on this device")
+            if errors is not None:
+                queued.append((ran, kernel, walk, errors))
+            if len(queued) >= BATCH:
+                settle()
+                s.seconds = time.monotonic() - t0
+                if on_progress:
+                    on_progress(s)
+        settle()
+    except Exception as exc:  # a launch or the GPU failed (or conv2d raised): stop here, the context may be lost
+        in_flight = [c for c, *_ in queued] + ([case] if case is not None and (not queued or queued[-1][0].seed != case.seed) else [])
+        s.crashed = dict(error=f"{type(exc).__name__}: {exc}", cases=[asdict(c) for c in in_flight],
+                         replay=[c.to_json() for c in in_flight])  # fmt: skip
+    s.seconds = time.monotonic() - t0
+    s.worst = [dict(closeness=round(c, 3), **as_record(o)) for c, o in sorted(worst.values(), key=lambda x: -x[0])]
+    return s
+
+
+WARM_CASES = 3000  # cases drawn ahead to find im2col's GEMM builds (conv02's and conv03's are all compiled)
+
+
+def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = None,
+         algorithms: tuple[str, ...] | None = None, max_cases: int | None = None) -> int:  # fmt: skip
+    """Compile, side by side in threads, the builds a run will launch: every conv03 tile's
+    persistent (or one-tile) build and conv02's, plain and with the run's fused epilogue, in the
+    dtypes drawn, and the GEMM builds im2col's products reach over the run's first WARM_CASES
+    cases. Returns how many builds there are."""
+    import os
+
+    from . import conv03
+    from .device import capability
+    from .jit import compile_many, device_arch
+    from .specs.conv import CONV03_TILES
+
+    fused = post_code(True, activation)
+    jobs = {}
+    sixteen = [DTYPES[d] for d in ("bf16", "fp16") if dtypes is None or d in dtypes]
+    hopper = (capability(torch.device("cuda", torch.cuda.current_device())) or (0, 0)) >= CONV_03.min_capability
+    for dtype in sixteen:
+        for post in (0, fused):
+            if (algorithms is None or "tma" in algorithms) and hopper:
+                for (bm, bn), stages in CONV03_TILES.items():
+                    cfg = CONV_03.config(BM=bm, BN=bn, STAGES=stages, PERSISTENT=int(conv03.PERSISTENT))
+                    jobs.setdefault(CONV_03.name_expression(cfg, dtype, dtype, post), (CONV_03, cfg, dtype, dtype, post))
+            if algorithms is None or "implicit" in algorithms or "tma" in algorithms:  # (tma falls back to it)
+                cfg = CONV_02.default_config()
+                jobs.setdefault(CONV_02.name_expression(cfg, dtype, dtype, post), (CONV_02, cfg, dtype, dtype, post))
+    for job in _im2col_jobs(seed, activation, dtypes, algorithms, min(max_cases or WARM_CASES, WARM_CASES)):
+        jobs.setdefault(job[0].name_expression(*job[1:]), job)
+    arch = device_arch(torch.cuda.current_device())
+    for done in compile_many(list(jobs.values()), arch, workers=os.cpu_count() or 1):
+        if isinstance(done, Exception):
+            raise done
+    return len(jobs)
+
+
+def _im2col_jobs(seed: int, activation, dtypes, algorithms, count: int) -> list[tuple]:
+    """The GEMM builds (spec, config, types, epilogue) gemm() launches for the im2col cases among
+    cases seed .. seed + count - 1 (those drawn as tma or implicit that fall back are not known
+    before the device is asked: they compile as they come)."""
+    from .configs import select
+
+    jobs = []
+    for i in range(seed, seed + count):
+        case = draw(i, dtypes, algorithms, activation)
+        if case.algorithm != "im2col":
+            continue
+        spec, cfg = select(_im2col_problem(case, case.geometry()), "auto", device="cuda")
+        dtype = DTYPES[case.dtype]
+        types = (dtype, dtype) if spec.type_param else (None, None)
+        post = post_code(case.bias, case.activation) if spec.epilogues else 0
+        jobs.append((spec, cfg, *types, post))
+    return jobs
+
+
+def replay(case: ConvCase, repeats: int = 1, algorithms: tuple[str, ...] | None = None) -> list[Outcome]:
+    """Run one case again (repeats times, on its same inputs), each checked at once."""
+    out = []
+    for _ in range(repeats):
+        ran, kernel, _, errors = start(case, algorithms)
+        if errors is None:
+            raise ValueError(f"no algorithm can serve {case.label()} on this device")
+        out.append(judge(ran, kernel, errors.tolist()))
+    return out

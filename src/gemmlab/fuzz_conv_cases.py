@@ -1,0 +1,304 @@
+"""The convolutions `gemmlab conv-fuzz` draws (gemmlab.fuzz_conv runs and judges them): `ConvCase`,
+every choice of one fixed by its seed, and `draw`, which aims the geometry at a regime where conv02
+and conv03 are likely to go wrong -- conv03's tile edges, short reductions, several tiles a
+persistent block, odd geometry, a network's layers -- within MAX_* work limits, and picks an
+algorithm that serves it (FALLBACK where the one drawn refuses)."""
+
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+import json
+import random
+from typing import Callable
+
+import torch
+
+from .conv import conv_geometry
+from .fuzz import _log_int, _weighted
+from .specs.conv import CONV03_BK, CONV_03
+from .tma import im2col_why_not
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ALGORITHM_WEIGHTS = {"tma": 0.45, "implicit": 0.25, "im2col": 0.3}
+FALLBACK = {"tma": ("implicit", "im2col"), "implicit": ("im2col",), "im2col": ()}  # where the drawn one refuses
+FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cuDNN with TF32 off)
+SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
+
+# Each case's work, so that one costs about a millisecond: multiply-adds, output elements, the
+# im2col matrix's elements (N*P*Q x C*R*S: im2col's copy, and the float64 reference's columns) and
+# the input's.
+MAX_MACS = 2 * 10**9
+MAX_OUTPUT = 1 << 24
+MAX_FIELDS = 1 << 25
+MAX_INPUT = 1 << 24
+
+TILE_ROWS = (64, 128, 192, 256)  # conv03's BM (64, 128) and multiples of its BN
+CHANNEL_EDGES = (63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257)
+ODD_CHANNELS = (1, 7, 130, 300)
+PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101, 127)
+NOT_EIGHTS = (1, 3, 4, 6, 12, 20, 36, 100)  # channel counts conv02 and conv03 refuse (C % 8)
+
+
+@dataclass(frozen=True)
+class ConvCase:
+    """One convolution, every choice of it fixed: fuzz_conv.start(case) builds it again from these alone."""
+
+    seed: int
+    regime: str
+    dtype: str  # a key of DTYPES
+    N: int
+    C: int
+    H: int
+    W: int
+    K: int  # output channels
+    R: int
+    S: int
+    stride: int | tuple
+    padding: int | tuple | str  # an int, a pair, "same" or "valid", as conv2d takes it
+    dilation: int | tuple
+    x_channels_last: bool
+    w_channels_last: bool
+    algorithm: str  # what runs: "tma", "implicit" or "im2col"
+    bias: bool = False
+    activation: str | None = None
+    special: str = ""  # "", or a NaN or an Inf in x or w: "nan-x", "inf-x", "nan-w", "inf-w"
+    drawn: str = ""  # the algorithm first drawn, where it refused the case ("": the one that runs)
+    refused: str = ""  # why it refused
+
+    @property
+    def g_args(self) -> tuple:
+        return self.stride, self.padding, self.dilation
+
+    def geometry(self) -> dict:
+        return conv_geometry((self.N, self.C, self.H, self.W), (self.K, self.C, self.R, self.S), *self.g_args)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> "ConvCase":
+        d = json.loads(text)
+        return ConvCase(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+    def label(self) -> str:
+        fmt = lambda cl: " channels_last" if cl else ""  # noqa: E731
+        return (f"x={self.N}x{self.C}x{self.H}x{self.W}{fmt(self.x_channels_last)} "
+                f"w={self.K}x{self.C}x{self.R}x{self.S}{fmt(self.w_channels_last)} stride={self.stride} "
+                f"padding={self.padding!r} dilation={self.dilation} algorithm={self.algorithm} dtype={self.dtype}"
+                + (" bias" if self.bias else "") + (f" activation={self.activation}" if self.activation else "")
+                + (f" special={self.special}" if self.special else "")
+                + (f" (drawn {self.drawn}: {self.refused})" if self.drawn else "") + f" [{self.regime}]")  # fmt: skip
+
+    def call(self) -> str:
+        """The conv2d() call this case makes, as Python."""
+        args = ["x", "w"] + (["bias"] if self.bias else [])
+        kw = [f"stride={self.stride!r}", f"padding={self.padding!r}", f"dilation={self.dilation!r}"]
+        if self.activation:
+            kw.append(f"activation={self.activation!r}")
+        return f"gemmlab.conv2d({', '.join(args + kw + [f'algorithm={self.algorithm!r}'])})"
+
+
+# ---- Drawing cases ------------------------------------------------------------------------------
+
+
+def _channels(rng: random.Random, hi: int, odd_share: float = 0.12) -> int:
+    """Input channels: a multiple of 8 up to hi, or now and then a count conv02 and conv03 refuse."""
+    if rng.random() < odd_share:
+        return rng.choice([c for c in NOT_EIGHTS if c <= hi] or [1])
+    return 8 * _log_int(rng, 1, max(1, hi // 8))
+
+
+def _out_channels(rng: random.Random, hi: int = 320) -> int:
+    pick = rng.random()
+    if pick < 0.45:
+        return rng.choice([k for k in CHANNEL_EDGES if k <= hi])
+    if pick < 0.7:
+        return rng.choice(ODD_CHANNELS)
+    return _log_int(rng, 1, hi)
+
+
+def _divisor(rng: random.Random, n: int, hi: int) -> int:
+    """A divisor of n no larger than hi (1 at worst)."""
+    return rng.choice([d for d in range(1, min(n, hi) + 1) if n % d == 0])
+
+
+def _filter(rng: random.Random, odd: bool = False) -> tuple:
+    """(R, S, stride, padding, dilation): filters 1, 3, 5, 7 (odd: also 2, 4, 6 and non-square ones,
+    stride 3, dilation 2-3, asymmetric padding)."""
+    sizes = (1, 2, 3, 4, 5, 6, 7) if odd else (1, 1, 3, 3, 5, 7)
+    R = rng.choice(sizes)
+    S = R if rng.random() < (0.5 if odd else 0.85) else rng.choice(sizes)
+    dilation = rng.choice((1, 1, 2, 3, (1, 2), (2, 1), (3, 2))) if odd else rng.choice((1, 1, 1, 1, 2))
+    form = rng.random()
+    if form < (0.3 if odd else 0.35):
+        return R, S, 1, "same", dilation
+    stride = rng.choice((1, 2, 2, 3, (1, 2), (2, 1))) if odd else rng.choice((1, 1, 2))
+    if form < 0.45:
+        return R, S, stride, "valid", dilation
+    if odd and form < 0.75:  # asymmetric: each side its own, up to past the filter's reach
+        return R, S, stride, (rng.randint(0, R), rng.randint(0, S)), dilation
+    return R, S, stride, rng.choice((0, R // 2, max(R, S) // 2, 1)), dilation
+
+
+def _image(P: int, Q: int, R: int, S: int, stride, padding, dilation, rng: random.Random) -> tuple[int, int]:
+    """H and W whose output is P x Q under this filter (or the nearest one possible where the padding
+    alone is wider than the filter's reach: H, W >= 1); stride's slack drawn."""
+    (sh, sw), (dh, dw) = (_pair(stride), _pair(dilation))
+    if padding == "same":
+        return P, Q
+    ph, pw = (0, 0) if padding == "valid" else _pair(padding)
+    H = (P - 1) * sh + dh * (R - 1) + 1 - 2 * ph + rng.randrange(sh)
+    W = (Q - 1) * sw + dw * (S - 1) + 1 - 2 * pw + rng.randrange(sw)
+    return max(1, H), max(1, W)
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _tile_edge(rng: random.Random) -> tuple:
+    """Output rows a whole number of some tile width, or one either side; channels at tile edges."""
+    t = rng.choice(TILE_ROWS)
+    M = max(1, t * _log_int(rng, 1, 64) + rng.choice((-1, 0, 1)))
+    N = _divisor(rng, M, 8)
+    Q = _divisor(rng, M // N, 512)
+    R, S, stride, padding, dilation = _filter(rng)
+    H, W = _image(M // N // Q, Q, R, S, stride, padding, dilation, rng)
+    return N, _channels(rng, 128), H, W, _out_channels(rng), R, S, stride, padding, dilation
+
+
+def _short_reduction(rng: random.Random) -> tuple:
+    """C*R*S of one to a few k-steps: 1x1 filters over 8-64 channels, or a 3x3 / 1x3 over 8."""
+    if rng.random() < 0.7:
+        R = S = 1
+        C = 8 * rng.randint(1, 8)
+        stride, padding, dilation = rng.choice((1, 1, 2)), rng.choice((0, 0, 1)), 1
+    else:
+        R, S = rng.choice(((3, 3), (1, 3), (3, 1)))
+        C, stride, padding, dilation = 8, 1, "same", 1
+    P, Q = _log_int(rng, 1, 160), _log_int(rng, 1, 160)
+    H, W = _image(P, Q, R, S, stride, padding, dilation, rng)
+    return rng.randint(1, 8), C, H, W, _out_channels(rng, 512), R, S, stride, padding, dilation
+
+
+def _persistent(rng: random.Random) -> tuple:
+    """Thousands of output tiles over a short reduction: each persistent block walks several."""
+    R = S = rng.choice((1, 1, 3))
+    C = 8 * rng.randint(1, 4) if R == 3 else 8 * rng.randint(1, 16)
+    K = rng.choice((64, 64, 128, 7, 65, 130, 256))
+    stride, padding = (1, "same") if rng.random() < 0.7 else (2, R // 2)
+    P, Q = _log_int(rng, 40, 224), _log_int(rng, 40, 224)
+    H, W = _image(P, Q, R, S, stride, padding, 1, rng)
+    return rng.randint(2, 8), C, H, W, K, R, S, stride, padding, 1
+
+
+def _odd_geometry(rng: random.Random) -> tuple:
+    """Prime or odd images, non-square and even filters, stride 2-3, dilation, asymmetric padding."""
+    R, S, stride, padding, dilation = _filter(rng, odd=True)
+    H = rng.choice(PRIMES) if rng.random() < 0.6 else rng.randint(1, 60) * 2 + 1
+    W = rng.choice(PRIMES) if rng.random() < 0.6 else rng.randint(1, 60) * 2 + 1
+    return rng.randint(1, 8), _channels(rng, 256), H, W, _log_int(rng, 1, 320), R, S, stride, padding, dilation
+
+
+def _layer(rng: random.Random) -> tuple:
+    """A network's layer: 64-512 channels, 7-112 pixels, 1x1 and 3x3 at stride 1 or 2; now and
+    then the stem (3 channels, 7x7 at stride 2), which conv02 and conv03 refuse."""
+    if rng.random() < 0.1:
+        return rng.randint(1, 4), 3, 224, 224, 64, 7, 7, 2, 3, 1
+    C, K = rng.choice((64, 128, 256, 512)), rng.choice((64, 128, 256, 512))
+    H = rng.choice((7, 14, 28, 56, 112))
+    R = rng.choice((1, 3))
+    return rng.randint(1, 8), C, H, H, K, R, R, rng.choice((1, 1, 2)), R // 2, 1
+
+
+# Each regime: (weight, what it aims at, the geometry (N, C, H, W, K, R, S, stride, padding, dilation)).
+REGIMES: dict[str, tuple[float, str, Callable[[random.Random], tuple]]] = {
+    "tile-edge": (0.25, "N*P*Q around multiples of 64-256 (+-1), K around 64-256 and odd", _tile_edge),
+    "short-reduction": (0.2, "C*R*S of one to a few k-steps: 1x1 filters over 8-64 channels", _short_reduction),
+    "persistent": (0.2, "many output tiles, a short reduction: several tiles a persistent block", _persistent),
+    "odd-geometry": (0.2, "prime images, even and non-square filters, stride, dilation, asymmetric padding", _odd_geometry),
+    "layer": (0.15, "a CNN's layers (64-512 channels, 1x1 and 3x3, stride 1 and 2) and its stem", _layer),
+}
+
+
+def _fits(N: int, C: int, H: int, W: int, K: int, R: int, S: int, g: dict) -> bool:
+    rows = N * g["P"] * g["Q"]
+    return (rows * K * C * R * S <= MAX_MACS and rows * K <= MAX_OUTPUT and rows * C * R * S <= MAX_FIELDS
+            and N * C * H * W <= MAX_INPUT)  # fmt: skip
+
+
+def _fit(N, C, H, W, K, R, S, stride, padding, dilation) -> tuple:
+    """The geometry made valid (a filter too wide for its image loses its dilation, then shrinks to
+    1x1) and shrunk into the work limits: channels first (the output rows stay at their tile edge),
+    then the batch, then the image."""
+    while True:
+        try:
+            g = conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
+        except ValueError:
+            if (R, S, dilation) == (1, 1, 1):
+                raise  # (a drawing rule broke conv2d's: padding="same" with a stride)
+            dilation, R, S = (1, R, S) if dilation != 1 else (1, 1, 1)
+            continue
+        if _fits(N, C, H, W, K, R, S, g):
+            return N, C, H, W, K, R, S, stride, padding, dilation
+        if C > 8:
+            C = max(8, C // 2 // 8 * 8) if C % 8 == 0 else max(1, C // 2)
+        elif N > 1:
+            N //= 2
+        else:
+            H, W = max(1, H * 3 // 4), max(1, W * 3 // 4)
+
+
+def why_not(algorithm: str, dtype: str, g: dict) -> str | None:
+    """Why an algorithm cannot serve this geometry and dtype, judged from them alone (the device is
+    asked at run time): conv02 and conv03 take 16-bit inputs with C a multiple of 8, conv03 only
+    what its im2col map can describe (gemmlab.tma.im2col_why_not, as conv.tma_why_not asks it)."""
+    if algorithm == "im2col":
+        return None
+    if dtype == "fp32":
+        return "it takes bf16 or fp16, not float32"
+    if g["C"] % 8:
+        return f"it reads channels 8 at a time: C = {g['C']} is not a multiple of 8"
+    if algorithm == "tma":
+        return im2col_why_not(g, CONV_03.default_config()["BM"], CONV03_BK, DTYPES[dtype].itemsize)
+    return None
+
+
+def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str, ...] | None = None,
+         activation: str | None = None) -> ConvCase:  # fmt: skip
+    """Case `seed`. activation: the run's (fuzz.run_activation), taken by about half the cases.
+    Where the algorithm drawn refuses the geometry, the next of FALLBACK among `algorithms` runs
+    (the case says which was drawn and why it refused); where none of them can, the geometry is
+    drawn again from the same generator."""
+    rng = random.Random(seed)
+    allowed = [a for a in ALGORITHM_WEIGHTS if algorithms is None or a in algorithms]
+    wanted = [d for d in DTYPES if dtypes is None or d in dtypes]
+    if not allowed or not wanted or (wanted == ["fp32"] and "im2col" not in allowed):
+        raise ValueError(f"no case can be drawn: algorithms {algorithms}, dtypes {dtypes} (float32 runs on im2col only)")
+    while True:
+        regime = _weighted(rng, {k: w for k, (w, _, _) in REGIMES.items()})
+        geo = _fit(*REGIMES[regime][2](rng))
+        drawn = _weighted(rng, {a: ALGORITHM_WEIGHTS[a] for a in allowed})
+        weights = {"bf16": 0.5, "fp16": 0.5} | ({"fp32": FP32_SHARE / (1 - FP32_SHARE)} if drawn == "im2col" else {})
+        dtype = _weighted(rng, {d: w for d, w in weights.items() if d in wanted} or {d: 1.0 for d in wanted})
+        N, C, H, W, K, R, S, stride, padding, dilation = geo
+        g = conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
+        reasons = []
+        for algorithm in (a for a in (drawn, *FALLBACK[drawn]) if a in allowed):
+            why = why_not(algorithm, dtype, g)
+            if why is None:
+                break
+            reasons.append(f"{algorithm}: {why}")
+        else:
+            continue  # none asked for serves it: another geometry
+        break
+    x_cl, w_cl = rng.random() < 0.5, rng.random() < 0.5
+    # the epilogue and the special value from generators of their own, so that each stays apart
+    erng = random.Random(f"epilogue {seed}")
+    bias = erng.random() < 0.5
+    act = activation if activation is not None and erng.random() < 0.5 else None
+    srng = random.Random(f"special {seed}")
+    special = srng.choice(("nan-x", "inf-x", "nan-w", "inf-w")) if srng.random() < SPECIAL_SHARE else ""
+    return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
+                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons))  # fmt: skip
