@@ -1,0 +1,99 @@
+"""Commands over the convolution kernels: conv-fuzz (conv-bench, their benchmark, lives with the
+measurements in lab)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .common import _out_option, _require_gpu, console, err_console
+
+
+def conv_fuzz_cmd(
+    seconds: float = typer.Option(60.0, help="stop drawing convolutions after this many seconds"),
+    cases: Optional[int] = typer.Option(None, help="stop after this many convolutions have run"),
+    min_cases: int = typer.Option(0, help="fail (exit 1) if fewer convolutions than this ran"),
+    seed: Optional[int] = typer.Option(None, help="case i has seed SEED + i (default: a fresh SEED, printed)"),
+    algorithm: Optional[list[str]] = typer.Option(None, "--algorithm", help="only these (repeatable): tma, implicit, im2col; a case one of them refuses falls back to the next asked for"),
+    dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="only these (repeatable): bf16, fp16, fp32 (im2col only)"),
+    replay: Optional[str] = typer.Option(None, help="run one case again: the JSON printed after 'replay:'"),
+    repeats: int = typer.Option(1, help="with --replay: how many times"),
+    out: Path = _out_option("conv-fuzz"),
+) -> None:
+    """Random convolutions in conv02's, conv03's and im2col's risky regimes against float64 and cuDNN; exit 1 on any wrong result.
+
+    Every case comes from one seed: its geometry (tile edges, short reductions, several tiles a
+    persistent block, prime images, stride, dilation, padding), memory formats, dtype, algorithm,
+    bias, activation, a NaN or Inf now and then. A wrong case is printed with its conv2d() call and
+    a --replay line; the record (conv-fuzz-<time>.json) counts the cases by regime, dtype,
+    algorithm and kernel tile, and the refusals apart."""
+    _require_gpu()
+    import random as _random
+    import time as _time
+
+    from .. import fuzz_conv
+    from ..bench import environment
+    from ..bench.run import results_path, write_run
+
+    for a in algorithm or ():
+        if a not in fuzz_conv.ALGORITHM_WEIGHTS:
+            raise typer.BadParameter(f"--algorithm {a!r}: one of {', '.join(fuzz_conv.ALGORITHM_WEIGHTS)}")
+    for d in dtype or ():
+        if d not in fuzz_conv.DTYPES:
+            raise typer.BadParameter(f"--dtype {d!r}: one of {', '.join(fuzz_conv.DTYPES)}")
+    algorithms = tuple(algorithm) if algorithm else None
+    dtypes = tuple(dtype) if dtype else None
+    if dtypes == ("fp32",) and algorithms is not None and "im2col" not in algorithms:
+        raise typer.BadParameter("--dtype fp32 runs on im2col only: add --algorithm im2col")
+
+    def show_wrong(o) -> None:
+        err_console.print(f"WRONG {o.case.label()}: {o.why}\n  chosen: {o.chosen}\n  call: {o.case.call()}\n"
+                          f"  replay: gemmlab conv-fuzz --replay '{o.case.to_json()}'", highlight=False)  # fmt: skip
+
+    if replay is not None:
+        outcomes = fuzz_conv.replay(fuzz_conv.ConvCase.from_json(replay), repeats, algorithms)
+        for o in outcomes:
+            if o.wrong:
+                show_wrong(o)
+            else:
+                console.print(f"right {o.case.label()} on {o.chosen}: rel_fro {o.ours[0]:.2e} max_scaled {o.ours[1]:.2e} "
+                              f"(cuDNN {o.cudnn[0]:.2e} {o.cudnn[1]:.2e})", highlight=False)  # fmt: skip
+        raise typer.Exit(1 if any(o.wrong for o in outcomes) else 0)
+    seed = seed if seed is not None else _random.randrange(2**40)
+    err_console.print(f"conv-fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} convolutions" if cases else "")
+                      + f"; epilogues with {fuzz_conv.run_activation(seed) or 'a bias alone'}: the builds the cases "
+                      "launch compile first, side by side (not counted in the seconds)", highlight=False)  # fmt: skip
+    last = [_time.monotonic()]
+
+    def progress(s) -> None:  # a line every 15 s: readable in a log as on a terminal
+        if _time.monotonic() - last[0] >= 15:
+            last[0] = _time.monotonic()
+            err_console.print(f"conv-fuzz: {s.tried} convolutions, {len(s.wrong)} wrong, {s.seconds:.0f} s", highlight=False)
+
+    meta = environment.describe(0)
+    meta.update(kind="conv-fuzz", budget_seconds=seconds, max_cases=cases, dtypes=list(dtypes or fuzz_conv.DTYPES),
+                algorithms=list(algorithms or fuzz_conv.ALGORITHM_WEIGHTS))  # fmt: skip
+    summary = fuzz_conv.run(seed, seconds, cases, dtypes, algorithms, on_wrong=show_wrong, on_progress=progress)
+    t = Table(title=f"gemmlab conv-fuzz, seed {seed}: {summary.tried} convolutions in {summary.seconds:.0f} s")
+    for col in ("", "convolutions"):
+        t.add_column(col, no_wrap=True)
+    for name, counts in (("regime", summary.by_regime), ("dtype", summary.by_dtype), ("algorithm", summary.by_algorithm),
+                         ("kernel", summary.by_kernel), ("conv03", summary.by_walk), ("refused", summary.refused)):  # fmt: skip
+        for k, v in sorted(counts.items()):
+            t.add_row(f"{name} {k}", str(v))
+    console.print(t)
+    path = results_path(out, meta, "conv-fuzz")
+    write_run(path, meta, [summary.record()])
+    console.print(f"{summary.tried} convolutions, {len(summary.wrong)} wrong, {sum(summary.refused.values())} refused "
+                  f"by the algorithm drawn; record: {path}", highlight=False)  # fmt: skip
+    if summary.crashed:
+        err_console.print(f"the GPU failed with {len(summary.crashed['cases'])} cases in flight: {summary.crashed['error']}",
+                          highlight=False)  # fmt: skip
+    short = summary.tried < min_cases
+    if short:
+        err_console.print(f"conv-fuzz: {summary.tried} convolutions ran, fewer than --min-cases {min_cases}")
+    if summary.wrong or summary.crashed or short:
+        raise typer.Exit(1)
