@@ -102,7 +102,10 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
 
 def poison(numel: int, dtype: torch.dtype, device: str = "cuda") -> None:
     """Blocks of NaN the size of a result, freed: the caching allocator hands the best fit, one of
-    these, to the result, so an element the kernel never writes stays NaN."""
+    these, to the result, so an element the kernel never writes stays NaN. (Best effort: a freed
+    block merges with free neighbours, and a result that lands elsewhere holds an earlier case's
+    values, which are as wrong here; a block of this size left by an earlier case is one of those
+    the NaN fills.)"""
     blocks = [torch.full((numel,), math.nan, dtype=dtype, device=device) for _ in range(POISON_BLOCKS)]
     del blocks
 

@@ -30,13 +30,10 @@ def conv_fuzz_cmd(
     bias, activation, a NaN or Inf now and then. A wrong case is printed with its conv2d() call and
     a --replay line; the record (conv-fuzz-<time>.json) counts the cases by regime, dtype,
     algorithm and kernel tile, and the refusals apart."""
-    _require_gpu()
     import random as _random
     import time as _time
 
     from .. import fuzz_conv
-    from ..bench import environment
-    from ..bench.run import results_path, write_run
 
     for a in algorithm or ():
         if a not in fuzz_conv.ALGORITHM_WEIGHTS:
@@ -48,6 +45,9 @@ def conv_fuzz_cmd(
     dtypes = tuple(dtype) if dtype else None
     if dtypes == ("fp32",) and algorithms is not None and "im2col" not in algorithms:
         raise typer.BadParameter("--dtype fp32 runs on im2col only: add --algorithm im2col")
+    _require_gpu()
+    from ..bench import environment
+    from ..bench.run import results_path, write_run
 
     def show_wrong(o) -> None:
         err_console.print(f"WRONG {o.case.label()}: {o.why}\n  chosen: {o.chosen}\n  call: {o.case.call()}\n"

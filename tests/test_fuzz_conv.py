@@ -1,0 +1,244 @@
+"""The convolution fuzz harness's drawing and judging, without a GPU (its error terms on CPU tensors);
+its runs on one are GPU tests below."""
+
+import math
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from gemmlab import fuzz_conv
+from gemmlab.activations import ACTIVATIONS
+from gemmlab.conv import conv_geometry, implicit_gemm_why_not, tma_why_not
+from gemmlab.fuzz_conv_cases import MAX_FIELDS, MAX_INPUT, MAX_MACS, MAX_OUTPUT
+from gemmlab.specs.conv import conv03_config
+
+from conftest import HAS_GPU
+
+SEEDS = range(4000)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return [fuzz_conv.draw(s, activation="gelu") for s in SEEDS]
+
+
+def test_cases_are_fixed_by_their_seed_and_come_back_from_their_json(cases):
+    for seed in range(0, len(SEEDS), 37):
+        case = cases[seed]
+        assert fuzz_conv.draw(seed, activation="gelu") == case
+        assert fuzz_conv.ConvCase.from_json(case.to_json()) == case, case.label()
+    assert fuzz_conv.draw(1) != fuzz_conv.draw(2)
+
+
+def test_drawn_geometries_are_valid_and_inside_the_limits(cases):
+    for c in cases:
+        g = conv_geometry((c.N, c.C, c.H, c.W), (c.K, c.C, c.R, c.S), c.stride, c.padding, c.dilation)
+        rows = c.N * g["P"] * g["Q"]
+        assert rows * c.K * c.C * c.R * c.S <= MAX_MACS and rows * c.K <= MAX_OUTPUT, c.label()
+        assert rows * c.C * c.R * c.S <= MAX_FIELDS and c.N * c.C * c.H * c.W <= MAX_INPUT, c.label()
+        assert 1 <= c.N <= 8, c.label()
+        assert c.dtype != "fp32" or c.algorithm == "im2col", c.label()
+        assert fuzz_conv.why_not(c.algorithm, c.dtype, g) is None, c.label()
+
+
+def test_every_regime_algorithm_dtype_and_form_is_reached(cases):
+    for field_, values in (("regime", fuzz_conv.REGIMES), ("algorithm", fuzz_conv.ALGORITHM_WEIGHTS),
+                           ("dtype", fuzz_conv.DTYPES), ("special", ("", "nan-x", "inf-x", "nan-w", "inf-w")),
+                           ("activation", (None, "gelu")), ("bias", (False, True)), ("R", range(1, 8))):  # fmt: skip
+        seen = {getattr(c, field_) for c in cases}
+        assert seen == set(values), f"{field_}: drew {seen}"
+    assert {(c.x_channels_last, c.w_channels_last) for c in cases} == {(a, b) for a in (0, 1) for b in (0, 1)}
+    forms = {"same" if c.padding == "same" else "valid" if c.padding == "valid" else type(c.padding).__name__ for c in cases}
+    assert forms == {"same", "valid", "int", "tuple"}
+    assert any(c.padding == "same" and c.R % 2 == 0 for c in cases), "'same' with an even filter: padded unequally"
+    assert any(isinstance(c.padding, tuple) and c.padding[0] != c.padding[1] for c in cases)
+    assert any(c.stride == 2 for c in cases) and any(c.stride not in (1, 2) for c in cases)
+    assert any(c.dilation != 1 for c in cases) and any(c.R != c.S for c in cases)
+    assert any(c.H in (97, 101, 127) for c in cases), "prime images"
+    assert {c.N for c in cases} == set(range(1, 9))
+
+
+def test_the_regimes_aim_where_they_say(cases):
+    edge = [c for c in cases if c.regime == "tile-edge"]
+    rows = [c.N * c.geometry()["P"] * c.geometry()["Q"] for c in edge]
+    near = [r for r in rows if min(r % 64, 64 - r % 64) <= 1]
+    assert len(near) > 0.9 * len(edge), "output rows a whole number of 64-pixel tiles, or one either side"
+    assert sum(c.K in (1, 7, 63, 64, 65, 127, 128, 129, 130, 191, 192, 193, 255, 256, 257, 300) for c in edge) > 0.6 * len(edge)
+    short = [c for c in cases if c.regime == "short-reduction"]
+    assert all(c.C * c.R * c.S <= 72 for c in short) and sum(c.R == c.S == 1 for c in short) > len(short) / 2
+    walks = [fuzz_conv.chosen(c)[1] for c in cases if c.regime == "persistent" and c.algorithm == "tma"]
+    assert walks.count("several tiles a block") > 0.6 * len(walks), "each persistent block walks several tiles"
+
+
+def test_every_conv03_tile_the_rule_picks_is_reached(cases):
+    """The persistent rule's tiles over output channels 1-600 and rows 1-4M on 132 SMs: the harness's
+    conv03 cases meet every one of them (a tile the rule never picks is left to the tile-forcing GPU
+    tests of tests/test_conv_tma.py)."""
+    from gemmlab import conv03
+
+    rule = {(c["BM"], c["BN"]) for k in range(1, 600, 3) for rows in (2**e + d for e in range(22) for d in (-1, 0, 1)) if rows
+            for c in [conv03_config(k, rows, 132, persistent=conv03.PERSISTENT)]}  # fmt: skip
+    kernels = {fuzz_conv.chosen(c)[0] for c in cases if c.algorithm == "tma"}
+    reached = {tuple(int(v.split("=")[1]) for v in k.split()[1].split(",")[:2]) for k in kernels}
+    assert rule <= reached, f"never reached: {rule - reached}"
+
+
+def test_refusals_fall_back_and_say_why(cases):
+    refused = [c for c in cases if c.drawn]
+    assert len(refused) > 20
+    for c in refused:
+        assert c.algorithm in fuzz_conv.FALLBACK[c.drawn] and c.refused.startswith(f"{c.drawn}: "), c.label()
+    assert any("multiple of 8" in c.refused for c in refused)
+
+
+def _fake(case):
+    dtype = fuzz_conv.DTYPES[case.dtype]
+    fmt = lambda cl: torch.channels_last if cl else torch.contiguous_format  # noqa: E731
+    x = torch.empty(case.N, case.C, case.H, case.W, device="cuda", dtype=dtype, memory_format=fmt(case.x_channels_last))
+    w = torch.empty(case.K, case.C, case.R, case.S, device="cuda", dtype=dtype, memory_format=fmt(case.w_channels_last))
+    bias = torch.empty(case.K, device="cuda", dtype=dtype) if case.bias else None
+    return fuzz_conv.Built(x, w, bias)
+
+
+def test_the_cases_pass_conv2ds_own_checks_on_fake_cuda_tensors(cases):
+    """conv2d's refusals, asked of tensors shaped as the cases (FakeTensorMode: no GPU needed): what
+    a case runs accepts it, what it was drawn as and fell back from refuses it, and serve() keeps
+    the case as drawn (the device's own refusal is the one left for run time)."""
+    with FakeTensorMode():
+        for c in cases[:600]:
+            t = _fake(c)
+            if c.algorithm == "tma":
+                assert tma_why_not(t.x, t.w, t.bias, *c.g_args) is None, c.label()
+            if c.algorithm == "implicit":
+                assert implicit_gemm_why_not(t.x, t.w, t.bias) is None, c.label()
+            if c.drawn == "tma":
+                assert tma_why_not(t.x, t.w, t.bias, *c.g_args) is not None, c.label()
+            if c.drawn == "implicit":
+                assert implicit_gemm_why_not(t.x, t.w, t.bias) is not None, c.label()
+            if not HAS_GPU:
+                assert fuzz_conv.serve(c, t) == c
+        stem = fuzz_conv.ConvCase(1, "layer", "bf16", 2, 3, 32, 32, 64, 7, 7, 2, 3, 1, True, False, "tma")
+        fell = fuzz_conv.serve(stem, _fake(stem))
+        assert fell.algorithm == "im2col" and fell.drawn == "tma" and "multiple of 8" in fell.refused
+        assert fuzz_conv.serve(stem, _fake(stem), algorithms=("tma", "implicit")) is None
+
+
+def test_the_filters_hold_and_an_impossible_one_is_refused():
+    assert {fuzz_conv.draw(s, algorithms=("tma",)).algorithm for s in range(300)} == {"tma"}
+    assert {fuzz_conv.draw(s, dtypes=("fp16",)).dtype for s in range(300)} == {"fp16"}
+    implicit = [fuzz_conv.draw(s, algorithms=("implicit", "im2col")) for s in range(300)]
+    assert {c.algorithm for c in implicit} == {"implicit", "im2col"} and not any(c.drawn == "tma" for c in implicit)
+    with pytest.raises(ValueError, match="im2col only"):
+        fuzz_conv.draw(0, dtypes=("fp32",), algorithms=("tma",))
+
+
+def test_the_printed_call_names_what_the_case_passes():
+    case = fuzz_conv.ConvCase(1, "odd-geometry", "fp16", 2, 16, 9, 11, 7, 4, 3, 1, "same", (2, 1), True, False, "tma",
+                              bias=True, activation="silu")  # fmt: skip
+    assert case.call() == "gemmlab.conv2d(x, w, bias, stride=1, padding='same', dilation=(2, 1), activation='silu', algorithm='tma')"
+    assert "x=2x16x9x11 channels_last w=7x16x4x3 " in case.label() and "[odd-geometry]" in case.label()
+
+
+def _case(dtype="bf16", special="", algorithm="tma"):
+    return fuzz_conv.ConvCase(3, "tile-edge", dtype, 2, 16, 9, 7, 5, 3, 3, 1, 1, 1, False, True, algorithm, bias=True,
+                              activation="gelu", special=special)  # fmt: skip
+
+
+def test_judge_fails_an_error_over_the_tolerance_and_cudnns():
+    assert not fuzz_conv.judge(_case(), "k", [2e-3, 4e-3, 0, 0, 1.7e-3, 3.8e-3, 0, 0]).wrong
+    bad = fuzz_conv.judge(_case(), "k", [0.2, 0.7, 0, 0, 1.7e-3, 3.8e-3, 0, 0])
+    assert bad.wrong and "rel_fro" in bad.why and "max_scaled" in bad.why and "cuDNN" in bad.why
+    # over the tolerance, but cuDNN is as far off on the same case: not ours to fail
+    assert not fuzz_conv.judge(_case("fp16"), "k", [3e-3, 3e-3, 0, 0, 2e-3, 2e-3, 0, 0]).wrong
+    # within 4x cuDNN's error but over the tolerance alone: right; over both: wrong
+    assert fuzz_conv.judge(_case("fp16"), "k", [3e-3, 0, 0, 0, 5e-4, 0, 0, 0]).wrong
+    assert fuzz_conv.judge(_case("fp32", algorithm="im2col"), "k", [5e-5, 0, 0, 0, 1e-6, 0, 0, 0]).wrong
+
+
+@pytest.mark.parametrize("terms,word", [((1, 0), "appeared"), ((0, 2), "missing")])
+def test_judge_fails_nan_appearing_or_vanishing(terms, word):
+    o = fuzz_conv.judge(_case(), "k", [0, 0, *terms, 0, 0, 0, 0])
+    assert o.wrong and word in o.why
+
+
+def _torch_conv(case, t):
+    y = F.conv2d(t.x, t.w, t.bias, *case.g_args)
+    return ACTIVATIONS[case.activation](y) if case.activation else y
+
+
+@pytest.mark.parametrize("special", ["", "nan-x", "inf-w"])
+def test_the_error_terms_see_a_wrong_result_on_cpu_tensors(special):
+    """_errors on CPU tensors (torch's conv in the case's dtype as 'ours'): right as computed, wrong
+    once one element is changed, once a NaN appears, and once the special value's NaN or Inf is
+    made finite -- the float64 reference places them where a kernel must."""
+    case = _case(special=special)
+    t = fuzz_conv.build(case, device="cpu")
+    y = _torch_conv(case, t)
+    ok = fuzz_conv.judge(case, "torch", fuzz_conv._errors(case, t, y).tolist())
+    assert not ok.wrong, ok.why
+    if special:
+        assert not torch.isfinite(y).all()
+        finite = torch.nan_to_num(y, nan=0.0, posinf=1.0, neginf=-1.0)
+        assert "missing" in fuzz_conv.judge(case, "t", fuzz_conv._errors(case, t, finite).tolist()).why
+    changed = y.contiguous()  # (the weight is channels_last: so is torch's result)
+    flat = changed.view(-1)
+    i = int(torch.isfinite(flat).nonzero()[7])
+    flat[i] += 0.5
+    assert "max_scaled" in fuzz_conv.judge(case, "t", fuzz_conv._errors(case, t, changed).tolist()).why
+    flat[i] = math.nan
+    assert "appeared" in fuzz_conv.judge(case, "t", fuzz_conv._errors(case, t, changed).tolist()).why
+
+
+def test_warm_finds_the_gemm_builds_im2col_launches():
+    jobs = fuzz_conv._im2col_jobs(0, "relu", None, None, 300)
+    assert jobs and all(spec.name_expression(*rest) for spec, *rest in jobs)
+    assert {spec.id.split("_")[0][:2] for spec, *_ in jobs} >= {"tc", "sg"}, "16-bit and float32 products"
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the message of a machine without a GPU")
+def test_the_command_says_it_needs_a_gpu_and_checks_its_options_first():
+    from typer.testing import CliRunner
+
+    from gemmlab.cli import app
+
+    r = CliRunner().invoke(app, ["conv-fuzz", "--seconds", "1"])
+    assert r.exit_code == 2 and "needs one" in r.output
+    r = CliRunner().invoke(app, ["conv-fuzz", "--algorithm", "winograd"])
+    assert r.exit_code == 2 and "one of tma, implicit, im2col" in r.output
+
+
+@pytest.mark.gpu
+def test_the_poison_is_what_the_result_gets():
+    torch.cuda.empty_cache()  # no free neighbours from earlier tests for the freed blocks to merge with
+    fuzz_conv.poison(12345, torch.bfloat16)
+    assert torch.empty(12345, dtype=torch.bfloat16, device="cuda").isnan().all()
+    fuzz_conv.poison(3 << 20, torch.float16)
+    assert torch.empty(3 << 20, dtype=torch.float16, device="cuda").isnan().all()
+
+
+@pytest.mark.gpu
+def test_a_short_conv_fuzz_run_finds_nothing_wrong():
+    s = fuzz_conv.run(random.randrange(2**40), seconds=240, max_cases=200)
+    assert s.crashed is None, s.crashed
+    assert not s.wrong, s.wrong[:3]
+    assert s.tried == 200
+    if torch.cuda.get_device_capability() >= (9, 0):
+        assert s.by_algorithm["tma"] > 30 and s.by_walk["several tiles a block"] > 0, s.record()
+
+
+@pytest.mark.gpu
+def test_the_harness_sees_a_wrong_convolution():
+    """A case run right, then its result with one element changed after the kernel ran: the verdict
+    must turn."""
+    case = _case(algorithm="tma" if torch.cuda.get_device_capability() >= (9, 0) else "implicit")
+    ran, kernel, _, errors = fuzz_conv.start(case)
+    assert not fuzz_conv.judge(ran, kernel, errors.tolist()).wrong
+    t = fuzz_conv.build(case)
+    with torch.no_grad():
+        y = fuzz_conv.conv2d(t.x, t.w, t.bias, *case.g_args, activation=case.activation, algorithm=ran.algorithm)
+    y[1, 2, 3, 4] += 0.5
+    o = fuzz_conv.judge(ran, kernel, fuzz_conv._errors(ran, t, y).tolist())
+    assert o.wrong and "max_scaled" in o.why
