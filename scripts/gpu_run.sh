@@ -16,7 +16,10 @@
 # "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "conv-tiles" conv03 on each of its tiles there (CONV_TILES_SECONDS at most), "linear" the fused Linear + GELU against torch,
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
-# "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md)):
+# "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
+# "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000, its rate on a GPU not yet measured; conv02, conv03 and im2col
+# in their risky regimes against float64 and cuDNN; CONV_FUZZ_SECONDS at most, default 420, after compiling the
+# builds the cases launch), failing on any wrong one or on fewer convolutions than that):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then COMPILE=0 STEPS="fuzz" (the fuzz compiles what it launches; the call is then full) then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
 # (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
@@ -70,6 +73,12 @@ if want fuzz; then
   step "fuzz: ${FUZZ_CASES:-100000} random problems in the kernels' risky regimes against float64 and cuBLAS"
   python3 -m gemmlab fuzz --cases "${FUZZ_CASES:-100000}" --min-cases "${FUZZ_CASES:-100000}" --seconds "${FUZZ_SECONDS:-480}" \
     --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "fuzz"
+fi
+
+if want conv-fuzz; then
+  step "conv-fuzz: ${CONV_FUZZ_CASES:-10000} random convolutions (conv02, conv03, im2col) against float64 and cuDNN"
+  python3 -m gemmlab conv-fuzz --cases "${CONV_FUZZ_CASES:-10000}" --min-cases "${CONV_FUZZ_CASES:-10000}" \
+    --seconds "${CONV_FUZZ_SECONDS:-420}" --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "conv-fuzz"
 fi
 
 if want accuracy; then
