@@ -198,6 +198,35 @@ def test_warm_finds_the_gemm_builds_im2col_launches():
     assert {spec.id.split("_")[0][:2] for spec, *_ in jobs} >= {"tc", "sg"}, "16-bit and float32 products"
 
 
+def test_a_run_counts_what_ran_what_was_wrong_and_what_was_refused(monkeypatch):
+    """run()'s bookkeeping with start() replaced (no GPU): every tenth case refused by every
+    algorithm (counted apart, not tried), one in ten wrong by its terms, one in ten raising conv2d's
+    ValueError (wrong), the rest right; the record is JSON with a replay line for each wrong case."""
+    import json
+
+    def fake_start(case, algorithms=None):
+        if case.seed % 10 == 3:
+            raise ValueError("boom")
+        if case.seed % 10 == 5:
+            return case, None, None, None
+        terms = [0.5, 0.5, 0, 0, 1e-3, 1e-3, 0, 0] if case.seed % 10 == 7 else [1e-4, 1e-4, 0, 0, 1e-4, 1e-4, 0, 0]
+        return case, "kernel", "one tile a block" if case.algorithm == "tma" else "", torch.tensor(terms, dtype=torch.float64)
+
+    monkeypatch.setattr(fuzz_conv, "warm", lambda *a, **k: 0)
+    monkeypatch.setattr(fuzz_conv, "start", fake_start)
+    s = fuzz_conv.run(100, seconds=60, max_cases=50)
+    seeds = range(100, 100 + 50 + 50 // 9 + 1)
+    ran = [i for i in seeds if i % 10 != 5][:50]
+    assert s.tried == 50 and s.crashed is None
+    assert len(s.wrong) == sum(i % 10 in (3, 7) for i in ran)
+    assert sum(n for k, n in s.refused.items() if k.endswith("-> none")) == sum(i % 10 == 5 for i in range(100, ran[-1]))
+    assert sum(s.by_algorithm.values()) == sum(s.by_regime.values()) == sum(i % 10 != 3 for i in ran)
+    record = json.loads(json.dumps(s.record()))
+    assert any("boom" in w["why"] for w in record["wrong"]) and any("rel_fro" in w["why"] for w in record["wrong"])
+    assert all(fuzz_conv.ConvCase.from_json(w["replay"]).seed in ran for w in record["wrong"])
+    assert record["worst"] and record["by_walk"].get("one tile a block", 0) > 0
+
+
 @pytest.mark.skipif(HAS_GPU, reason="the message of a machine without a GPU")
 def test_the_command_says_it_needs_a_gpu_and_checks_its_options_first():
     from typer.testing import CliRunner

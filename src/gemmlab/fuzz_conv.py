@@ -290,7 +290,17 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
         while (max_cases is None or s.tried + len(queued) < max_cases) and time.monotonic() - t0 < seconds:
             case = draw(i, dtypes, algorithms, activation)
             i += 1
-            ran, kernel, walk, errors = start(case, algorithms)
+            try:
+                ran, kernel, walk, errors = start(case, algorithms)
+            except ValueError as exc:  # conv2d refused a case its own check had accepted: wrong too
+                settle()
+                o = Outcome(case, case.algorithm, True, f"conv2d raised, though its check accepted the case: {exc}",
+                            (0.0, 0.0), (0.0, 0.0), (0.0, 0.0))  # fmt: skip
+                s.tried += 1
+                s.wrong.append(as_record(o))
+                if on_wrong:
+                    on_wrong(o)
+                continue
             if ran.drawn:
                 key = f"{ran.drawn} -> {ran.algorithm if errors is not None else 'none'}"
                 s.refused[key] += 1
