@@ -4,7 +4,6 @@ and conv03 are likely to go wrong -- conv03's tile edges, short reductions, seve
 persistent block, odd geometry, a network's layers -- within MAX_* work limits, and picks an
 algorithm that serves it (FALLBACK where the one drawn refuses)."""
 
-
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -33,7 +32,7 @@ MAX_OUTPUT = 1 << 24
 MAX_FIELDS = 1 << 25
 MAX_INPUT = 1 << 24
 
-TILE_ROWS = (64, 128, 192, 256)  # conv03's BM (64, 128) and multiples of its BN
+TILE_ROWS = (64, 128, 192, 256)  # conv03's tile heights (BM 64, 128) and their multiples
 CHANNEL_EDGES = (63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257)
 ODD_CHANNELS = (1, 7, 130, 300)
 PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101, 127)
