@@ -81,9 +81,22 @@ def test_every_conv03_tile_the_rule_picks_is_reached(cases):
 
     rule = {(c["BM"], c["BN"]) for k in range(1, 600, 3) for rows in (2**e + d for e in range(22) for d in (-1, 0, 1)) if rows
             for c in [conv03_config(k, rows, 132, persistent=conv03.PERSISTENT)]}  # fmt: skip
-    kernels = {fuzz_conv.chosen(c)[0] for c in cases if c.algorithm == "tma"}
+    kernels = {fuzz_conv.chosen(c)[0] for c in cases if c.algorithm == "tma" and not c.tile}
     reached = {tuple(int(v.split("=")[1]) for v in k.split()[1].split(",")[:2]) for k in kernels}
     assert rule <= reached, f"never reached: {rule - reached}"
+
+
+def test_every_conv03_tile_is_forced_in_every_regime(cases):
+    """A share of conv03's cases force a tile (conv03.TILE), the rule's or not: each tile meets each
+    regime, and the case's chosen kernel and printed call say so."""
+    from gemmlab.specs.conv import CONV03_TILES
+
+    forced = [c for c in cases if c.tile]
+    assert all(c.algorithm == "tma" for c in forced)
+    assert {(c.tile, c.regime) for c in forced} == {(t, r) for t in CONV03_TILES for r in fuzz_conv.REGIMES}
+    c = forced[0]
+    assert f"BM={c.tile[0]},BN={c.tile[1]}" in fuzz_conv.chosen(c)[0] and "(forced)" in fuzz_conv.chosen(c)[0]
+    assert c.call().startswith(f"gemmlab.conv03.TILE = {c.tile!r}; gemmlab.conv2d(")
 
 
 def test_refusals_fall_back_and_say_why(cases):
@@ -123,6 +136,8 @@ def test_the_cases_pass_conv2ds_own_checks_on_fake_cuda_tensors(cases):
         stem = fuzz_conv.ConvCase(1, "layer", "bf16", 2, 3, 32, 32, 64, 7, 7, 2, 3, 1, True, False, "tma")
         fell = fuzz_conv.serve(stem, _fake(stem))
         assert fell.algorithm == "im2col" and fell.drawn == "tma" and "multiple of 8" in fell.refused
+        forced = fuzz_conv.serve(fuzz_conv.ConvCase(**{**stem.__dict__, "tile": (64, 256)}), _fake(stem))
+        assert forced.algorithm == "im2col" and forced.tile is None, "a tile is conv03's only"
         assert fuzz_conv.serve(stem, _fake(stem), algorithms=("tma", "implicit")) is None
 
 
@@ -256,6 +271,7 @@ def test_a_short_conv_fuzz_run_finds_nothing_wrong():
     assert s.tried == 200
     if torch.cuda.get_device_capability() >= (9, 0):
         assert s.by_algorithm["tma"] > 30 and s.by_walk["several tiles a block"] > 0, s.record()
+        assert any("(forced)" in k for k in s.by_kernel), s.by_kernel
 
 
 @pytest.mark.gpu

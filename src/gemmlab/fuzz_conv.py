@@ -7,7 +7,8 @@ one either side, output channels around 64, 128, 192 and 256 and odd ones (1, 7,
 reductions (1x1 filters over 8 to 64 channels), enough output pixels that each of conv03's
 persistent blocks walks several tiles, and odd sizes: prime images, stride 2 and 3, dilation,
 asymmetric padding, 'same' with even filters. Every case comes from its own seed (geometry, memory
-formats of x and of the weight, dtype, algorithm, bias, a NaN or Inf in x or w, the input values),
+formats of x and of the weight, dtype, algorithm, bias, a NaN or Inf in x or w, the input values;
+for a quarter of conv03's cases one of its tiles forced through conv03.TILE),
 so any one can be run again alone (`gemmlab conv-fuzz --replay '<case>'`). The cases and their
 drawing live in gemmlab.fuzz_conv_cases; this module runs and judges them.
 
@@ -40,7 +41,7 @@ from .conv import conv2d, implicit_gemm_why_not, tma_why_not
 from .fuzz import BATCH, CUBLAS_FACTOR, WRONG_KEPT, run_activation
 from .fuzz_conv_cases import ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, draw, why_not
 from .reference import error_terms, reference_post, tolerance
-from .specs.conv import CONV_02, CONV_03, conv03_config
+from .specs.conv import CONV03_TILES, CONV_02, CONV_03, conv03_config
 
 # (the cases and their drawing, imported here too: fuzz_conv.draw, fuzz_conv.ConvCase)
 __all__ = ["ALGORITHM_WEIGHTS", "DTYPES", "REGIMES", "ConvCase", "draw", "why_not", "run_activation", "run", "replay",
@@ -95,7 +96,8 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
         if why is None:
             if algorithm == case.algorithm:
                 return case
-            return replace(case, algorithm=algorithm, drawn=case.drawn or case.algorithm, refused="; ".join(reasons))
+            return replace(case, algorithm=algorithm, drawn=case.drawn or case.algorithm, refused="; ".join(reasons),
+                           tile=None)  # fmt: skip
         reasons.append(f"{algorithm}: {why}")
     return None
 
@@ -184,11 +186,16 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
 
         return _chosen(_im2col_problem(case, g), "auto"), ""
     plan = conv03.cached_plan(t.x, t.w, t.bias, case.g_args, case.activation) if t is not None else None
-    cfg = plan.cfg if plan is not None else conv03_config(case.K, M, 132, persistent=conv03.PERSISTENT)
-    blocks = plan.grid[0] if plan is not None else 132
+    if plan is not None:
+        cfg, blocks = plan.cfg, plan.grid[0]
+    else:
+        cfg, blocks = conv03_config(case.K, M, 132, persistent=conv03.PERSISTENT), 132
+        if case.tile:
+            cfg = CONV_03.config(BM=case.tile[0], BN=case.tile[1], STAGES=CONV03_TILES[case.tile], PERSISTENT=cfg["PERSISTENT"])
     tiles = -(-M // cfg["BM"]) * -(-case.K // cfg["BN"])
     walk = "" if not cfg["PERSISTENT"] else "several tiles a block" if tiles > blocks else "one tile a block"
-    return f"{CONV_03.id} BM={cfg['BM']},BN={cfg['BN']}" + (",PERSISTENT=1" if cfg["PERSISTENT"] else ""), walk
+    return (f"{CONV_03.id} BM={cfg['BM']},BN={cfg['BN']}" + (",PERSISTENT=1" if cfg["PERSISTENT"] else "")
+            + (" (forced)" if case.tile else "")), walk  # fmt: skip
 
 
 def _im2col_problem(case: ConvCase, g: dict):
@@ -210,11 +217,17 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
     served = serve(case, t, algorithms)
     if served is None:
         return case, None, None, None
+    from . import conv03
+
     g = served.geometry()
     poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
-    with torch.no_grad():
-        y = conv2d(t.x, t.w, t.bias, *served.g_args, activation=served.activation, algorithm=served.algorithm)
-    kernel, walk = chosen(served, t)
+    before, conv03.TILE = conv03.TILE, served.tile  # (its plan is looked up under it too)
+    try:
+        with torch.no_grad():
+            y = conv2d(t.x, t.w, t.bias, *served.g_args, activation=served.activation, algorithm=served.algorithm)
+        kernel, walk = chosen(served, t)
+    finally:
+        conv03.TILE = before
     return served, kernel, walk, _errors(served, t, y)
 
 
@@ -331,15 +344,14 @@ WARM_CASES = 3000  # cases drawn ahead to find im2col's GEMM builds (conv02's an
 def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = None,
          algorithms: tuple[str, ...] | None = None, max_cases: int | None = None) -> int:  # fmt: skip
     """Compile, side by side in threads, the builds a run will launch: every conv03 tile's
-    persistent (or one-tile) build and conv02's, plain and with the run's fused epilogue, in the
-    dtypes drawn, and the GEMM builds im2col's products reach over the run's first WARM_CASES
-    cases. Returns how many builds there are."""
+    persistent (or one-tile) build (cases force each tile) and conv02's, plain and with the run's
+    fused epilogue, in the dtypes drawn, and the GEMM builds im2col's products reach over the
+    run's first WARM_CASES cases. Returns how many builds there are."""
     import os
 
     from . import conv03
     from .device import capability
     from .jit import compile_many, device_arch
-    from .specs.conv import CONV03_TILES
 
     fused = post_code(True, activation)
     jobs = {}

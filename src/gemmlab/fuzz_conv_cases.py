@@ -2,7 +2,8 @@
 every choice of one fixed by its seed, and `draw`, which aims the geometry at a regime where conv02
 and conv03 are likely to go wrong -- conv03's tile edges, short reductions, several tiles a
 persistent block, odd geometry, a network's layers -- within MAX_* work limits, and picks an
-algorithm that serves it (FALLBACK where the one drawn refuses)."""
+algorithm that serves it (FALLBACK where the one drawn refuses) and, for a share of conv03's
+cases, a tile its rule would not pick."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from .conv import conv_geometry
 from .fuzz import _log_int, _weighted
-from .specs.conv import CONV03_BK, CONV_03
+from .specs.conv import CONV03_BK, CONV03_TILES, CONV_03
 from .tma import im2col_why_not
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -23,6 +24,7 @@ ALGORITHM_WEIGHTS = {"tma": 0.45, "implicit": 0.25, "im2col": 0.3}
 FALLBACK = {"tma": ("implicit", "im2col"), "implicit": ("im2col",), "im2col": ()}  # where the drawn one refuses
 FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cuDNN with TF32 off)
 SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
+TILE_SHARE = 0.25  # of conv03's cases, those on a tile of CONV03_TILES forced (conv03.TILE), whatever the rule's
 
 # Each case's work, so that one costs about a millisecond: multiply-adds, output elements, the
 # im2col matrix's elements (N*P*Q x C*R*S: im2col's copy, and the float64 reference's columns) and
@@ -64,6 +66,7 @@ class ConvCase:
     special: str = ""  # "", or a NaN or an Inf in x or w: "nan-x", "inf-x", "nan-w", "inf-w"
     drawn: str = ""  # the algorithm first drawn, where it refused the case ("": the one that runs)
     refused: str = ""  # why it refused
+    tile: tuple | None = None  # conv03's tile (BM, BN) forced through conv03.TILE; None: its rule's
 
     @property
     def g_args(self) -> tuple:
@@ -87,6 +90,7 @@ class ConvCase:
                 f"padding={self.padding!r} dilation={self.dilation} algorithm={self.algorithm} dtype={self.dtype}"
                 + (" bias" if self.bias else "") + (f" activation={self.activation}" if self.activation else "")
                 + (f" special={self.special}" if self.special else "")
+                + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else "")
                 + (f" (drawn {self.drawn}: {self.refused})" if self.drawn else "") + f" [{self.regime}]")  # fmt: skip
 
     def call(self) -> str:
@@ -95,7 +99,8 @@ class ConvCase:
         kw = [f"stride={self.stride!r}", f"padding={self.padding!r}", f"dilation={self.dilation!r}"]
         if self.activation:
             kw.append(f"activation={self.activation!r}")
-        return f"gemmlab.conv2d({', '.join(args + kw + [f'algorithm={self.algorithm!r}'])})"
+        call = f"gemmlab.conv2d({', '.join(args + kw + [f'algorithm={self.algorithm!r}'])})"
+        return f"gemmlab.conv03.TILE = {self.tile!r}; {call}" if self.tile else call
 
 
 # ---- Drawing cases ------------------------------------------------------------------------------
@@ -299,5 +304,7 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     act = activation if activation is not None and erng.random() < 0.5 else None
     srng = random.Random(f"special {seed}")
     special = srng.choice(("nan-x", "inf-x", "nan-w", "inf-w")) if srng.random() < SPECIAL_SHARE else ""
+    trng = random.Random(f"tile {seed}")  # a share of conv03's cases on a tile its rule may not pick here
+    tile = trng.choice(list(CONV03_TILES)) if algorithm == "tma" and trng.random() < TILE_SHARE else None
     return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
-                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons))  # fmt: skip
+                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile)  # fmt: skip
