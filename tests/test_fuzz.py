@@ -84,6 +84,40 @@ def test_error_terms_count_nan_and_inf_that_appear_or_vanish():
     assert math.isinf(rel) and math.isinf(ms)
 
 
+def _fake_start(case, kernels=None):
+    """start() without a GPU: a ValueError for every tenth case, terms over both bounds for another
+    tenth, a failing GPU at seed 130, right terms for the rest."""
+    if case.seed == 130:
+        raise RuntimeError("an illegal memory access was encountered")
+    if case.seed % 10 == 3:
+        raise ValueError("boom")
+    bad = case.seed % 10 == 7
+    terms = [0.5, 0.5, 0, 0, 1e-9, 1e-9, 0, 0, 0] if bad else [1e-9, 1e-9, 0, 0, 1e-9, 1e-9, 0, 0, 0]
+    return case, "tc07_persistent_cluster BM=128,BN=256", torch.tensor(terms, dtype=torch.float64)
+
+
+def test_a_run_counts_what_it_judged_and_keeps_what_was_in_flight_when_the_gpu_failed(monkeypatch):
+    """run()'s bookkeeping (gemmlab.fuzz_loop.drive) with start() replaced: wrong by terms and by a
+    refusal are both counted and kept, every judged case is counted once by regime, dtype and
+    kernel, and a failure other than a refusal ends the run with its queued cases and the one that
+    failed kept for replay."""
+    import json
+
+    monkeypatch.setattr(fuzz, "warm", lambda *a, **k: 0)
+    monkeypatch.setattr(fuzz, "start", _fake_start)
+    s = fuzz.run(100, seconds=60, max_cases=25)
+    assert s.tried == 25 and s.crashed is None
+    assert len(s.wrong) == sum(i % 10 in (3, 7) for i in range(100, 125))
+    assert sum(s.by_dtype.values()) == sum(s.by_regime.values()) == sum(i % 10 != 3 for i in range(100, 125))
+    assert set(s.by_kernel) == {"tc07_persistent_cluster BM=128,BN=256"} and s.worst
+    crashed = fuzz.run(100, seconds=60, max_cases=1000)
+    assert crashed.crashed["error"].startswith("RuntimeError: an illegal memory access")
+    # refusals settle what was queued first; cases 124-129 were queued when 130 failed
+    assert [c["seed"] for c in crashed.crashed["cases"]] == [124, 125, 126, 127, 128, 129, 130]
+    assert [fuzz.Case.from_json(r).seed for r in crashed.crashed["replay"]] == list(range(124, 131))
+    json.dumps(crashed.record())
+
+
 @pytest.mark.gpu
 def test_a_short_fuzz_run_finds_nothing_wrong():
     s = fuzz.run(random.randrange(2**40), seconds=60, max_cases=2000)

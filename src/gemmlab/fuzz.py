@@ -20,20 +20,18 @@ time), so the fused builds it needs are one a kernel config; they and the plain 
 compiled side by side before it starts (warm); runs of other seeds take the other activations. The result is compared with float64
 (reference.error_terms) and so is cuBLAS's (torch.addmm on the same tensors): a problem is wrong
 where NaN or Inf appears or vanishes, C changes though D is elsewhere, or an error exceeds both
-the dtype's stated tolerance (reference.tolerance) and CUBLAS_FACTOR times cuBLAS's own error on
+the dtype's stated tolerance (reference.tolerance) and BASELINE_FACTOR (gemmlab.fuzz_loop) times cuBLAS's own error on
 the same problem. The errors are computed on the GPU without waiting for it and read back in
 batches, so the harness costs about a millisecond a small problem.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 import json
 import math
 import random
-import time
 from typing import Callable
 
 import torch
@@ -41,6 +39,7 @@ import torch
 from . import registry
 from .api import gemm
 from .batched import ONE_LAUNCH, bmm
+from .fuzz_loop import Summary as RunSummary, drive, reasons
 from .fuzz_tensors import batch_operand, operand
 from .configs import select
 from .problem import problem_from_tensors
@@ -54,9 +53,6 @@ EPILOGUE_SHARE = 0.3  # of the problems drawn with a fused epilogue (bias, activ
 BATCHED_SHARE_ON = 0.1
 BATCHED_SHARE = BATCHED_SHARE_ON if ONE_LAUNCH else 0.0
 BATCH_SIZES = (1, 2, 3, 5, 8)
-CUBLAS_FACTOR = 4.0  # our error may reach this multiple of cuBLAS's on the same problem before it counts
-BATCH = 64  # problems queued on the GPU between reads of their errors
-WRONG_KEPT = 200  # wrong cases kept in a record (all are counted)
 
 # name -> (input dtype, result dtype, precision)
 DTYPES: dict[str, tuple[torch.dtype, torch.dtype, str]] = {
@@ -408,18 +404,10 @@ def judge(case: Case, chosen: str, v: list[float]) -> Outcome:
     """The verdict on a case from its nine error terms (_errors)."""
     dtype, result, precision = DTYPES[case.dtype]
     tol = tolerance(result, precision, dtype, case.K)
-    rel, ms, appeared, vanished, c_rel, c_ms, _, _, changed = v
-    why = []
-    if appeared:
-        why.append(f"{int(appeared)} NaN/Inf appeared where float64 is finite")
-    if vanished:
-        why.append(f"{int(vanished)} NaN/Inf of float64 missing")
+    rel, ms, _, _, c_rel, c_ms, _, _, changed = v
+    why = reasons(v, tol, "cuBLAS")
     if changed:
         why.append(f"{int(changed)} elements of C changed, though D is elsewhere")
-    if rel > tol.rel_fro and rel > CUBLAS_FACTOR * c_rel:
-        why.append(f"rel_fro {rel:.2e} over {tol.rel_fro:.0e} and {CUBLAS_FACTOR:g}x cuBLAS's {c_rel:.2e}")
-    if ms > tol.max_scaled and ms > CUBLAS_FACTOR * c_ms:
-        why.append(f"max_scaled {ms:.2e} over {tol.max_scaled:.0e} and {CUBLAS_FACTOR:g}x cuBLAS's {c_ms:.2e}")
     return Outcome(case, chosen, bool(why), "; ".join(why), (rel, ms), (c_rel, c_ms), (tol.rel_fro, tol.max_scaled))
 
 
@@ -456,23 +444,8 @@ def start(case: Case, kernels: tuple[str, ...] | None = None) -> tuple[Case, str
 
 
 @dataclass
-class Summary:
-    seed: int
-    tried: int = 0
-    wrong: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
-    by_regime: Counter = field(default_factory=Counter)
-    by_dtype: Counter = field(default_factory=Counter)
-    by_kernel: Counter = field(default_factory=Counter)
-    worst: list[dict] = field(default_factory=list)  # the cases closest to failing, per dtype
-    crashed: dict | None = None  # the GPU's error and the cases in flight when it came
+class Summary(RunSummary):
     not_reached: list[str] = field(default_factory=list)  # registered kernels of the dtypes drawn that never ran
-
-    def record(self) -> dict:
-        return dict(seed=self.seed, tried=self.tried, wrong_count=len(self.wrong), seconds=round(self.seconds, 1),
-                    by_regime=dict(self.by_regime), by_dtype=dict(self.by_dtype),
-                    by_kernel=dict(sorted(self.by_kernel.items())), wrong=self.wrong[:WRONG_KEPT], worst=self.worst,
-                    crashed=self.crashed, not_reached=self.not_reached)  # fmt: skip
 
 
 def _as_record(o: Outcome) -> dict:
@@ -485,57 +458,20 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
     """Cases seed, seed + 1, ... until `seconds` have passed or max_cases are done. kernels: only
     these (named) kernels, else 'auto' and every kernel that serves each problem."""
     s = Summary(seed)
-    worst: dict[str, tuple[float, Outcome]] = {}
-    queued: list[tuple[Case, str, torch.Tensor]] = []
-    t0 = time.monotonic()
-
-    def settle():
-        if not queued:
-            return
-        values = torch.stack([e for _, _, e in queued]).tolist()
-        for (case, chosen, _), v in zip(queued, values):
-            o = judge(case, chosen, v)
-            s.tried += 1
-            s.by_regime[case.regime] += 1
-            s.by_dtype[case.dtype] += 1
-            s.by_kernel[chosen] += 1
-            closeness = max(o.ours[0] / o.tol[0], o.ours[1] / o.tol[1])
-            if case.dtype not in worst or closeness > worst[case.dtype][0]:
-                worst[case.dtype] = (closeness, o)
-            if o.wrong:
-                s.wrong.append(_as_record(o))
-                if on_wrong:
-                    on_wrong(o)
-        queued.clear()
-
     activation = run_activation(seed)
     warm(activation, dtypes, kernels)
-    t0 = time.monotonic()  # (the warm-up's compiles are not the run's time)
-    i = seed
-    try:
-        while (max_cases is None or s.tried + len(queued) < max_cases) and time.monotonic() - t0 < seconds:
-            case = draw(i, dtypes, kernels, activation)
-            i += 1
-            try:
-                queued.append(start(case, kernels))
-            except ValueError as exc:  # gemm() refused a problem a user may pass: a failure too
-                settle()
-                o = Outcome(case, case.kernel, True, f"refused: {exc}", (0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
-                s.tried += 1
-                s.wrong.append(_as_record(o))
-                if on_wrong:
-                    on_wrong(o)
-            if len(queued) >= BATCH:
-                settle()
-                s.seconds = time.monotonic() - t0
-                if on_progress:
-                    on_progress(s)
-        settle()
-    except Exception as exc:  # a launch or the GPU failed: the context may be lost, so stop here
-        in_flight = [c for c, _, _ in queued] + ([case] if not queued or queued[-1][0].seed != case.seed else [])
-        s.crashed = dict(error=f"{type(exc).__name__}: {exc}", cases=[asdict(c) for c in in_flight])
-    s.seconds = time.monotonic() - t0
-    s.worst = [dict(closeness=round(c, 3), **_as_record(o)) for c, o in sorted(worst.values(), key=lambda x: -x[0])]
+
+    def count(item, o: Outcome) -> None:
+        s.by_regime[o.case.regime] += 1
+        s.by_dtype[o.case.dtype] += 1
+        s.by_kernel[o.chosen] += 1
+
+    def refused(case: Case, exc: ValueError) -> Outcome:  # gemm() refused a problem a user may pass: a failure too
+        return Outcome(case, case.kernel, True, f"refused: {exc}", (0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
+
+    drive(s, seed, seconds, max_cases, draw=lambda i: draw(i, dtypes, kernels, activation),
+          start=lambda case: start(case, kernels), judge=lambda item, v: judge(item[0], item[1], v), count=count,
+          refused=refused, as_record=_as_record, on_wrong=on_wrong, on_progress=on_progress)  # fmt: skip
     ran = {chosen.split()[0] for chosen in s.by_kernel}
     wanted = kernels or [k.id for dt in (dtypes or DTYPES) for k in registry.kernels(DTYPES[dt][0])
                          if DTYPES[dt][0] != torch.float32 or k.math == DTYPES[dt][2]]  # fmt: skip

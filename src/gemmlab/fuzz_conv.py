@@ -18,7 +18,7 @@ gemmlab.conv2d(algorithm=...) under no_grad. The result is compared with float64
 convolution, cuDNN off: explicit zero padding, im2col and DGEMM, so a zero in the padding times an
 Inf in w is NaN there as in our kernels) and so is cuDNN's in the case's dtype: a case is wrong
 where NaN or Inf appears or vanishes, or where an error (reference.error_terms: rel_fro and
-max_scaled) exceeds both the dtype's tolerance and CUBLAS_FACTOR times cuDNN's own error. Where
+max_scaled) exceeds both the dtype's tolerance and BASELINE_FACTOR (gemmlab.fuzz_loop) times cuDNN's own error. Where
 the algorithm drawn cannot serve a geometry (C not a multiple of 8, the TMA's limits, a GPU before
 Hopper), the case falls back (tma, then implicit, then im2col) and the refusal is counted, never
 judged. The errors are queued on the GPU and read back in batches, as gemmlab.fuzz does.
@@ -30,7 +30,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 import math
 import random
-import time
 from typing import Callable
 
 import torch
@@ -38,7 +37,8 @@ import torch.nn.functional as F
 
 from .activations import ACTIVATIONS, post_code
 from .conv import conv2d, implicit_gemm_why_not, tma_why_not
-from .fuzz import BATCH, CUBLAS_FACTOR, WRONG_KEPT, run_activation
+from .fuzz import run_activation
+from .fuzz_loop import Summary as RunSummary, drive, reasons
 from .fuzz_conv_cases import ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, draw, why_not
 from .reference import error_terms, reference_post, tolerance
 from .specs.conv import CONV03_TILES, CONV_02, CONV_03, conv03_config
@@ -157,16 +157,8 @@ def judge(case: ConvCase, chosen: str, v: list[float]) -> Outcome:
     """The verdict on a case from its eight error terms (_errors)."""
     dtype = DTYPES[case.dtype]
     tol = tolerance(dtype, "fp32", dtype, case.C * case.R * case.S)
-    rel, ms, appeared, vanished, c_rel, c_ms, _, _ = v
-    why = []
-    if appeared:
-        why.append(f"{int(appeared)} NaN/Inf appeared where float64 is finite")
-    if vanished:
-        why.append(f"{int(vanished)} NaN/Inf of float64 missing")
-    if rel > tol.rel_fro and rel > CUBLAS_FACTOR * c_rel:
-        why.append(f"rel_fro {rel:.2e} over {tol.rel_fro:.0e} and {CUBLAS_FACTOR:g}x cuDNN's {c_rel:.2e}")
-    if ms > tol.max_scaled and ms > CUBLAS_FACTOR * c_ms:
-        why.append(f"max_scaled {ms:.2e} over {tol.max_scaled:.0e} and {CUBLAS_FACTOR:g}x cuDNN's {c_ms:.2e}")
+    rel, ms, _, _, c_rel, c_ms, _, _ = v
+    why = reasons(v, tol, "cuDNN")
     return Outcome(case, chosen, bool(why), "; ".join(why), (rel, ms), (c_rel, c_ms), (tol.rel_fro, tol.max_scaled))
 
 
@@ -235,27 +227,11 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
 
 
 @dataclass
-class Summary:
-    seed: int
-    tried: int = 0
-    wrong: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
-    by_regime: Counter = field(default_factory=Counter)
-    by_dtype: Counter = field(default_factory=Counter)
+class Summary(RunSummary):
     by_algorithm: Counter = field(default_factory=Counter)
-    by_kernel: Counter = field(default_factory=Counter)  # kernel and tile (conv03: persistent or not)
     by_walk: Counter = field(default_factory=Counter)  # conv03's persistent build: one or several tiles a block
     refused: Counter = field(default_factory=Counter)  # "drawn -> ran" (-> none: skipped), never judged
     refusals: dict = field(default_factory=dict)  # an example reason of each
-    worst: list[dict] = field(default_factory=list)  # the cases closest to failing, per dtype
-    crashed: dict | None = None  # the GPU's error and the cases in flight when it came
-
-    def record(self) -> dict:
-        return dict(seed=self.seed, tried=self.tried, wrong_count=len(self.wrong), seconds=round(self.seconds, 1),
-                    by_regime=dict(self.by_regime), by_dtype=dict(self.by_dtype), by_algorithm=dict(self.by_algorithm),
-                    by_kernel=dict(sorted(self.by_kernel.items())), by_walk=dict(self.by_walk),
-                    refused=dict(self.refused), refusals=self.refusals, wrong=self.wrong[:WRONG_KEPT],
-                    worst=self.worst, crashed=self.crashed)  # fmt: skip
 
 
 def as_record(o: Outcome) -> dict:
@@ -269,72 +245,37 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
     """Cases seed, seed + 1, ... until `seconds` have passed or max_cases have run (refused cases
     are counted apart, not among them)."""
     s = Summary(seed)
-    worst: dict[str, tuple[float, Outcome]] = {}
-    queued: list[tuple[ConvCase, str, str, torch.Tensor]] = []
-
-    def settle():
-        if not queued:
-            return
-        values = torch.stack([e for *_, e in queued]).tolist()
-        for (case, kernel, walk, _), v in zip(queued, values):
-            o = judge(case, kernel, v)
-            s.tried += 1
-            s.by_regime[case.regime] += 1
-            s.by_dtype[case.dtype] += 1
-            s.by_algorithm[case.algorithm] += 1
-            s.by_kernel[kernel] += 1
-            if walk:
-                s.by_walk[walk] += 1
-            closeness = max(o.ours[0] / o.tol[0], o.ours[1] / o.tol[1])
-            if case.dtype not in worst or closeness > worst[case.dtype][0]:
-                worst[case.dtype] = (closeness, o)
-            if o.wrong:
-                s.wrong.append(as_record(o))
-                if on_wrong:
-                    on_wrong(o)
-        queued.clear()
-
     activation = run_activation(seed)
     warm(seed, activation, dtypes, algorithms, max_cases)
-    t0 = time.monotonic()  # (the warm-up's compiles are not the run's time)
-    i = seed
-    case = None
-    try:
-        while (max_cases is None or s.tried + len(queued) < max_cases) and time.monotonic() - t0 < seconds:
-            case = draw(i, dtypes, algorithms, activation)
-            i += 1
-            try:
-                ran, kernel, walk, errors = start(case, algorithms)
-            except ValueError as exc:  # conv2d refused a case its own check had accepted: wrong too
-                settle()
-                o = Outcome(case, case.algorithm, True, f"conv2d raised, though its check accepted the case: {exc}",
-                            (0.0, 0.0), (0.0, 0.0), (0.0, 0.0))  # fmt: skip
-                s.tried += 1
-                s.wrong.append(as_record(o))
-                if on_wrong:
-                    on_wrong(o)
-                continue
-            if ran.drawn:
-                key = f"{ran.drawn} -> {ran.algorithm if errors is not None else 'none'}"
-                s.refused[key] += 1
-                s.refusals.setdefault(key, ran.refused)
-            elif errors is None:
-                s.refused[f"{ran.algorithm} -> none"] += 1
-                s.refusals.setdefault(f"{ran.algorithm} -> none", "no algorithm asked for serves it on this device")
-            if errors is not None:
-                queued.append((ran, kernel, walk, errors))
-            if len(queued) >= BATCH:
-                settle()
-                s.seconds = time.monotonic() - t0
-                if on_progress:
-                    on_progress(s)
-        settle()
-    except Exception as exc:  # a launch or the GPU failed (or conv2d raised): stop here, the context may be lost
-        in_flight = [c for c, *_ in queued] + ([case] if case is not None and (not queued or queued[-1][0].seed != case.seed) else [])
-        s.crashed = dict(error=f"{type(exc).__name__}: {exc}", cases=[asdict(c) for c in in_flight],
-                         replay=[c.to_json() for c in in_flight])  # fmt: skip
-    s.seconds = time.monotonic() - t0
-    s.worst = [dict(closeness=round(c, 3), **as_record(o)) for c, o in sorted(worst.values(), key=lambda x: -x[0])]
+
+    def started(case: ConvCase) -> tuple | None:
+        """start(case), its refusals counted: None where no algorithm asked for serves it."""
+        ran, kernel, walk, errors = start(case, algorithms)
+        if ran.drawn:
+            key = f"{ran.drawn} -> {ran.algorithm if errors is not None else 'none'}"
+            s.refused[key] += 1
+            s.refusals.setdefault(key, ran.refused)
+        elif errors is None:
+            s.refused[f"{ran.algorithm} -> none"] += 1
+            s.refusals.setdefault(f"{ran.algorithm} -> none", "no algorithm asked for serves it on this device")
+        return None if errors is None else (ran, kernel, walk, errors)
+
+    def count(item: tuple, o: Outcome) -> None:
+        case, kernel, walk, _ = item
+        s.by_regime[case.regime] += 1
+        s.by_dtype[case.dtype] += 1
+        s.by_algorithm[case.algorithm] += 1
+        s.by_kernel[kernel] += 1
+        if walk:
+            s.by_walk[walk] += 1
+
+    def refused(case: ConvCase, exc: ValueError) -> Outcome:  # conv2d refused a case its own check had accepted
+        return Outcome(case, case.algorithm, True, f"conv2d raised, though its check accepted the case: {exc}",
+                       (0.0, 0.0), (0.0, 0.0), (0.0, 0.0))  # fmt: skip
+
+    drive(s, seed, seconds, max_cases, draw=lambda i: draw(i, dtypes, algorithms, activation), start=started,
+          judge=lambda item, v: judge(item[0], item[1], v), count=count, refused=refused, as_record=as_record,
+          on_wrong=on_wrong, on_progress=on_progress)  # fmt: skip
     return s
 
 

@@ -133,3 +133,54 @@ def _progress() -> Progress:
         console=err_console,
         transient=False,
     )
+
+
+# ---- What the fuzz commands (fuzz, conv-fuzz) print ---------------------------------------------
+
+
+def fuzz_wrong_printer(command: str):
+    """A function printing a wrong outcome with its call and the line that runs it again alone."""
+
+    def show_wrong(o) -> None:
+        err_console.print(f"WRONG {o.case.label()}: {o.why}\n  chosen: {o.chosen}\n  call: {o.case.call()}\n"
+                          f"  replay: gemmlab {command} --replay '{o.case.to_json()}'", highlight=False)  # fmt: skip
+
+    return show_wrong
+
+
+def fuzz_replayed(outcomes, command: str, baseline: str, baseline_errors) -> None:
+    """Print each replayed outcome (baseline_errors(o): the baseline's rel_fro and max_scaled), then
+    exit 1 if any was wrong, else 0."""
+    show_wrong = fuzz_wrong_printer(command)
+    for o in outcomes:
+        if o.wrong:
+            show_wrong(o)
+        else:
+            theirs = baseline_errors(o)
+            console.print(f"right {o.case.label()} on {o.chosen}: rel_fro {o.ours[0]:.2e} max_scaled {o.ours[1]:.2e} "
+                          f"({baseline} {theirs[0]:.2e} {theirs[1]:.2e})", highlight=False)  # fmt: skip
+    raise typer.Exit(1 if any(o.wrong for o in outcomes) else 0)
+
+
+def fuzz_progress(command: str, noun: str, every_s: float = 15.0):
+    """A run's on_progress: a line at most every every_s seconds, readable in a log as on a terminal."""
+    last = [time.monotonic()]
+
+    def progress(s) -> None:
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            err_console.print(f"{command}: {s.tried} {noun}, {len(s.wrong)} wrong, {s.seconds:.0f} s", highlight=False)
+
+    return progress
+
+
+def fuzz_exit(summary, min_cases: int, command: str, noun: str) -> None:
+    """Say why a run failed (the GPU's error, too few cases) and exit 1 where it did or found a wrong case."""
+    if summary.crashed:
+        err_console.print(f"the GPU failed with {len(summary.crashed['cases'])} cases in flight: {summary.crashed['error']}",
+                          highlight=False)  # fmt: skip
+    short = summary.tried < min_cases
+    if short:
+        err_console.print(f"{command}: {summary.tried} {noun} ran, fewer than --min-cases {min_cases}")
+    if summary.wrong or summary.crashed or short:
+        raise typer.Exit(1)

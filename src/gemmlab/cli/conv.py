@@ -9,7 +9,9 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .common import _out_option, _require_gpu, console, err_console
+from .common import (
+    _out_option, _require_gpu, console, err_console, fuzz_exit, fuzz_progress, fuzz_replayed, fuzz_wrong_printer,
+)
 
 
 def conv_fuzz_cmd(
@@ -31,7 +33,6 @@ def conv_fuzz_cmd(
     a --replay line; the record (conv-fuzz-<time>.json) counts the cases by regime, dtype,
     algorithm and kernel tile, and the refusals apart."""
     import random as _random
-    import time as _time
 
     from .. import fuzz_conv
 
@@ -49,34 +50,18 @@ def conv_fuzz_cmd(
     from ..bench import environment
     from ..bench.run import results_path, write_run
 
-    def show_wrong(o) -> None:
-        err_console.print(f"WRONG {o.case.label()}: {o.why}\n  chosen: {o.chosen}\n  call: {o.case.call()}\n"
-                          f"  replay: gemmlab conv-fuzz --replay '{o.case.to_json()}'", highlight=False)  # fmt: skip
-
     if replay is not None:
         outcomes = fuzz_conv.replay(fuzz_conv.ConvCase.from_json(replay), repeats, algorithms)
-        for o in outcomes:
-            if o.wrong:
-                show_wrong(o)
-            else:
-                console.print(f"right {o.case.label()} on {o.chosen}: rel_fro {o.ours[0]:.2e} max_scaled {o.ours[1]:.2e} "
-                              f"(cuDNN {o.cudnn[0]:.2e} {o.cudnn[1]:.2e})", highlight=False)  # fmt: skip
-        raise typer.Exit(1 if any(o.wrong for o in outcomes) else 0)
+        fuzz_replayed(outcomes, "conv-fuzz", "cuDNN", lambda o: o.cudnn)
     seed = seed if seed is not None else _random.randrange(2**40)
     err_console.print(f"conv-fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} convolutions" if cases else "")
                       + f"; epilogues with {fuzz_conv.run_activation(seed) or 'a bias alone'}: the builds the cases "
                       "launch compile first, side by side (not counted in the seconds)", highlight=False)  # fmt: skip
-    last = [_time.monotonic()]
-
-    def progress(s) -> None:  # a line every 15 s: readable in a log as on a terminal
-        if _time.monotonic() - last[0] >= 15:
-            last[0] = _time.monotonic()
-            err_console.print(f"conv-fuzz: {s.tried} convolutions, {len(s.wrong)} wrong, {s.seconds:.0f} s", highlight=False)
-
     meta = environment.describe(0)
     meta.update(kind="conv-fuzz", budget_seconds=seconds, max_cases=cases, dtypes=list(dtypes or fuzz_conv.DTYPES),
                 algorithms=list(algorithms or fuzz_conv.ALGORITHM_WEIGHTS))  # fmt: skip
-    summary = fuzz_conv.run(seed, seconds, cases, dtypes, algorithms, on_wrong=show_wrong, on_progress=progress)
+    summary = fuzz_conv.run(seed, seconds, cases, dtypes, algorithms, on_wrong=fuzz_wrong_printer("conv-fuzz"),
+                             on_progress=fuzz_progress("conv-fuzz", "convolutions"))  # fmt: skip
     t = Table(title=f"gemmlab conv-fuzz, seed {seed}: {summary.tried} convolutions in {summary.seconds:.0f} s")
     for col in ("", "convolutions"):
         t.add_column(col, no_wrap=True)
@@ -89,11 +74,4 @@ def conv_fuzz_cmd(
     write_run(path, meta, [summary.record()])
     console.print(f"{summary.tried} convolutions, {len(summary.wrong)} wrong, {sum(summary.refused.values())} refused "
                   f"by the algorithm drawn; record: {path}", highlight=False)  # fmt: skip
-    if summary.crashed:
-        err_console.print(f"the GPU failed with {len(summary.crashed['cases'])} cases in flight: {summary.crashed['error']}",
-                          highlight=False)  # fmt: skip
-    short = summary.tried < min_cases
-    if short:
-        err_console.print(f"conv-fuzz: {summary.tried} convolutions ran, fewer than --min-cases {min_cases}")
-    if summary.wrong or summary.crashed or short:
-        raise typer.Exit(1)
+    fuzz_exit(summary, min_cases, "conv-fuzz", "convolutions")

@@ -13,7 +13,7 @@ from rich.table import Table
 from .. import registry
 from .common import (
     DEVICE_OPTION, PENDING_OPTION, WHOLE, _kernel_ids, _out_option, _pick_device, _progress, _require_gpu, console,
-    err_console, parse_shape,
+    err_console, fuzz_exit, fuzz_progress, fuzz_replayed, fuzz_wrong_printer, parse_shape,
 )
 
 def bench_cmd(
@@ -308,7 +308,6 @@ def fuzz_cmd(
     """Random GEMMs in each kernel's risky regimes against float64 and cuBLAS; exit 1 on any wrong result."""
     _require_gpu()
     import random as _random
-    import time as _time
 
     from .. import fuzz
 
@@ -317,19 +316,8 @@ def fuzz_cmd(
     from ..bench import environment
     from ..bench.run import results_path, write_run
 
-    def show_wrong(o) -> None:
-        err_console.print(f"WRONG {o.case.label()}: {o.why}\n  chosen: {o.chosen}\n  call: {o.case.call()}\n"
-                          f"  replay: gemmlab fuzz --replay '{o.case.to_json()}'", highlight=False)  # fmt: skip
-
     if replay is not None:
-        outcomes = fuzz.replay(fuzz.Case.from_json(replay), repeats)
-        for o in outcomes:
-            if o.wrong:
-                show_wrong(o)
-            else:
-                console.print(f"right {o.case.label()} on {o.chosen}: rel_fro {o.ours[0]:.2e} max_scaled {o.ours[1]:.2e} "
-                              f"(cuBLAS {o.cublas[0]:.2e} {o.cublas[1]:.2e})", highlight=False)  # fmt: skip
-        raise typer.Exit(1 if any(o.wrong for o in outcomes) else 0)
+        fuzz_replayed(fuzz.replay(fuzz.Case.from_json(replay), repeats), "fuzz", "cuBLAS", lambda o: o.cublas)
     for d in dtype or ():
         if d not in fuzz.DTYPES:
             raise typer.BadParameter(f"--dtype {d!r}: one of {', '.join(fuzz.DTYPES)}")
@@ -338,16 +326,10 @@ def fuzz_cmd(
     err_console.print(f"fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} problems" if cases else "")
                       + f"; epilogues with {fuzz.run_activation(seed) or 'a bias alone'}: every build a case may "
                       "launch compiles first, side by side (not counted in the seconds)", highlight=False)  # fmt: skip
-    last = [_time.monotonic()]
-
-    def progress(s) -> None:  # a line every 15 s: readable in a log as on a terminal
-        if _time.monotonic() - last[0] >= 15:
-            last[0] = _time.monotonic()
-            err_console.print(f"fuzz: {s.tried} problems, {len(s.wrong)} wrong, {s.seconds:.0f} s", highlight=False)
-
     meta = environment.describe(0)
     meta.update(kind="fuzz", budget_seconds=seconds, max_cases=cases, dtypes=list(dtype or fuzz.DTYPES), kernels=list(ids or ("auto", "every kernel")))
-    summary = fuzz.run(seed, seconds, cases, tuple(dtype) if dtype else None, ids, on_wrong=show_wrong, on_progress=progress)
+    summary = fuzz.run(seed, seconds, cases, tuple(dtype) if dtype else None, ids, on_wrong=fuzz_wrong_printer("fuzz"),
+                       on_progress=fuzz_progress("fuzz", "problems"))  # fmt: skip
     t = Table(title=f"gemmlab fuzz, seed {seed}: {summary.tried} problems in {summary.seconds:.0f} s")
     for col in ("", "problems"):
         t.add_column(col, no_wrap=True)
@@ -360,13 +342,7 @@ def fuzz_cmd(
     path = results_path(out, meta, "fuzz")
     write_run(path, meta, [summary.record()])
     console.print(f"{summary.tried} problems, {len(summary.wrong)} wrong; record: {path}", highlight=False)
-    if summary.crashed:
-        err_console.print(f"the GPU failed with {len(summary.crashed['cases'])} problems in flight: {summary.crashed['error']}")
-    short = summary.tried < min_cases
-    if short:
-        err_console.print(f"fuzz: {summary.tried} problems tried, fewer than --min-cases {min_cases}")
-    if summary.wrong or summary.crashed or short:
-        raise typer.Exit(1)
+    fuzz_exit(summary, min_cases, "fuzz", "problems")
 
 
 def accuracy_cmd(
