@@ -28,6 +28,11 @@ from .ops import gemm, wants_grad
 
 
 ALGORITHMS = ("im2col", "implicit", "tma")  # conv01 (on gemm()), conv02, conv03
+# Whether conv2d(algorithm="implicit" or "tma") takes gradients, through _ImplicitConv: dgrad as one
+# more forward convolution on the same kernels, wgrad as one GEMM (gemmlab.conv_grad). Off until its
+# GPU tests (tests/test_conv_grad.py) have passed on a GPU; the CPU tests check the same formulas
+# on the CPU ladder. Off, a wanted gradient is refused with a pointer to algorithm="im2col".
+IMPLICIT_GRADIENTS = False
 
 
 def _pair(value, name: str) -> tuple[int, int]:
@@ -157,8 +162,8 @@ def implicit_gemm_why_not(x: Tensor, weight: Tensor, bias: Tensor | None) -> str
         return f"it takes bf16 or fp16, not {str(x.dtype).removeprefix('torch.')}"
     if x.shape[1] % 8:
         return f"it reads channels 8 at a time (16 bytes): C = {x.shape[1]} is not a multiple of 8"
-    if wants_grad(x, weight, bias):
-        return "it has no backward pass yet (a gradient is wanted)"
+    if wants_grad(x, weight, bias) and not IMPLICIT_GRADIENTS:
+        return "a gradient is wanted, and its backward pass (conv.IMPLICIT_GRADIENTS) has not yet run on a GPU"
     return None
 
 
@@ -236,23 +241,21 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused.
 
     algorithm: "im2col" (the default: the matrix of receptive fields, then gemm()), "implicit"
-    (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, no gradients yet; at
+    (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, gradients where
+    IMPLICIT_GRADIENTS is on; at
     0.30x cuDNN on ResNet-50's layers, taken only when asked for) or "tma" (conv03, TMA im2col
     feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not;
     at 0.69x cuDNN on ResNet-50's layers on an H100, taken only when asked for)."""
     _check(x, weight, bias, groups, activation)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
-    if algorithm == "tma":  # (first: its plans skip the geometry's working out)
-        return tma_im2col(x, weight, bias, stride, padding, dilation, activation)
+    if algorithm != "im2col" and IMPLICIT_GRADIENTS and wants_grad(x, weight, bias):
+        y = _ImplicitConv.apply(x, weight, bias, (stride, padding, dilation), algorithm)
+        return y if activation is None else ACTIVATIONS[activation](y)
+    if algorithm != "im2col":
+        return _implicit(x, weight, bias, stride, padding, dilation, activation, algorithm)
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
-    if algorithm == "implicit":
-        why = implicit_gemm_why_not(x, weight, bias)
-        if why:
-            raise ValueError(f"algorithm='implicit' cannot serve this convolution: {why}; use algorithm='im2col'")
-        y = implicit_gemm(x, weight, bias, g, activation).reshape(N, P, Q, K).permute(0, 3, 1, 2)
-        return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
     a = im2col(x, g)  # [N*P*Q, R*S*C]
     b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place
     # The bias and the activation in the GEMM's epilogue (as gemmlab.linear: the activation by torch
@@ -264,3 +267,61 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         d = ACTIVATIONS[activation](d)
     y = d.reshape(N, P, Q, K).permute(0, 3, 1, 2)  # NCHW sizes over NHWC memory: channels_last
     return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
+
+
+def _implicit(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, activation: str | None,
+              algorithm: str) -> Tensor:  # fmt: skip
+    """conv2d on conv02 ("implicit") or conv03 ("tma"), or the ValueError saying why it cannot."""
+    if algorithm == "tma":  # (its plans skip the geometry's working out)
+        return tma_im2col(x, weight, bias, stride, padding, dilation, activation)
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+    why = implicit_gemm_why_not(x, weight, bias)
+    if why:
+        raise ValueError(f"algorithm='implicit' cannot serve this convolution: {why}; use algorithm='im2col'")
+    y = implicit_gemm(x, weight, bias, g, activation).reshape(g["N"], g["P"], g["Q"], g["K"]).permute(0, 3, 1, 2)
+    return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
+
+
+def conv_dgrad(dy: Tensor, weight: Tensor, g: dict, algorithm: str = "im2col", precision: str = "fp32") -> Tensor:
+    """The input's gradient of a convolution of geometry g (conv_geometry's), dY [N, K, P, Q] ->
+    dX [N, C, H, W]: one forward convolution of the spread dY by the flipped filter
+    (gemmlab.conv_grad), on the algorithm asked for where it serves those operands, else the next
+    (tma, implicit, im2col)."""
+    from .conv_grad import dgrad_operands
+
+    z, w2, pad = dgrad_operands(dy, weight, g)
+    if algorithm == "tma" and tma_why_not(z, w2, None, 1, pad, g["dilation"]) is not None:
+        algorithm = "implicit"
+    if algorithm == "implicit" and implicit_gemm_why_not(z, w2, None) is not None:
+        algorithm = "im2col"
+    return conv2d(z, w2, None, 1, pad, g["dilation"], precision=precision, algorithm=algorithm)
+
+
+def conv_wgrad(x: Tensor, dy: Tensor, g: dict, precision: str = "fp32") -> Tensor:
+    """The filter's gradient of a convolution of geometry g, [K, C, R, S] (channels_last memory):
+    the GEMM dY_rows^T @ im2col(x) (gemmlab.conv_grad), dY_rows read transposed in place."""
+    from .conv_grad import dy_rows, filter_from_rows
+
+    m = gemm(dy_rows(dy).t(), im2col(x, g), precision=precision, device="cpu" if x.device.type == "cpu" else None)
+    return filter_from_rows(m, g)
+
+
+class _ImplicitConv(torch.autograd.Function):
+    """conv2d on conv02 or conv03 with autograd (conv.IMPLICIT_GRADIENTS): the forward pass as
+    _implicit runs it (no activation: conv2d applies it after, through torch, so that its input is
+    kept), the backward pass as conv_dgrad, conv_wgrad and a sum over dY for the bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, g_args, algorithm):
+        ctx.save_for_backward(x, weight)
+        ctx.g = conv_geometry(tuple(x.shape), tuple(weight.shape), *g_args)
+        ctx.algorithm = algorithm
+        return _implicit(x, weight, bias, *g_args, None, algorithm)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        dx = conv_dgrad(dy, weight, ctx.g, ctx.algorithm) if ctx.needs_input_grad[0] else None
+        dw = conv_wgrad(x, dy, ctx.g) if ctx.needs_input_grad[1] else None
+        db = dy.sum((0, 2, 3)) if ctx.needs_input_grad[2] else None
+        return dx, dw, db, None, None
