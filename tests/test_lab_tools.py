@@ -17,6 +17,24 @@ DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_the_hottest_loop_and_its_same_bank_ffmas():
+    listing = """
+        /*0000*/  MOV R1, R2 ;
+        /*0010*/  FFMA R8, R2, R4, R6 ;
+        /*0020*/  FFMA R9, R2.reuse, R4, R5 ;
+        /*0030*/  @P0 BRA 0x10 ;
+        /*0040*/  FFMA R10, R3, R5, R7 ;
+        /*0050*/  EXIT ;
+    """
+    body = sass.hottest_loop(listing)
+    assert body == ["FFMA R8, R2, R4, R6", "FFMA R9, R2.reuse, R4, R5", "@P0 BRA 0x10"]
+    # R2, R4, R6 share bank 0; with R2 from the reuse cache, R4 and R5 do not share one
+    assert sass.same_bank_ffmas(body) == 1 and sass.same_bank_ffmas(body, banks=4) == 1
+    # step 07's stored listing: its k loop holds BK * TM * TN = 512 FFMAs
+    loop = sass.hottest_loop((DATA / "sgemm_07_vectorized.sm_90a.sass").read_text())
+    assert sum(t.startswith("FFMA") for t in loop) == 512 and 0 <= sass.same_bank_ffmas(loop) <= 512
+
+
 def test_instruction_mix_of_stored_step07_listing():
     mix = sass.instruction_mix((DATA / "sgemm_07_vectorized.sm_90a.sass").read_text())
     # 128 x 128 x 8 tiles, 8 x 8 per thread: the unrolled k loop is BK * TM * TN = 512 FFMAs,

@@ -121,3 +121,37 @@ def instruction_mix(sass: str) -> InstructionMix:
         if base in MEMORY_OPS:
             memory[(base, width_of(opcode))] += 1
     return InstructionMix(sum(by_op.values()), by_op, memory)
+
+
+# An instruction with its address: /*0e30*/  FFMA R68, R18, R57.reuse, R81 ;
+_ADDRESSED_RE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+
+
+def hottest_loop(sass: str) -> list[str]:
+    """The instructions (text after the address, predicates kept) of the loop with the most FFMAs:
+    from a backward branch's target to the branch. Empty where no backward branch carries FFMAs."""
+    insns = [(int(a, 16), text.strip()) for a, text in _ADDRESSED_RE.findall(sass)]
+    best: list[str] = []
+    for addr, text in insns:
+        m = re.search(r"\bBRA\b[^0-9]*(0x[0-9a-f]+)", text)
+        if m is None or int(m.group(1), 16) >= addr:
+            continue
+        body = [t for a, t in insns if int(m.group(1), 16) <= a <= addr]
+        if sum(t.startswith("FFMA") for t in body) > sum(t.startswith("FFMA") for t in best):
+            best = body
+    return best
+
+
+def same_bank_ffmas(body: list[str], banks: int = 2) -> int:
+    """FFMAs of a listing with two source registers in one register bank (number mod `banks`), not
+    counting operands read from the reuse cache (.reuse): a static proxy for the operand-collector
+    conflicts that hold an FFMA back a cycle. A proxy only: how often a conflict costs issue time
+    on a given GPU is for a measurement to say."""
+    count = 0
+    for text in body:
+        if not text.startswith("FFMA"):
+            continue
+        sources = [s.strip() for s in text.split(None, 1)[1].split(",")[1:]]
+        regs = [int(m.group(1)) for s in sources if ".reuse" not in s and (m := re.match(r"-?\|?R(\d+)", s))]
+        count += len({r % banks for r in regs}) < len(regs)
+    return count
