@@ -368,6 +368,24 @@ def test_conv_table_has_a_row_a_layer_and_the_geometric_mean_per_batch():
     assert "batch 32: **1.00x** (lowest 0.80x)" in table
 
 
+def test_conv_table_of_conv03_shows_the_tile_that_ran_and_the_fastest():
+    rec = dict(name="s3 3x3", N=32, C=256, K=256, R=3, S=3, stride=1, gemm=dict(M=6272, N=256, K=2304), tflops=300.0,
+               cudnn_tflops=400.0, ratio=0.75, ms=0.1, im2col_ms=None, reps=20, dtype="bf16", algorithm="tma",
+               conv03=dict(BM=64, BN=128, STAGES=8, persistent=True, grid=132, tiles=196),
+               tile_ms={"128x256": 0.12, "64x128": 0.1, "128x128": 0.08})  # fmt: skip
+    fallback = dict(rec, name="stem", C=3, algorithm="im2col")
+    del fallback["conv03"], fallback["tile_ms"]
+    run = {"meta": {"gpu": "GPU", "commit": "abc", "time": "t", "dtype": "bf16", "algorithm": "tma"}, "records": [rec, fallback]}
+    table = tables.conv_table(run)
+    assert "| ratio | conv03 tile | best tile |" in table and table.splitlines()[1].count("---") == 10
+    assert "| 0.75x | 64x128, 2 a block | 128x128 (25% faster) |" in table
+    assert "| im2col (not conv03) | - |" in table
+    rec["tile_ms"]["64x128"] = 0.05
+    assert "| 64x128, 2 a block | the rule's |" in tables.conv_table(run)
+    del rec["tile_ms"], run["records"][1]
+    assert "| ratio | conv03 tile |\n" in tables.conv_table(run)
+
+
 def test_conv_table_reads_records_that_timed_the_unfold():
     """Records written when conv2d unfolded with torch (unfold_ms, no im2col_ms) keep their column's name."""
     rec = dict(name="s1 3x3", N=32, C=64, K=64, R=3, S=3, stride=1, gemm=dict(M=100352, N=64, K=576), tflops=100.0,

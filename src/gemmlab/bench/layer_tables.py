@@ -24,14 +24,17 @@ def conv_table(run: dict) -> str:
     in older records, torch's unfold), with the geometric mean per batch."""
     recs = run["records"]
     old = any("unfold_ms" in r for r in recs)
-    share = "unfold share" if old else "im2col share"
-    lines = [f"| layer | N | C -> K | filter | GEMM M x N x K | TFLOP/s | cuDNN TFLOP/s | ratio | {share} |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    tiles = any("conv03" in r for r in recs)  # conv03's records: the tile that ran (and each tile's time)
+    with_best = any("tile_ms" in r for r in recs)
+    last = ("conv03 tile | best tile" if with_best else "conv03 tile") if tiles else ("unfold share" if old else "im2col share")
+    lines = [f"| layer | N | C -> K | filter | GEMM M x N x K | TFLOP/s | cuDNN TFLOP/s | ratio | {last} |",
+             "|---|---|---|---|---|---|---|---|---|" + "---|" * last.count("|")]  # fmt: skip
     for r in recs:
         g = r["gemm"]
+        cells = _tile_cells(r, with_best) if tiles else _im2col_share(r)
         lines.append(f"| {r['name']} | {r['N']} | {r['C']} -> {r['K']} | {r['R']}x{r['S']}/{r['stride']} | "
                      f"{g['M']}x{g['N']}x{g['K']} | {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['ratio']:.2f}x | "
-                     f"{_im2col_share(r)} |")  # fmt: skip
+                     f"{cells} |")  # fmt: skip
     means = []
     for n in sorted({r["N"] for r in recs}):
         ratios = [r["ratio"] for r in recs if r["N"] == n]
@@ -44,7 +47,10 @@ def conv_table(run: dict) -> str:
         note = "none (implicit): no im2col matrix is built."
     elif run["meta"].get("algorithm") == "tma":
         what = "conv03, TMA im2col and wgmma, where it can serve (tma_why_not); NHWC im2col, then gemm(), elsewhere"
-        note = "none (tma): no im2col matrix is built; the TMA gathers the receptive fields."
+        note = "none (tma): no im2col matrix is built; the TMA gathers the receptive fields." if not tiles else (
+                "no im2col matrix is built (the TMA gathers the receptive fields); conv03 tile: the tile the rule picked "
+                "(conv03_config) and, in the persistent build, the most tiles one block walks; best tile: where every tile "
+                "was timed in the same rounds (conv-bench --tiles), the fastest.")  # fmt: skip
     else:
         what = "NHWC im2col, then gemm()"
         note = ("im2col share: conv2d's im2col alone (padding and the one copy that builds the GEMM's A operand) "
@@ -54,6 +60,24 @@ def conv_table(run: dict) -> str:
         + ", ".join(means) + f"; ratio = cuDNN median time / gemmlab.conv2d's ({what}), median of {recs[0]['reps']} "
         "event-timed runs with L2 flushed, channels_last, cudnn.benchmark on; " + note
     )
+
+
+def _tile_cells(r: dict, with_best: bool) -> str:
+    """A conv03 record's tile (the persistent build: and the most tiles a block walks), and with
+    every tile timed, the fastest and how much faster it ran than the rule's in the same rounds."""
+    c = r.get("conv03")
+    if c is None:
+        return " | ".join(["im2col (not conv03)"] + (["-"] if with_best else []))
+    tile = f"{c['BM']}x{c['BN']}" + (f", {-(-c['tiles'] // c['grid'])} a block" if c["persistent"] else "")
+    if not with_best:
+        return tile
+    times = r.get("tile_ms") or {}
+    rule = f"{c['BM']}x{c['BN']}"
+    if not times or rule not in times:
+        return f"{tile} | -"
+    best = min(times, key=times.get)
+    faster = times[rule] / times[best] - 1
+    return f"{tile} | " + ("the rule's" if best == rule else f"{best} ({faster:.0%} faster)")
 
 
 def linear_table(run: dict) -> str:
