@@ -45,7 +45,7 @@ def test_runs_fill_the_sms_where_k_is_long_and_tiles_few(M, N, K, runs):
 def test_every_candidate_tile_is_a_valid_step_11_tile():
     for cfg in split_k_tiles():
         assert SPLIT.check_config(cfg) is None
-        tile = {k: v for k, v in cfg.as_dict().items() if k != "SPLIT"}
+        tile = {k: v for k, v in cfg.as_dict().items() if k not in ("SPLIT", "PV")}
         assert registry.get("sgemm_11_warp_tile").config(**tile) is not None
 
 
@@ -94,6 +94,41 @@ def test_split_k_with_nan_in_c_and_beta_zero_and_nan_in_a():
     out = gemmlab.gemm(a, b, kernel="sgemm_12_split_k")
     torch.cuda.synchronize()
     assert torch.isnan(out[5]).all() and torch.isfinite(out[torch.arange(M, device="cuda") != 5]).all()
+
+
+def test_scalar_part_builds_compile_without_spills():
+    """PV = 1 (a split's parts stored and read a float at a time) for every candidate tile: the build
+    docs/notes/split-k-register-banks.md proposes to time against PV = 4."""
+    from gemmlab import jit
+
+    for cfg in split_k_tiles():
+        scalar = SPLIT.config(**{**cfg.as_dict(), "PV": 1})
+        usage = jit.compile_kernel(SPLIT, scalar, "sm_90a").usage
+        assert usage.spill_stores == usage.spill_loads == 0 and usage.registers <= 255, (scalar.as_dict(), usage)
+    with pytest.raises(ValueError, match="PV must be 4 or 1"):
+        SPLIT.config(PV=2)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("M,N,K", [(127, 129, 20000), (256, 256, 65536), (1000, 1022, 4099)])
+def test_scalar_parts_give_the_same_bits_as_float4_parts(M, N, K):
+    """The parts' access width changes the registers, not the sum: each tile's PV = 1 build gives the
+    bits of its PV = 4 build (the runs added in the same order)."""
+    from gemmlab.api import prepare
+
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    c = torch.randn(M, N, device="cuda")
+    for cfg in split_k_tiles():
+        outs = []
+        for pv in (4, 1):
+            out = torch.full((M, N), float("nan"), device="cuda")
+            prepare(a, b, c, alpha=0.5, beta=-1.5, kernel="sgemm_12_split_k", out=out,
+                    config=SPLIT.config(**{**cfg.as_dict(), "PV": pv}))()  # fmt: skip
+            torch.cuda.synchronize()
+            assert check_result(out, a, b, c, 0.5, -1.5).passed, (cfg.as_dict(), pv)
+            outs.append(out)
+        assert torch.equal(*outs), cfg.as_dict()
 
 
 # Step 13, few rows

@@ -324,10 +324,12 @@ SGEMM_12 = KernelSpec(
     idea="step 11's tiles with K cut into runs that fill the SMs; the last run of a tile adds the fp32 parts in run order (deterministic)",
     source="sgemm/12_split_k.cu",
     entry="sgemm_split_k",
-    params=(*SGEMM_11.params, Param("SPLIT", 1, "1: K may be split into runs (gridDim.y); 0: one run, without the split code")),
+    params=(*SGEMM_11.params, Param("SPLIT", 1, "1: K may be split into runs (gridDim.y); 0: one run, without the split code"),
+            Param("PV", 4, "floats a store or load of a split's fp32 parts moves: 4 (float4) or 1")),
     block=SGEMM_11.block,
     grid=lambda M, N, c: (cdiv(N, c["BN"]) * cdiv(M, c["BM"]), 1, 1),
-    check_config=lambda c: _first_failure((c["SPLIT"] in (0, 1), "SPLIT must be 0 or 1")) or _check_11(c),
+    check_config=lambda c: _first_failure((c["SPLIT"] in (0, 1), "SPLIT must be 0 or 1"),
+                                          (c["PV"] in (4, 1), "PV must be 4 or 1")) or _check_11(c),  # fmt: skip
     seeds="past the seeds: split-K (CUTLASS's parallel and serial split-K reductions); tc10's last-run sum",
     # a BM x BN fp32 part a block of a split grid, a counter a tile
     workspace=lambda c, grid: (grid[0] * grid[1] * c["BM"] * c["BN"], grid[0]) if grid[1] > 1 else (0, 0),

@@ -16,11 +16,14 @@
 #include "common/tile_copy.cuh"
 
 // BM .. PAD: step 11's. SPLIT: 0 compiles the one-run kernel alone (the split code costs a whole-K
-// launch registers and time even where it never runs). WS: fp32 parts, BM x BN a block of a split
+// launch registers and time even where it never runs). PV: floats a store or a load of a part moves,
+// 4 or 1. Four make float4 accesses, and ptxas then keeps each accumulator quad in four aligned
+// registers, an assignment whose main loop reads many FFMA operand pairs from one register bank;
+// one keeps step 11's assignment (docs/notes/split-k-register-banks.md). WS: fp32 parts, BM x BN a block of a split
 // grid; FLAGS: one counter a tile, zero between launches (the last run to arrive resets it).
 // The occupancy the runs model counts on (gemmlab.specs.sgemm.SPLIT_K_TILES): five 64 x 64 blocks an
 // SM, two 128 x 128, one 256 x 128.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT, int POST = 0>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT, int PV, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, BM * BN <= 64 * 64 ? 5 : BM * BN <= 128 * 128 ? 2 : 1)
 sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
               unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
@@ -40,6 +43,7 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
                   "a warp's 32 threads must cover its WM x WN tile with TM x TN results each");
     static_assert(BK % 4 == 0 && BN % 4 == 0, "tile rows are read from global memory as float4");
     static_assert(PAD >= 0 && PAD % 4 == 0, "PAD must keep the rows of sA 16-byte aligned");
+    static_assert(PV == 4 || PV == 1, "a part's accesses move a float4 or a float");
     __shared__ __align__(16) float sA[2][BK][BM + PAD];  // [buffer][k][m]: slices of A, transposed
     __shared__ __align__(16) float sB[2][BK][BN];        // [buffer][k][n]: slices of B
 
@@ -110,7 +114,12 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
 #pragma unroll
         for (int p = 0; p < PART4; ++p) {
             const int i = p / (TN / 4), j = p % (TN / 4) * 4;
-            __stcg(mine + p * THREADS + tid, make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+            if constexpr (PV == 4) {
+                __stcg(mine + p * THREADS + tid, make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+            } else {
+                float* at = reinterpret_cast<float*>(mine + p * THREADS + tid);
+                __stcg(at, acc[i][j]), __stcg(at + 1, acc[i][j + 1]), __stcg(at + 2, acc[i][j + 2]), __stcg(at + 3, acc[i][j + 3]);
+            }
         }
         __threadfence();  // this thread's part is visible before the count says so
         __syncthreads();
@@ -131,9 +140,15 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
             const float4* theirs = part(s);
 #pragma unroll
             for (int p = 0; p < PART4; ++p) {
-                const float4 v = __ldcg(theirs + p * THREADS + tid);
                 const int i = p / (TN / 4), j = p % (TN / 4) * 4;
-                acc[i][j] += v.x, acc[i][j + 1] += v.y, acc[i][j + 2] += v.z, acc[i][j + 3] += v.w;
+                if constexpr (PV == 4) {
+                    const float4 v = __ldcg(theirs + p * THREADS + tid);
+                    acc[i][j] += v.x, acc[i][j + 1] += v.y, acc[i][j + 2] += v.z, acc[i][j + 3] += v.w;
+                } else {
+                    const float* v = reinterpret_cast<const float*>(theirs + p * THREADS + tid);
+                    acc[i][j] += __ldcg(v), acc[i][j + 1] += __ldcg(v + 1), acc[i][j + 2] += __ldcg(v + 2);
+                    acc[i][j + 3] += __ldcg(v + 3);
+                }
             }
         }
     }
