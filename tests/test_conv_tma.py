@@ -135,6 +135,10 @@ def test_a_plan_says_what_it_launches_and_a_forced_tile_keeps_plans_apart(monkey
         rule = conv03._key(x, w, None, (1, 1, 1), None)
         monkeypatch.setattr(conv03, "TILE", (64, 64))
         assert conv03._key(x, w, None, (1, 1, 1), None) != rule
+    with pytest.raises(RuntimeError), conv03.on_tile((128, 64)):  # on_tile puts back what was there, on a raise too
+        assert conv03.TILE == (128, 64)
+        raise RuntimeError
+    assert conv03.TILE == (64, 64)
 
 
 def _fake(shape, dtype=torch.bfloat16, **kw):

@@ -15,6 +15,7 @@ and it ran 0.74x cuDNN against one tile a block's 0.69x there (ResNet-50, batch 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 import ctypes
 import threading
 from dataclasses import dataclass, field
@@ -109,6 +110,17 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             _PLANS.clear()
         _PLANS[key] = plan
     return plan
+
+
+@contextmanager
+def on_tile(tile: tuple[int, int] | None):
+    """Within it, every plan takes this tile of CONV03_TILES (None: the rule's); TILE as it was after."""
+    global TILE
+    before, TILE = TILE, tile
+    try:
+        yield
+    finally:
+        TILE = before
 
 
 def describe(plan: Plan) -> dict:

@@ -213,13 +213,9 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
 
     g = served.geometry()
     poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
-    before, conv03.TILE = conv03.TILE, served.tile  # (its plan is looked up under it too)
-    try:
-        with torch.no_grad():
-            y = conv2d(t.x, t.w, t.bias, *served.g_args, activation=served.activation, algorithm=served.algorithm)
+    with conv03.on_tile(served.tile), torch.no_grad():  # (its plan is looked up under the tile too)
+        y = conv2d(t.x, t.w, t.bias, *served.g_args, activation=served.activation, algorithm=served.algorithm)
         kernel, walk = chosen(served, t)
-    finally:
-        conv03.TILE = before
     return served, kernel, walk, _errors(served, t, y)
 
 

@@ -80,11 +80,8 @@ def _on_tile(tile: tuple[int, int], call: Callable[[], object]) -> object:
     """call() with every conv03 plan on this tile (gemmlab.conv03.TILE), the rule's again after."""
     from .. import conv03
 
-    conv03.TILE = tile
-    try:
+    with conv03.on_tile(tile):
         return call()
-    finally:
-        conv03.TILE = None
 
 
 def _tile_times(x, w, kw: dict, ref, dtype_name: str, reps: int, warmup: int, flusher) -> dict:
