@@ -2,8 +2,8 @@
 conv.conv_dgrad, conv.conv_wgrad): dgrad as one forward convolution of the spread dY by the flipped
 filter, wgrad as one GEMM. On the CPU the formulas run on the CPU ladder (float32) and are checked
 against torch's autograd in float64 over random geometries (stride, padding in every form, dilation,
-even and odd filters, odd sizes); on a GPU (marker `gpu`) conv2d(algorithm="implicit"/"tma") with
-conv.IMPLICIT_GRADIENTS on, gradients against torch's."""
+even and odd filters, odd sizes); on a GPU (marker `gpu`) conv2d(algorithm="implicit"/"tma"), gradients
+against torch's."""
 
 import random
 
@@ -13,9 +13,8 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import gemmlab
-from gemmlab import conv as conv_module
 from gemmlab.activations import ACTIVATIONS
-from gemmlab.conv import conv_dgrad, conv_geometry, conv_wgrad, implicit_gemm_why_not
+from gemmlab.conv import conv_dgrad, conv_geometry, conv_wgrad, implicit_gemm_why_not, tma_why_not
 from gemmlab.conv_grad import dgrad_operands, dgrad_paddings, spread
 
 
@@ -90,27 +89,22 @@ def test_dgrad_s_operands_keep_dy_s_memory_format():
     assert z.is_contiguous(memory_format=torch.channels_last) and w2.is_contiguous(memory_format=torch.channels_last)
 
 
-def test_a_wanted_gradient_is_refused_while_the_backward_pass_has_not_run_on_a_gpu(monkeypatch):
-    monkeypatch.setattr(conv_module, "IMPLICIT_GRADIENTS", False)
+def test_a_wanted_gradient_is_served_by_the_algorithm_asked_for():
     with FakeTensorMode():
         x = torch.empty(2, 8, 9, 9, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         w = torch.empty(16, 8, 3, 3, device="cuda", dtype=torch.bfloat16)
-        assert "IMPLICIT_GRADIENTS" in implicit_gemm_why_not(x, w, None)
-        with pytest.raises(ValueError, match="algorithm='im2col'"):
-            gemmlab.conv2d(x, w, padding=1, algorithm="implicit")
-        monkeypatch.setattr(conv_module, "IMPLICIT_GRADIENTS", True)
         assert implicit_gemm_why_not(x, w, None) is None
+        assert tma_why_not(x, w, None, padding=1) is None
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("algorithm", ["implicit", "tma"])
-def test_gradients_match_torch_s_on_the_gpu(algorithm, monkeypatch):
+def test_gradients_match_torch_s_on_the_gpu(algorithm):
     """bf16 inputs, fp32 accumulation: the gradients within a few bf16 roundings of torch's in
     float64, through a bias and each activation (torch applies it), C and K multiples of 8 (so the
     dgrad convolution, whose input channels are K, runs on the same algorithm) and not (im2col)."""
     if algorithm == "tma" and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("conv03 needs a Hopper GPU")
-    monkeypatch.setattr(conv_module, "IMPLICIT_GRADIENTS", True)
     for i, case in enumerate(_geometries(24, seed=11, channels=(8, 16, 24, 64))):
         kw = dict(stride=case["stride"], padding=case["padding"], dilation=case["dilation"])
         fmt = torch.channels_last if i % 2 else torch.contiguous_format

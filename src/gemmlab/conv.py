@@ -28,11 +28,6 @@ from .ops import gemm, wants_grad
 
 
 ALGORITHMS = ("im2col", "implicit", "tma")  # conv01 (on gemm()), conv02, conv03
-# Whether conv2d(algorithm="implicit" or "tma") takes gradients, through _ImplicitConv: dgrad as one
-# more forward convolution on the same kernels, wgrad as one GEMM (gemmlab.conv_grad). Off until its
-# GPU tests (tests/test_conv_grad.py) have passed on a GPU; the CPU tests check the same formulas
-# on the CPU ladder. Off, a wanted gradient is refused with a pointer to algorithm="im2col".
-IMPLICIT_GRADIENTS = False
 
 
 def _pair(value, name: str) -> tuple[int, int]:
@@ -162,8 +157,6 @@ def implicit_gemm_why_not(x: Tensor, weight: Tensor, bias: Tensor | None) -> str
         return f"it takes bf16 or fp16, not {str(x.dtype).removeprefix('torch.')}"
     if x.shape[1] % 8:
         return f"it reads channels 8 at a time (16 bytes): C = {x.shape[1]} is not a multiple of 8"
-    if wants_grad(x, weight, bias) and not IMPLICIT_GRADIENTS:
-        return "a gradient is wanted, and its backward pass (conv.IMPLICIT_GRADIENTS) has not yet run on a GPU"
     return None
 
 
@@ -241,15 +234,14 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused.
 
     algorithm: "im2col" (the default: the matrix of receptive fields, then gemm()), "implicit"
-    (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, gradients where
-    IMPLICIT_GRADIENTS is on; at
-    0.30x cuDNN on ResNet-50's layers, taken only when asked for) or "tma" (conv03, TMA im2col
+    (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, gradients through
+    _ImplicitConv; at 0.30x cuDNN on ResNet-50's layers, taken only when asked for) or "tma" (conv03, TMA im2col
     feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not;
     at 0.69x cuDNN on ResNet-50's layers on an H100, taken only when asked for)."""
     _check(x, weight, bias, groups, activation)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
-    if algorithm != "im2col" and IMPLICIT_GRADIENTS and wants_grad(x, weight, bias):
+    if algorithm != "im2col" and wants_grad(x, weight, bias):
         y = _ImplicitConv.apply(x, weight, bias, (stride, padding, dilation), algorithm)
         return y if activation is None else ACTIVATIONS[activation](y)
     if algorithm != "im2col":
@@ -307,7 +299,7 @@ def conv_wgrad(x: Tensor, dy: Tensor, g: dict, precision: str = "fp32") -> Tenso
 
 
 class _ImplicitConv(torch.autograd.Function):
-    """conv2d on conv02 or conv03 with autograd (conv.IMPLICIT_GRADIENTS): the forward pass as
+    """conv2d on conv02 or conv03 with autograd: the forward pass as
     _implicit runs it (no activation: conv2d applies it after, through torch, so that its input is
     kept), the backward pass as conv_dgrad, conv_wgrad and a sum over dY for the bias."""
 
