@@ -131,12 +131,15 @@ if want racecheck; then
 fi
 
 if want conv; then
-  # gemmlab.conv2d (im2col, then gemm()) against cuDNN on ResNet-50's layers, bf16, fp16 and float32
+  # gemmlab.conv2d as called (algorithm="auto": the step it picks a layer) against cuDNN on ResNet-50's
+  # layers, bf16, fp16 and float32; then the steps alone: im2col, conv02 and conv03 (bf16 and fp16;
+  # layers a step cannot serve run im2col)
   step "conv-bench: ResNet-50's convolutions against cuDNN (sweeps/conv/resnet50.toml)"
   python3 -m gemmlab conv-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "conv-bench"
-  # conv02, implicit GEMM (bf16 and fp16; layers whose C is not a multiple of 8 run im2col)
-  python3 -m gemmlab conv-bench --algorithm implicit --dtype bf16 --dtype fp16 --out "$OUT/results" 2>&1 | tee -a "$LOG" \
-    || fail "conv-bench implicit"
+  for alg in im2col implicit tma; do
+    python3 -m gemmlab conv-bench --algorithm $alg --dtype bf16 --dtype fp16 --out "$OUT/results" 2>&1 | tee -a "$LOG" \
+      || fail "conv-bench $alg"
+  done
 fi
 
 if want conv-tiles; then

@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torch._subclasses.fake_tensor import FakeTensorMode
+
 import gemmlab
 from gemmlab import conv as conv_module
 from gemmlab.conv import conv_geometry, im2col
@@ -297,6 +299,30 @@ def test_gradients_match_torch_on_the_gpu():
         assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-3)
 
 
+@gpu
+@needs_gpu
+def test_a_conv2d_module_compiles_whole_and_auto_picks_per_layer_on_the_gpu():
+    """torch.compile(fullgraph=True) over gemmlab.nn.Conv2d layers in bf16: traced, the call takes
+    im2col (the step that traces); eager, the 3x3 takes conv03 where the GPU has it; both within
+    bf16 roundings of float64, the result and every parameter's gradient."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(gemmlab.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), gemmlab.nn.Conv2d(32, 16, 1))
+    model = model.cuda().bfloat16().to(memory_format=torch.channels_last)
+    x = torch.randn(4, 16, 13, 11, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+    gy = torch.randn(4, 16, 13, 11, device="cuda").bfloat16()
+    w0, b0, w2, b2 = (p.detach().double().requires_grad_() for p in model.parameters())
+    want = F.conv2d(F.relu(F.conv2d(x.double(), w0, b0, padding=1)), w2, b2)
+    want.backward(gy.double())
+    rel = lambda a, b: ((a.double() - b).norm() / b.norm()).item()  # noqa: E731
+    for run in (model, torch.compile(model, fullgraph=True)):
+        y = run(x)
+        y.backward(gy)
+        assert rel(y, want) < 2e-2
+        for p, ref in zip(model.parameters(), (w0, b0, w2, b2)):
+            assert rel(p.grad, ref.grad) < 3e-2, (run is model, p.shape)
+        model.zero_grad()
+
+
 GPU_DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 4e-3)]
 
 
@@ -384,6 +410,48 @@ def test_conv_table_of_conv03_shows_the_tile_that_ran_and_the_fastest():
     assert "| 64x128, 2 a block | the rule's |" in tables.conv_table(run)
     del rec["tile_ms"], run["records"][1]
     assert "| ratio | conv03 tile |\n" in tables.conv_table(run)
+
+
+def test_conv_table_of_an_auto_run_says_which_step_ran_each_layer():
+    base = dict(N=32, C=64, K=64, stride=1, tflops=100.0, cudnn_tflops=120.0, ratio=1.0, ms=1.0, reps=10, dtype="bf16")
+    recs = [dict(base, name="s1 1x1", R=1, S=1, gemm=dict(M=100352, N=64, K=64), im2col_ms=None, algorithm="im2col"),
+            dict(base, name="s1 3x3", R=3, S=3, gemm=dict(M=100352, N=64, K=576), im2col_ms=None, algorithm="tma",
+                 conv03=dict(BM=128, BN=64, STAGES=6, persistent=True, grid=132, tiles=784)),
+            dict(base, name="stem", C=3, R=7, S=7, stride=2, gemm=dict(M=401408, N=64, K=147), im2col_ms=0.5,
+                 algorithm="im2col")]  # fmt: skip
+    run = {"meta": {"gpu": "GPU", "commit": "abc", "time": "t", "dtype": "bf16", "algorithm": "auto"}, "records": recs}
+    table = tables.conv_table(run)
+    assert "| ratio | ran |" in table and "algorithm='auto'" in table
+    assert "| 1.00x | im2col (view) |" in table
+    assert "| 1.00x | conv03 128x64, 6 a block |" in table
+    assert "| 1.00x | im2col (50% im2col) |" in table
+
+
+def test_auto_runs_a_1x1_stride_1_filter_on_gemm_and_other_filters_on_conv03():
+    """algorithm='auto' (the default): which step each kind of call gets, said before any launch."""
+    from gemmlab.conv import choose_algorithm
+
+    def pick(C=64, R=3, dtype=torch.bfloat16, stride=1, padding=1, device="cuda"):
+        with FakeTensorMode():
+            x = torch.empty(2, C, 14, 14, device=device, dtype=dtype)
+            w = torch.empty(32, C, R, R, device=device, dtype=dtype)
+            return choose_algorithm(x, w, None, stride, padding)
+
+    assert pick(R=1, padding=0) == "im2col"  # one gemm() on x's own memory
+    assert pick(R=1, padding="valid") == "im2col"
+    assert pick(R=1, padding=0, stride=2) == "tma"  # a strided 1x1 would copy every other pixel first
+    assert pick(R=1, padding=1) == "tma"
+    assert pick() == "tma" and pick(dtype=torch.float16, R=5, padding="same") == "tma"
+    assert pick(C=3, R=7, stride=2, padding=3) == "im2col"  # C not a multiple of 8: neither conv02 nor conv03
+    assert pick(dtype=torch.float32) == "im2col"
+    assert pick(device="cpu") == "im2col"
+    with pytest.raises(ValueError, match="'auto', 'im2col', 'implicit', 'tma'"):
+        gemmlab.conv2d(torch.randn(1, 8, 5, 5), torch.randn(2, 8, 3, 3), algorithm="fastest")
+
+
+def test_auto_on_the_cpu_gives_what_im2col_gives():
+    x, w, b = torch.randn(2, 5, 9, 9), torch.randn(4, 5, 3, 3), torch.randn(4)
+    assert torch.equal(gemmlab.conv2d(x, w, b, padding=1), gemmlab.conv2d(x, w, b, padding=1, algorithm="im2col"))
 
 
 def test_conv_table_reads_records_that_timed_the_unfold():

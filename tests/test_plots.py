@@ -117,3 +117,17 @@ def test_conv_bars_from_the_committed_records(slug, tmp_path):
     fig = plots.conv_bars(CONV[slug], tmp_path / "conv.png")
     assert len(fig.axes[0].patches) == sum(len(run["records"]) for run in CONV[slug])  # a bar a record
     plt.close(fig)
+
+
+def test_conv_bars_put_an_auto_run_after_the_steps_without_hatching_its_picks():
+    """An algorithm='auto' run's records name the step each layer ran on; none of them is a fallback."""
+    auto = conv_run("auto", {(name, 32): 0.9 for name in LAYERS}, "ef56")
+    for r, alg in zip(auto["records"], ("im2col", "tma", "im2col")):
+        r["algorithm"] = alg
+    fig = plots.conv_bars([auto, conv_run("tma", {(name, 32): 0.7 for name in LAYERS})])
+    bars = fig.axes[0].patches
+    assert [round(b.get_width(), 2) for b in bars] == [0.7] * len(LAYERS) + [0.9] * len(LAYERS)
+    assert [bool(b.get_hatch()) for b in bars[len(LAYERS):]] == [False] * len(LAYERS)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[1] == "algorithm='auto', batch 32: geometric mean 0.90x"
+    plt.close(fig)

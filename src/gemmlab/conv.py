@@ -28,6 +28,9 @@ from .ops import gemm, wants_grad
 
 
 ALGORITHMS = ("im2col", "implicit", "tma")  # conv01 (on gemm()), conv02, conv03
+CHOICES = ("auto", *ALGORITHMS)  # conv2d's algorithm=: "auto" picks one of the steps a call (choose_algorithm)
+_CHOSEN: dict[tuple, str] = {}  # choose_algorithm's answers by kind of call
+_CHOSEN_MAX = 1024  # past it the table starts again
 
 
 def _pair(value, name: str) -> tuple[int, int]:
@@ -225,22 +228,53 @@ def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, 
     return conv03.run(plan, xs, wm, b)
 
 
+def choose_algorithm(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0, dilation=1) -> str:
+    """The step algorithm="auto" runs a convolution on: "im2col" for a 1x1 filter at stride 1
+    without padding (its im2col matrix is x's own memory on a channels_last input, so the call is one
+    gemm(), where gemmlab's GEMM steps serve it: conv03 ran ResNet-50's such layers at 0.39-0.95x
+    cuDNN on an H100 where gemm() ran them at 0.59-1.16x, docs/ladder/conv03-tma-im2col.md); else
+    conv03 ("tma") where it can serve the call (tma_why_not), else conv02 ("implicit"), else
+    "im2col". CPU tensors and torch.compile traces take "im2col" (the only step that traces: the
+    others launch through ctypes). Worked out once a kind of call."""
+    if x.device.type != "cuda" or torch.compiler.is_compiling():
+        return "im2col"
+    g_args = tuple(tuple(v) if isinstance(v, list) else v for v in (stride, padding, dilation))
+    key = (x.shape, x.dtype, x.device, weight.shape, weight.dtype, None if bias is None else bias.dtype, g_args)
+    chosen = _CHOSEN.get(key)
+    if chosen is None:
+        g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+        if g["R"] == g["S"] == 1 and g["stride"] == (1, 1) and not any(g["pads"]):
+            chosen = "im2col"
+        elif tma_why_not(x, weight, bias, stride, padding, dilation) is None:
+            chosen = "tma"
+        elif implicit_gemm_why_not(x, weight, bias) is None:
+            chosen = "implicit"
+        else:
+            chosen = "im2col"
+        if len(_CHOSEN) >= _CHOSEN_MAX:
+            _CHOSEN.clear()
+        _CHOSEN[key] = chosen
+    return chosen
+
+
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
-           activation: str | None = None, precision: str = "fp32", algorithm: str = "im2col") -> Tensor:  # fmt: skip
+           activation: str | None = None, precision: str = "fp32", algorithm: str = "auto") -> Tensor:  # fmt: skip
     """activation(conv2d(x, weight) + bias) with torch.nn.functional.conv2d's semantics: x [N, C, H, W]
     and weight [K, C, R, S], each NCHW or channels_last (the result is channels_last where torch's is:
     where x's or the weight's strides are channels_last, ambiguous ones read as torch reads them), stride, padding (int, pair, "same", "valid") and dilation as ints or pairs. The
     product runs on gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor
     cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused.
 
-    algorithm: "im2col" (the default: the matrix of receptive fields, then gemm()), "implicit"
-    (conv02, implicit GEMM: bf16/fp16 CUDA tensors with C a multiple of 8, gradients through
-    _ImplicitConv; at 0.30x cuDNN on ResNet-50's layers, taken only when asked for) or "tma" (conv03, TMA im2col
-    feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not;
-    at 0.69x cuDNN on ResNet-50's layers on an H100, taken only when asked for)."""
+    algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
+    matrix of receptive fields, then gemm()), "implicit" (conv02, implicit GEMM: bf16/fp16 CUDA
+    tensors with C a multiple of 8; 0.30x cuDNN on ResNet-50's layers) or "tma" (conv03, TMA im2col
+    feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not).
+    conv02 and conv03 take gradients through _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad)."""
     _check(x, weight, bias, groups, activation)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
+    if algorithm not in CHOICES:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, CHOICES))}, got {algorithm!r}")
+    if algorithm == "auto":
+        algorithm = choose_algorithm(x, weight, bias, stride, padding, dilation)
     if algorithm != "im2col" and wants_grad(x, weight, bias):
         y = _ImplicitConv.apply(x, weight, bias, (stride, padding, dilation), algorithm)
         return y if activation is None else ACTIVATIONS[activation](y)

@@ -46,7 +46,8 @@ class Linear(torch.nn.Linear):
 
 
 class Conv2d(torch.nn.Conv2d):
-    """torch.nn.Conv2d with its product on gemmlab (gemmlab.conv2d: im2col, then gemmlab.gemm): the
+    """torch.nn.Conv2d with its product on gemmlab (gemmlab.conv2d, algorithm="auto": the step it picks
+    for each kind of call, gemmlab.conv.choose_algorithm): the
     same constructor, parameters, initialisation and state_dict keys. groups > 1 is refused here,
     as gemmlab.conv2d refuses it; padding modes other than 'zeros' pad with torch first."""
 

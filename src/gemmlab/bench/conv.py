@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..conv import conv2d, conv_geometry, im2col, implicit_gemm_why_not, tma_why_not
+from ..conv import choose_algorithm, conv2d, conv_geometry, im2col, implicit_gemm_why_not, tma_why_not
 from . import environment
 from .run import DTYPES, PRECISIONS, REPS, record_cases, results_path
 from .timing import L2Flusher, interleaved, median
@@ -116,6 +116,8 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
     w = (torch.randn(layer.K, layer.C, layer.R, layer.S, device=device) / (layer.C * layer.R * layer.S) ** 0.5).to(dtype)
     w = w.to(memory_format=torch.channels_last)
     kw = dict(stride=layer.stride, padding=layer.padding)
+    if algorithm == "auto":  # the record says which step ran
+        algorithm = choose_algorithm(x, w, None, layer.stride, layer.padding)
     if algorithm == "implicit" and implicit_gemm_why_not(x, w, None) is not None:
         algorithm = "im2col"
     if algorithm == "tma" and tma_why_not(x, w, None, **kw) is not None:
@@ -160,7 +162,8 @@ def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
                    on_record: Callable[[dict], None] | None = None, algorithm: str = "im2col",
                    tiles: bool = False) -> list[tuple[Path, list[dict]]]:  # fmt: skip
     """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder;
-    tag-implicit-<time>.json for algorithm="implicit", tag-tma-<time>.json for "tma"), rewritten after each layer, so an
+    tag-implicit-<time>.json for algorithm="implicit", tag-tma-<time>.json for "tma", tag-auto-<time>.json for
+    "auto", whose records each say which step ran), rewritten after each layer, so an
     interrupted run keeps what it measured. tiles (algorithm "tma"): every conv03 tile timed too."""
     if tiles and algorithm != "tma":
         raise ValueError(f"tiles=True times conv03's tiles: it needs algorithm='tma', got {algorithm!r}")
@@ -170,7 +173,7 @@ def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
         meta = environment.describe(device_id)
         meta.update(kind="conv", dtype=dtype_name, algorithm=algorithm,
                     baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last")  # fmt: skip
-        if algorithm == "tma":
+        if algorithm in ("tma", "auto"):
             from .. import conv03
 
             meta.update(conv03_persistent=conv03.PERSISTENT, tiles_timed=tiles)

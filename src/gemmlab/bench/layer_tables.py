@@ -24,14 +24,15 @@ def conv_table(run: dict) -> str:
     in older records, torch's unfold), with the geometric mean per batch."""
     recs = run["records"]
     old = any("unfold_ms" in r for r in recs)
-    tiles = any("conv03" in r for r in recs)  # conv03's records: the tile that ran (and each tile's time)
-    with_best = any("tile_ms" in r for r in recs)
-    last = ("conv03 tile | best tile" if with_best else "conv03 tile") if tiles else ("unfold share" if old else "im2col share")
+    auto = run["meta"].get("algorithm") == "auto"  # each layer on the step conv2d picked: the column says which
+    tiles = not auto and any("conv03" in r for r in recs)  # conv03's records: the tile that ran (and each tile's time)
+    with_best = tiles and any("tile_ms" in r for r in recs)
+    last = "ran" if auto else ("conv03 tile | best tile" if with_best else "conv03 tile") if tiles else ("unfold share" if old else "im2col share")
     lines = [f"| layer | N | C -> K | filter | GEMM M x N x K | TFLOP/s | cuDNN TFLOP/s | ratio | {last} |",
              "|---|---|---|---|---|---|---|---|---|" + "---|" * last.count("|")]  # fmt: skip
     for r in recs:
         g = r["gemm"]
-        cells = _tile_cells(r, with_best) if tiles else _im2col_share(r)
+        cells = _ran_cell(r) if auto else _tile_cells(r, with_best) if tiles else _im2col_share(r)
         lines.append(f"| {r['name']} | {r['N']} | {r['C']} -> {r['K']} | {r['R']}x{r['S']}/{r['stride']} | "
                      f"{g['M']}x{g['N']}x{g['K']} | {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['ratio']:.2f}x | "
                      f"{cells} |")  # fmt: skip
@@ -39,7 +40,12 @@ def conv_table(run: dict) -> str:
     for n in sorted({r["N"] for r in recs}):
         ratios = [r["ratio"] for r in recs if r["N"] == n]
         means.append(f"batch {n}: **{statistics.geometric_mean(ratios):.2f}x** (lowest {min(ratios):.2f}x)")
-    if old:
+    if auto:
+        what = ("algorithm='auto': a 1x1 filter at stride 1 without padding on gemm(), else conv03 where it can serve, "
+                "else conv02, else NHWC im2col then gemm()")  # fmt: skip
+        note = ("ran: the step that ran the layer (conv03 with its tile and, in the persistent build, the most tiles one "
+                "block walks; im2col with its im2col share, view where A is the input itself).")  # fmt: skip
+    elif old:
         what = "im2col by torch's unfold, then gemm()"
         note = "unfold share: torch's unfold alone against conv2d's time."
     elif run["meta"].get("algorithm") == "implicit":
@@ -60,6 +66,16 @@ def conv_table(run: dict) -> str:
         + ", ".join(means) + f"; ratio = cuDNN median time / gemmlab.conv2d's ({what}), median of {recs[0]['reps']} "
         "event-timed runs with L2 flushed, channels_last, cudnn.benchmark on; " + note
     )
+
+
+def _ran_cell(r: dict) -> str:
+    """The step an algorithm="auto" record ran on."""
+    if r.get("algorithm") == "tma" and "conv03" in r:
+        return f"conv03 {_tile_cells(r, False)}"
+    if r.get("algorithm") == "implicit":
+        return "conv02"
+    share = _im2col_share(r)
+    return "im2col (view)" if share == "none (view)" else f"im2col ({share} im2col)"
 
 
 def _tile_cells(r: dict, with_best: bool) -> str:

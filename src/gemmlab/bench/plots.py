@@ -141,11 +141,12 @@ def conv_bars(runs: list[dict], path: Path | None = None):
     Hatched bars are layers the run's algorithm could not serve, which ran im2col instead."""
     if not runs:
         raise ValueError("no conv-bench runs to plot")
-    runs = sorted(runs, key=lambda run: ALGORITHMS.index(_conv_algorithm(run)))
+    order = (*ALGORITHMS, "auto")  # the ladder's steps, then the pick of them
+    runs = sorted(runs, key=lambda run: order.index(_conv_algorithm(run)))
     layers = list(dict.fromkeys(r["name"] for run in runs for r in run["records"]))  # sweep order
     series = [(run, n) for run in runs for n in sorted({r["N"] for r in run["records"]})]
     dtypes = sorted({r["dtype"] for run in runs for r in run["records"]})
-    shades = {"im2col": plt.cm.Blues, "implicit": plt.cm.Oranges, "tma": plt.cm.Greens}
+    shades = {"im2col": plt.cm.Blues, "implicit": plt.cm.Oranges, "tma": plt.cm.Greens, "auto": plt.cm.Purples}
     fig, ax = plt.subplots(figsize=(9, 2.5 + 0.32 * len(layers)), layout="constrained")
     height = 0.8 / len(series)
     top = 1.0
@@ -158,12 +159,12 @@ def conv_bars(runs: list[dict], path: Path | None = None):
         ys = [j + (i - (len(series) - 1) / 2) * height for j, name in enumerate(layers) if name in recs]
         ratios = [recs[name]["ratio"] for name in layers if name in recs]
         mean = statistics.geometric_mean(ratios)
-        step = f"conv{ALGORITHMS.index(alg) + 1:02d} {alg}"
+        step = "algorithm='auto'" if alg == "auto" else f"conv{ALGORITHMS.index(alg) + 1:02d} {alg}"
         dtype = f", {next(iter(recs.values()))['dtype']}" if len(dtypes) > 1 else ""
         bars = ax.barh(ys, ratios, height, color=color)
         handles.append(Patch(color=color, label=f"{step}, batch {n}{dtype}: geometric mean {mean:.2f}x"))
         for bar, name in zip(bars, (name for name in layers if name in recs)):
-            if recs[name].get("algorithm", alg) != alg:
+            if alg != "auto" and recs[name].get("algorithm", alg) != alg:
                 bar.set_hatch("//")
                 bar.set_edgecolor("white")
         top = max(top, *ratios)

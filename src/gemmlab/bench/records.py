@@ -86,7 +86,7 @@ def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
     return load_run(paths[-1]) if paths else None
 
 
-CONV_TAGS = ("conv-resnet50", "conv-resnet50-implicit", "conv-resnet50-tma")  # conv-bench's sweep, per algorithm
+CONV_TAGS = ("conv-resnet50", "conv-resnet50-implicit", "conv-resnet50-tma", "conv-resnet50-auto")  # conv-bench's sweep, per algorithm
 
 
 def newest_conv(results_root: Path) -> list[Path]:

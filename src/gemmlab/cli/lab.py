@@ -464,7 +464,7 @@ def conv_bench_cmd(
     sweep: Path = typer.Option(Path("sweeps/conv/resnet50.toml"), help="a conv sweep file: layers, batches, dtypes"),
     dtype: Optional[list[str]] = typer.Option(None, help="float32, tf32, bf16 or fp16 (repeatable); default the sweep's"),
     batch: Optional[list[int]] = typer.Option(None, help="batch sizes (repeatable); default the sweep's"),
-    algorithm: str = typer.Option("im2col", help="conv2d's: im2col, implicit (conv02, implicit GEMM) or tma (conv03, TMA im2col + wgmma, Hopper); the last two bf16/fp16 with C a multiple of 8, im2col elsewhere"),
+    algorithm: str = typer.Option("auto", help="conv2d's: auto (the step conv2d picks a layer, the default), im2col, implicit (conv02, implicit GEMM) or tma (conv03, TMA im2col + wgmma, Hopper); the last two bf16/fp16 with C a multiple of 8, im2col elsewhere"),
     tiles: bool = typer.Option(False, "--tiles", help="with --algorithm tma: time conv03 on every tile too (the record's tile_ms)"),
     out: Path = _out_option("conv"),
 ) -> None:
@@ -483,10 +483,10 @@ def conv_bench_cmd(
         raise typer.BadParameter(f"--dtype {bad[0]!r}: one of float32, tf32, bf16, fp16")
     progress = _numbered(len(spec["dtypes"]) * len(spec["batches"]) * len(spec["layers"]),
                          lambda r: f"{r['dtype']} N={r['N']} {r['name']}: {r['ratio']:.2f}x cuDNN")  # fmt: skip
-    from ..conv import ALGORITHMS
+    from ..conv import CHOICES
 
-    if algorithm not in ALGORITHMS:
-        raise typer.BadParameter(f"--algorithm {algorithm!r}: one of {', '.join(ALGORITHMS)}")
+    if algorithm not in CHOICES:
+        raise typer.BadParameter(f"--algorithm {algorithm!r}: one of {', '.join(CHOICES)}")
     if tiles and algorithm != "tma":
         raise typer.BadParameter("--tiles times conv03's tiles: it goes with --algorithm tma")
     for path, records in run_conv_bench(spec, out, on_record=progress, algorithm=algorithm, tiles=tiles):
