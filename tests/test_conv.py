@@ -449,6 +449,27 @@ def test_auto_runs_a_1x1_stride_1_filter_on_gemm_and_other_filters_on_conv03():
         gemmlab.conv2d(torch.randn(1, 8, 5, 5), torch.randn(2, 8, 3, 3), algorithm="fastest")
 
 
+def test_a_kind_of_call_is_checked_once_and_each_new_kind_again(monkeypatch):
+    checked = []
+    real = conv_module._check
+    monkeypatch.setattr(conv_module, "_check", lambda *args: (checked.append(args[0].shape), real(*args)))
+    monkeypatch.setattr(conv_module, "_KINDS", {})
+    x, w = torch.randn(2, 5, 9, 9), torch.randn(4, 5, 3, 3)
+    first = gemmlab.conv2d(x, w, padding=[1, 1])  # a list: kept as a tuple in the table
+    assert torch.equal(gemmlab.conv2d(x, w, padding=(1, 1)), first) and len(checked) == 1
+    assert torch.equal(gemmlab.conv2d(x, w, padding=1), first)  # another way to say it: another kind, checked
+    assert len(checked) == 2
+    with pytest.raises(ValueError, match="share dtype"):
+        gemmlab.conv2d(x.double(), w, padding=[1, 1])
+    with pytest.raises(ValueError, match="groups=2"):
+        gemmlab.conv2d(x, w, padding=[1, 1], groups=2)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        gemmlab.conv2d(x, w, padding=[1, 1], algorithm="fastest")
+    cl = x.to(memory_format=torch.channels_last)  # same shape, other strides: its own kind and format
+    assert gemmlab.conv2d(cl, w, padding=[1, 1]).is_contiguous(memory_format=torch.channels_last)
+    assert len(checked) == 6
+
+
 def test_auto_on_the_cpu_gives_what_im2col_gives():
     x, w, b = torch.randn(2, 5, 9, 9), torch.randn(4, 5, 3, 3), torch.randn(4)
     assert torch.equal(gemmlab.conv2d(x, w, b, padding=1), gemmlab.conv2d(x, w, b, padding=1, algorithm="im2col"))

@@ -19,6 +19,8 @@ applies it instead, so that its input is kept for the backward pass.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -272,17 +274,14 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     tensors with C a multiple of 8; 0.30x cuDNN on ResNet-50's layers) or "tma" (conv03, TMA im2col
     feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not).
     conv02 and conv03 take gradients through _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad)."""
-    _check(x, weight, bias, groups, activation)
-    if algorithm not in CHOICES:
-        raise ValueError(f"algorithm must be one of {', '.join(map(repr, CHOICES))}, got {algorithm!r}")
-    if algorithm == "auto":
-        algorithm = choose_algorithm(x, weight, bias, stride, padding, dilation)
+    kind = _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
+    algorithm = kind.algorithm
     if algorithm != "im2col" and wants_grad(x, weight, bias):
         y = _ImplicitConv.apply(x, weight, bias, (stride, padding, dilation), algorithm)
         return y if activation is None else ACTIVATIONS[activation](y)
     if algorithm != "im2col":
         return _implicit(x, weight, bias, stride, padding, dilation, activation, algorithm)
-    g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+    g = kind.g
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
     a = im2col(x, g)  # [N*P*Q, R*S*C]
     b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place
@@ -294,7 +293,57 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     if activation is not None and fused is None:
         d = ACTIVATIONS[activation](d)
     y = d.reshape(N, P, Q, K).permute(0, 3, 1, 2)  # NCHW sizes over NHWC memory: channels_last
-    return y if _suggests_channels_last(x) or _suggests_channels_last(weight) else y.contiguous()
+    return y if kind.channels_last else y.contiguous()
+
+
+class _Kind(NamedTuple):
+    """What conv2d works out once for a kind of call: the step it runs (auto resolved), the
+    geometry (conv_geometry's) and whether torch's result would be channels_last."""
+
+    algorithm: str
+    g: dict
+    channels_last: bool
+
+
+_KINDS: dict[tuple, _Kind] = {}
+_KINDS_MAX = 1024  # kinds of call remembered; past it the table starts again
+
+
+def _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm) -> _Kind:
+    """The call's _Kind: from the table where a call of the same shapes, strides, dtypes, devices and
+    arguments was checked before (every check below is a function of those), else checked (the
+    errors conv2d raises) and worked out. Under a torch.compile trace, worked out every time."""
+    key = None
+    if isinstance(x, Tensor) and isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor)):
+        key = (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
+               None if bias is None else (bias.shape, bias.dtype, bias.device), _hashable(stride), _hashable(padding),
+               _hashable(dilation), groups, activation, algorithm)  # fmt: skip
+        if torch.compiler.is_compiling():
+            key = None
+    if key is not None:
+        try:
+            hit = _KINDS.get(key)
+        except TypeError:  # an unhashable argument: checked below, worked out every time
+            hit = key = None
+        if hit is not None:
+            return hit
+    _check(x, weight, bias, groups, activation)
+    if algorithm not in CHOICES:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, CHOICES))}, got {algorithm!r}")
+    if algorithm == "auto":
+        algorithm = choose_algorithm(x, weight, bias, stride, padding, dilation)
+    kind = _Kind(algorithm, conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation),
+                 _suggests_channels_last(x) or _suggests_channels_last(weight))  # fmt: skip
+    if key is not None:
+        if len(_KINDS) >= _KINDS_MAX:
+            _KINDS.clear()
+        _KINDS[key] = kind
+    return kind
+
+
+def _hashable(value):
+    """stride, padding or dilation as a key holds it (lists as tuples)."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _implicit(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, activation: str | None,
