@@ -107,6 +107,50 @@ def test_eager_calls_without_grad_skip_the_operator(monkeypatch):
     assert not called and d.grad_fn is None
 
 
+def test_eager_calls_with_grad_skip_the_dispatcher_and_give_the_operator_s_gradients(monkeypatch):
+    """Eager autograd runs _GemmFunction (the operator's forward and backward without torch.library's
+    dispatch, whose host time outweighs a small GEMM): the same values and gradients."""
+    a, b, c = _leaf(7, 5), _leaf(5, 3, transposed=True), _leaf(7, 3)
+    bias = torch.randn(3, requires_grad=True)
+    weight = torch.randn(7, 3)
+    args = (1.5, -0.5, "auto", "fp32", None)
+    via_op = torch.ops.gemmlab.gemm(a, b, c, *args, bias, "gelu")
+    (via_op * weight).sum().backward()
+    want = [t.grad.clone() for t in (a, b, c, bias)]
+    for t in (a, b, c, bias):
+        t.grad = None
+    called = []
+    real = ops.gemm_op
+    monkeypatch.setattr(ops, "gemm_op", lambda *x: (called.append(x), real(*x))[1])
+    d = gemmlab.gemm(a, b, c, alpha=1.5, beta=-0.5, device="cpu", bias=bias, activation="gelu")
+    assert type(d.grad_fn).__name__ == "_GemmFunctionBackward"
+    (d * weight).sum().backward()
+    assert not called
+    torch.testing.assert_close(d, via_op)
+    for t, w in zip((a, b, c, bias), want):
+        torch.testing.assert_close(t.grad, w)
+
+
+def test_a_gradient_of_a_gradient_goes_through_the_operator():
+    """With create_graph the backward pass's products are recorded (through the operator): for
+    D = A B, d(sum of dL/dA)/dB = M ones with L = sum(D)."""
+    a, b = _leaf(7, 5), _leaf(5, 3)
+    (ga,) = torch.autograd.grad(gemmlab.gemm(a, b, device="cpu").sum(), a, create_graph=True)
+    torch.testing.assert_close(ga, torch.ones(7, 3) @ b.detach().t())
+    ga.sum().backward()
+    torch.testing.assert_close(b.grad, torch.full((5, 3), 7.0))
+
+
+def test_fake_tensors_that_want_a_gradient_take_the_operator():
+    """A tensor subclass (here a fake tensor; on the CPU: a CPU-only torch cannot record autograd on
+    fake CUDA tensors) goes through the operator, whose fake implementation gives its shape."""
+    with FakeTensorMode():
+        a = torch.empty(300, 200, requires_grad=True)
+        w = torch.empty(100, 200, requires_grad=True)
+        d = gemmlab.gemm(a, w.t(), device="cpu")
+        assert d.shape == (300, 100) and "gemmlab_gemm" in type(d.grad_fn).__name__
+
+
 def test_out_with_autograd_is_a_clear_error():
     a, b = _leaf(7, 5), torch.randn(5, 3)
     with pytest.raises(ValueError, match="use the returned tensor"):

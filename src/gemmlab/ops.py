@@ -1,9 +1,10 @@
 """gemmlab's GEMM as a PyTorch operator: `torch.ops.gemmlab.gemm`, with a shape-only (fake)
 implementation for torch.compile and FakeTensorMode, and its gradients.
 
-`gemmlab.gemm()` calls the operator where PyTorch needs one -- an input that requires grad (with
-grad mode on), or a trace under torch.compile -- and otherwise `api.gemm` directly, which is the
-same launch without the dispatcher's cost. The operator never writes into a given tensor: `out=`
+`gemmlab.gemm()` calls the operator where torch.compile traces the call (or a tensor subclass,
+such as a fake tensor, is among its inputs); an eager call that autograd records runs
+`_GemmFunction`, the operator's forward and gradients without torch.library's dispatch; any
+other call runs `api.gemm` directly, the same launch. The operator never writes into a given tensor: `out=`
 is for eager calls only.
 
 Gradients of D = act(Z), Z = alpha A B + beta C + bias, with dD the incoming gradient: dZ = dD
@@ -38,6 +39,11 @@ def gemm_op(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float
             activation: Optional[str] = None) -> Tensor:  # fmt: skip
     """D = activation(alpha a @ b + beta c + bias): the CUDA kernels for CUDA tensors, the CPU
     ladder for CPU tensors."""
+    return _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation)
+
+
+def _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation) -> Tensor:
+    """The operator's computation, also _GemmFunction's forward."""
     for name, t in (("a", a), ("b", b), ("c", c), ("bias", bias)):
         _check_in_storage(name, t)
     a, b, c = _readable(a, True), _readable(b, True), _readable(c, False)
@@ -112,14 +118,22 @@ def _product_in_layout(p: Tensor, q: Tensor, transposed: bool, alpha: float, pre
     layout as it is, and copies any other into that layout first (for a Linear's weight, read as
     weight.t(), a copy of the whole weight every step)."""
     if transposed:
-        return gemm_op(q.t(), p.t(), None, alpha, 0.0, "auto", precision, None).t()
-    return gemm_op(p, q, None, alpha, 0.0, "auto", precision, None)
+        return _product(q.t(), p.t(), None, alpha, 0.0, "auto", precision, None).t()
+    return _product(p, q, None, alpha, 0.0, "auto", precision, None)
+
+
+def _product(*args) -> Tensor:
+    """A product of the backward pass: through the operator where autograd records it (a backward
+    pass with create_graph) or a trace needs it, else launched directly."""
+    if torch.is_grad_enabled() or not _plain(*args[:3], *args[8:9]) or torch.compiler.is_compiling():
+        return gemm_op(*args)
+    return _run(*args, *(None,) * (10 - len(args)))  # (bias and activation: none unless given)
 
 
 def _backward(ctx, grad):
     a, b, c, bias = ctx.saved_tensors
     if ctx.activation is not None:  # dZ = dD act'(Z), through torch's own derivative of the activation
-        z = gemm_op(a, b, c, ctx.alpha, ctx.beta, ctx.kernel, ctx.precision, ctx.out_dtype, bias, None)
+        z = _product(a, b, c, ctx.alpha, ctx.beta, ctx.kernel, ctx.precision, ctx.out_dtype, bias, None)
         with torch.enable_grad():
             z = z.detach().requires_grad_()
             (grad,) = torch.autograd.grad(ACTIVATIONS[ctx.activation](z), z, grad)
@@ -134,6 +148,29 @@ def _backward(ctx, grad):
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _GemmFunction(torch.autograd.Function):
+    """The operator's autograd for eager calls on plain tensors: the same forward (_run) and the same
+    gradients (_backward, _setup_context) without torch.library's dispatch, which cost about 90 us
+    a forward call and 400 us a backward one on an H100's host, more than a small GEMM's kernel
+    (docs/notes/host-time-a-call.md). torch.compile traces and tensor subclasses (fake tensors
+    among them) go through the operator."""
+
+    @staticmethod
+    def forward(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation):
+        return _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation)
+
+    setup_context = staticmethod(_setup_context)
+    backward = staticmethod(_backward)
+
+
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def _plain(*tensors) -> bool:
+    """Whether these are torch's own tensors (or None): no fake tensors or other subclasses."""
+    return all(t is None or type(t) in _PLAIN for t in tensors)
 
 
 def wants_grad(*tensors) -> bool:
@@ -159,4 +196,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     if out is not None:
         raise ValueError("out= writes in place, which autograd and torch.compile cannot follow: "
                          "use the returned tensor (d = gemmlab.gemm(a, b, ...))")  # fmt: skip
-    return gemm_op(a, b, c, float(alpha), float(beta), kernel, precision, out_dtype, bias, activation)
+    args = (a, b, c, float(alpha), float(beta), kernel, precision, out_dtype, bias, activation)
+    if torch.compiler.is_compiling() or not _plain(a, b, c, bias):
+        return gemm_op(*args)
+    return _GemmFunction.apply(*args)
