@@ -5,8 +5,8 @@ stops after its seconds or its cases, and a failing launch or GPU ends it with t
 in flight kept for replay.
 
 What differs between the harnesses comes in as functions: drawing a case, starting it (a queued
-item whose first element is the case as it ran and whose last is its error terms on the GPU, or
-None where nothing was run to judge), judging an item's terms, counting an item, and the outcome of
+item whose first element is the case as it ran and whose last is its error terms on the GPU, a
+1-d tensor whose length may differ from case to case, or None where nothing was run to judge), judging an item's terms, counting an item, and the outcome of
 a case its call refused with a ValueError (a refusal the harness did not expect: wrong).
 """
 
@@ -92,8 +92,10 @@ def drive(s, seed: int, seconds: float, max_cases: int | None, draw: Callable[[i
     def settle() -> None:
         if not queued:
             return
-        values = torch.stack([item[-1] for item in queued]).tolist()
-        for item, v in zip(queued, values):
+        flat = torch.cat([item[-1] for item in queued]).tolist()  # (one transfer)
+        at = 0
+        for item in queued:
+            v, at = flat[at:at + len(item[-1])], at + len(item[-1])
             o = judge(item, v)
             s.tried += 1
             count(item, o)
