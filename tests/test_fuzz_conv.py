@@ -1,6 +1,7 @@
 """The convolution fuzz harness's drawing and judging, without a GPU (its error terms on CPU tensors);
 its runs on one are GPU tests below."""
 
+import json
 import math
 import random
 
@@ -12,7 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from gemmlab import fuzz_conv
 from gemmlab.activations import ACTIVATIONS
 from gemmlab.conv import conv_geometry, implicit_gemm_why_not, tma_why_not
-from gemmlab.fuzz_conv_cases import MAX_FIELDS, MAX_INPUT, MAX_MACS, MAX_OUTPUT
+from gemmlab.fuzz_conv_cases import GRAD_LIMITS, MAX_FIELDS, MAX_INPUT, MAX_MACS, MAX_OUTPUT
 from gemmlab.specs.conv import conv03_config
 
 from conftest import HAS_GPU
@@ -141,6 +142,27 @@ def test_the_cases_pass_conv2ds_own_checks_on_fake_cuda_tensors(cases):
         assert fuzz_conv.serve(stem, _fake(stem), algorithms=("tma", "implicit")) is None
 
 
+def test_a_quarter_of_conv02s_and_conv03s_cases_check_their_gradients(cases):
+    """Gradient cases: drawn for about a quarter of the tma and implicit cases and never for
+    im2col's, fixed by their seed, within GRAD_LIMITS, without NaN or Inf, and over both
+    algorithms, every epilogue, strides past 1 (dgrad's spread dY) and forced conv03 tiles."""
+    grad = [c for c in cases if c.grad]
+    served = [c for c in cases if c.algorithm in ("implicit", "tma")]
+    assert 0.2 < len(grad) / len(served) < 0.3, f"{len(grad)} of {len(served)}"
+    assert {c.algorithm for c in grad} == {"implicit", "tma"}
+    assert all(fuzz_conv.draw(c.seed, activation="gelu").grad for c in grad[::10])
+    macs, outputs, fields, inputs = GRAD_LIMITS
+    for c in grad:
+        g = c.geometry()
+        rows = c.N * g["P"] * g["Q"]
+        assert rows * c.K * c.C * c.R * c.S <= macs and rows * c.K <= outputs, c.label()
+        assert rows * c.C * c.R * c.S <= fields and c.N * c.C * c.H * c.W <= inputs, c.label()
+        assert c.special == "", c.label()
+    assert {(c.bias, c.activation) for c in grad} == {(b, a) for b in (False, True) for a in (None, "gelu")}
+    assert any(c.stride != 1 for c in grad) and any(c.tile for c in grad) and any(c.K % 8 == 0 for c in grad)
+    assert not any(fuzz_conv.draw(s, algorithms=("im2col",)).grad for s in range(300))
+
+
 def test_the_filters_hold_and_an_impossible_one_is_refused():
     assert {fuzz_conv.draw(s, algorithms=("tma",)).algorithm for s in range(300)} == {"tma"}
     assert {fuzz_conv.draw(s, dtypes=("fp16",)).dtype for s in range(300)} == {"fp16"}
@@ -157,9 +179,31 @@ def test_the_printed_call_names_what_the_case_passes():
     assert "x=2x16x9x11 channels_last w=7x16x4x3 " in case.label() and "[odd-geometry]" in case.label()
 
 
-def _case(dtype="bf16", special="", algorithm="tma"):
-    return fuzz_conv.ConvCase(3, "tile-edge", dtype, 2, 16, 9, 7, 5, 3, 3, 1, 1, 1, False, True, algorithm, bias=True,
-                              activation="gelu", special=special)  # fmt: skip
+def test_a_replay_line_written_before_gradients_still_loads():
+    """A case from a record written before ConvCase had `grad`: it loads as a forward case, and
+    its replay line, written again, carries the field and comes back the same."""
+    old = ('{"seed":657523115105,"regime":"tile-edge","dtype":"fp16","N":5,"C":1,"H":499,"W":1,"K":7,"R":1,"S":1,'
+           '"stride":1,"padding":"valid","dilation":1,"x_channels_last":true,"w_channels_last":false,"algorithm":"im2col",'
+           '"bias":false,"activation":"silu","special":"","drawn":"implicit","refused":"implicit: it reads channels 8 at '
+           'a time: C = 1 is not a multiple of 8","tile":null}')  # fmt: skip
+    case = fuzz_conv.ConvCase.from_json(old)
+    assert case.grad is False and case.N == 5 and case.activation == "silu"
+    assert json.loads(case.to_json())["grad"] is False
+    assert fuzz_conv.ConvCase.from_json(case.to_json()) == case
+
+
+def test_a_gradient_case_comes_back_from_its_replay_line_and_prints_its_backward_pass():
+    case = _case(grad=True)
+    assert fuzz_conv.ConvCase.from_json(case.to_json()) == case and json.loads(case.to_json())["grad"] is True
+    assert " gradients " in case.label()
+    assert case.call() == ("gemmlab.conv2d(x.requires_grad_(), w.requires_grad_(), bias.requires_grad_(), stride=1, "
+                           "padding=1, dilation=1, activation='gelu', algorithm='tma').backward(dy)")  # fmt: skip
+    assert ".backward" not in _case().call() and "gradients" not in _case().label()
+
+
+def _case(dtype="bf16", special="", algorithm="tma", grad=False, activation="gelu", bias=True):
+    return fuzz_conv.ConvCase(3, "tile-edge", dtype, 2, 16, 9, 7, 5, 3, 3, 1, 1, 1, False, True, algorithm, bias=bias,
+                              activation=activation, special=special, grad=grad)  # fmt: skip
 
 
 def test_judge_fails_an_error_over_the_tolerance_and_cudnns():
@@ -217,7 +261,6 @@ def test_a_run_counts_what_ran_what_was_wrong_and_what_was_refused(monkeypatch):
     """run()'s bookkeeping with start() replaced (no GPU): every tenth case refused by every
     algorithm (counted apart, not tried), one in ten wrong by its terms, one in ten raising conv2d's
     ValueError (wrong), the rest right; the record is JSON with a replay line for each wrong case."""
-    import json
 
     def fake_start(case, algorithms=None):
         if case.seed % 10 == 3:

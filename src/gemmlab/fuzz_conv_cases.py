@@ -2,8 +2,9 @@
 every choice of one fixed by its seed, and `draw`, which aims the geometry at a regime where conv02
 and conv03 are likely to go wrong -- conv03's tile edges, short reductions, several tiles a
 persistent block, odd geometry, a network's layers -- within MAX_* work limits, and picks an
-algorithm that serves it (FALLBACK where the one drawn refuses) and, for a share of conv03's
-cases, a tile its rule would not pick."""
+algorithm that serves it (FALLBACK where the one drawn refuses), for a share of conv03's cases a
+tile its rule would not pick, and for a share of conv02's and conv03's cases a backward pass too
+(`grad`: dx, dw and db checked beside y)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ FALLBACK = {"tma": ("implicit", "im2col"), "implicit": ("im2col",), "im2col": ()
 FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cuDNN with TF32 off)
 SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
 TILE_SHARE = 0.25  # of conv03's cases, those on a tile of CONV03_TILES forced (conv03.TILE), whatever the rule's
+GRAD_SHARE = 0.25  # of conv02's and conv03's cases, those whose gradients (dx, dw, db) are checked too
 
 # Each case's work, so that one costs about a millisecond: multiply-adds, output elements, the
 # im2col matrix's elements (N*P*Q x C*R*S: im2col's copy, and the float64 reference's columns) and
@@ -33,6 +35,11 @@ MAX_MACS = 2 * 10**9
 MAX_OUTPUT = 1 << 24
 MAX_FIELDS = 1 << 25
 MAX_INPUT = 1 << 24
+LIMITS = (MAX_MACS, MAX_OUTPUT, MAX_FIELDS, MAX_INPUT)
+# A gradient case's float64 reference runs about ten convolutions of its size where a forward
+# case's runs three (the backward pass's dx and dw for the gradients, their scales and their terms'
+# norms): it keeps within an eighth of each limit.
+GRAD_LIMITS = tuple(v // 8 for v in LIMITS)
 
 TILE_ROWS = (64, 128, 192, 256)  # conv03's tile heights (BM 64, 128) and their multiples
 CHANNEL_EDGES = (63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257)
@@ -67,6 +74,7 @@ class ConvCase:
     drawn: str = ""  # the algorithm first drawn, where it refused the case ("": the one that runs)
     refused: str = ""  # why it refused
     tile: tuple | None = None  # conv03's tile (BM, BN) forced through conv03.TILE; None: its rule's
+    grad: bool = False  # x, w and the bias require grad: y.backward(dY) runs, and dx, dw, db are checked too
 
     @property
     def g_args(self) -> tuple:
@@ -90,16 +98,19 @@ class ConvCase:
                 f"padding={self.padding!r} dilation={self.dilation} algorithm={self.algorithm} dtype={self.dtype}"
                 + (" bias" if self.bias else "") + (f" activation={self.activation}" if self.activation else "")
                 + (f" special={self.special}" if self.special else "")
-                + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else "")
+                + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else "") + (" gradients" if self.grad else "")
                 + (f" (drawn {self.drawn}: {self.refused})" if self.drawn else "") + f" [{self.regime}]")  # fmt: skip
 
     def call(self) -> str:
-        """The conv2d() call this case makes, as Python."""
+        """The conv2d() call this case makes, as Python (and its backward pass, for a gradient case)."""
         args = ["x", "w"] + (["bias"] if self.bias else [])
+        if self.grad:
+            args = [f"{a}.requires_grad_()" for a in args]
         kw = [f"stride={self.stride!r}", f"padding={self.padding!r}", f"dilation={self.dilation!r}"]
         if self.activation:
             kw.append(f"activation={self.activation!r}")
         call = f"gemmlab.conv2d({', '.join(args + kw + [f'algorithm={self.algorithm!r}'])})"
+        call += ".backward(dy)" if self.grad else ""
         return f"gemmlab.conv03.TILE = {self.tile!r}; {call}" if self.tile else call
 
 
@@ -226,16 +237,17 @@ REGIMES: dict[str, tuple[float, str, Callable[[random.Random], tuple]]] = {
 }
 
 
-def _fits(N: int, C: int, H: int, W: int, K: int, R: int, S: int, g: dict) -> bool:
+def _fits(N: int, C: int, H: int, W: int, K: int, R: int, S: int, g: dict, limits: tuple = LIMITS) -> bool:
+    macs, output, fields, input_ = limits
     rows = N * g["P"] * g["Q"]
-    return (rows * K * C * R * S <= MAX_MACS and rows * K <= MAX_OUTPUT and rows * C * R * S <= MAX_FIELDS
-            and N * C * H * W <= MAX_INPUT)  # fmt: skip
+    return (rows * K * C * R * S <= macs and rows * K <= output and rows * C * R * S <= fields
+            and N * C * H * W <= input_)  # fmt: skip
 
 
-def _fit(N, C, H, W, K, R, S, stride, padding, dilation) -> tuple:
+def _fit(N, C, H, W, K, R, S, stride, padding, dilation, limits: tuple = LIMITS) -> tuple:
     """The geometry made valid (a filter too wide for its image loses its dilation, then shrinks to
-    1x1) and shrunk into the work limits: channels first (the output rows stay at their tile edge),
-    then the batch, then the image."""
+    1x1) and shrunk into the work limits (LIMITS, or GRAD_LIMITS): channels first (the output rows
+    stay at their tile edge), then the batch, then the image."""
     while True:
         try:
             g = conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
@@ -244,7 +256,7 @@ def _fit(N, C, H, W, K, R, S, stride, padding, dilation) -> tuple:
                 raise  # (a drawing rule broke conv2d's: padding="same" with a stride)
             dilation, R, S = (1, R, S) if dilation != 1 else (1, 1, 1)
             continue
-        if _fits(N, C, H, W, K, R, S, g):
+        if _fits(N, C, H, W, K, R, S, g, limits):
             return N, C, H, W, K, R, S, stride, padding, dilation
         if C > 8:
             C = max(8, C // 2 // 8 * 8) if C % 8 == 0 else max(1, C // 2)
@@ -274,19 +286,24 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     """Case `seed`. activation: the run's (fuzz.run_activation), taken by about half the cases.
     Where the algorithm drawn refuses the geometry, the next of FALLBACK among `algorithms` runs
     (the case says which was drawn and why it refused); where none of them can, the geometry is
-    drawn again from the same generator."""
+    drawn again from the same generator. A GRAD_SHARE of the cases drawn as conv02 or conv03 check
+    their gradients too: their geometry is shrunk into GRAD_LIMITS, and they carry no NaN or Inf
+    (a gradient's judging expects finite values); one that falls back to im2col keeps the smaller
+    geometry and checks its forward pass alone."""
     rng = random.Random(seed)
+    wants_grad = random.Random(f"gradients {seed}").random() < GRAD_SHARE  # from a generator of its own
     allowed = [a for a in ALGORITHM_WEIGHTS if algorithms is None or a in algorithms]
     wanted = [d for d in DTYPES if dtypes is None or d in dtypes]
     if not allowed or not wanted or (wanted == ["fp32"] and "im2col" not in allowed):
         raise ValueError(f"no case can be drawn: algorithms {algorithms}, dtypes {dtypes} (float32 runs on im2col only)")
     while True:
         regime = _weighted(rng, {k: w for k, (w, _, _) in REGIMES.items()})
-        geo = _fit(*REGIMES[regime][2](rng))
+        drawn_geo = REGIMES[regime][2](rng)
         drawn = _weighted(rng, {a: ALGORITHM_WEIGHTS[a] for a in allowed})
         weights = {"bf16": 0.5, "fp16": 0.5} | ({"fp32": FP32_SHARE / (1 - FP32_SHARE)} if drawn == "im2col" else {})
         dtype = _weighted(rng, {d: w for d, w in weights.items() if d in wanted} or {d: 1.0 for d in wanted})
-        N, C, H, W, K, R, S, stride, padding, dilation = geo
+        small = wants_grad and drawn in ("implicit", "tma")  # within a gradient case's limits
+        N, C, H, W, K, R, S, stride, padding, dilation = _fit(*drawn_geo, limits=GRAD_LIMITS if small else LIMITS)
         g = conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
         reasons = []
         for algorithm in (a for a in (drawn, *FALLBACK[drawn]) if a in allowed):
@@ -304,7 +321,9 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     act = activation if activation is not None and erng.random() < 0.5 else None
     srng = random.Random(f"special {seed}")
     special = srng.choice(("nan-x", "inf-x", "nan-w", "inf-w")) if srng.random() < SPECIAL_SHARE else ""
+    grad = small and algorithm in ("implicit", "tma")
+    special = "" if grad else special
     trng = random.Random(f"tile {seed}")  # a share of conv03's cases on a tile its rule may not pick here
     tile = trng.choice(list(CONV03_TILES)) if algorithm == "tma" and trng.random() < TILE_SHARE else None
     return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
-                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile)  # fmt: skip
+                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad)  # fmt: skip
