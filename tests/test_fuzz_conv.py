@@ -1,6 +1,8 @@
 """The convolution fuzz harness's drawing and judging, without a GPU (its error terms on CPU tensors);
 its runs on one are GPU tests below."""
 
+from collections import Counter
+from dataclasses import replace
 import json
 import math
 import random
@@ -13,6 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from gemmlab import fuzz_conv
 from gemmlab.activations import ACTIVATIONS
 from gemmlab.conv import conv_geometry, implicit_gemm_why_not, tma_why_not
+from gemmlab import fuzz_conv_cases
 from gemmlab.fuzz_conv_cases import GRAD_LIMITS, MAX_FIELDS, MAX_INPUT, MAX_MACS, MAX_OUTPUT
 from gemmlab.specs.conv import conv03_config
 
@@ -163,6 +166,16 @@ def test_a_quarter_of_conv02s_and_conv03s_cases_check_their_gradients(cases):
     assert not any(fuzz_conv.draw(s, algorithms=("im2col",)).grad for s in range(300))
 
 
+def test_a_gradient_case_falls_back_to_im2col_without_its_gradients():
+    """serve(): where a gradient case lands on im2col, it checks its forward pass alone."""
+    with FakeTensorMode():
+        case = fuzz_conv.ConvCase(1, "layer", "bf16", 2, 3, 32, 32, 64, 7, 7, 2, 3, 1, True, False, "tma", grad=True)
+        fell = fuzz_conv.serve(case, _fake(case))
+        assert fell.algorithm == "im2col" and not fell.grad
+        kept = replace(case, C=8)
+        assert fuzz_conv.serve(kept, _fake(kept)).grad
+
+
 def test_the_filters_hold_and_an_impossible_one_is_refused():
     assert {fuzz_conv.draw(s, algorithms=("tma",)).algorithm for s in range(300)} == {"tma"}
     assert {fuzz_conv.draw(s, dtypes=("fp16",)).dtype for s in range(300)} == {"fp16"}
@@ -223,6 +236,88 @@ def test_judge_fails_nan_appearing_or_vanishing(terms, word):
     assert o.wrong and word in o.why
 
 
+RIGHT = [2e-3, 4e-3, 0, 0, 1.7e-3, 3.8e-3, 0, 0]  # eight error terms of a right result (ours, then cuDNN's)
+
+
+def test_judge_names_the_gradient_that_is_wrong():
+    """A gradient case's 32 terms (y, dx, dw, db): right where all four are; wrong where one is,
+    its reason prefixed by its name; db's terms ignored where the case has no bias."""
+    case = _case(grad=True)
+    o = fuzz_conv.judge(case, "k", RIGHT * 4)
+    assert not o.wrong and set(o.grads) == {"dx", "dw", "db"} and o.grads["dw"]["ours"] == (2e-3, 4e-3)
+    for i, name in enumerate(("y", "dx", "dw", "db")):
+        v = RIGHT * 4
+        v[8 * i:8 * i + 2] = [0.2, 0.7]
+        o = fuzz_conv.judge(case, "k", v)
+        assert o.wrong and o.why.startswith(f"{name}: rel_fro") and "max_scaled" in o.why and "cuDNN" in o.why, o.why
+        assert all(w.startswith(f"{name}: ") for w in o.why.split("; ")), o.why
+    v = RIGHT * 3 + [0.2, 0.7, 3, 0, 0, 0, 0, 0]
+    assert fuzz_conv.judge(case, "k", v).why.startswith("db: 3 NaN/Inf appeared")
+    no_bias = fuzz_conv.judge(_case(grad=True, bias=False), "k", v)
+    assert not no_bias.wrong and "db" not in no_bias.grads
+    # over the tolerance, but cuDNN's gradient as far off: not ours to fail
+    assert not fuzz_conv.judge(case, "k", RIGHT * 2 + [3e-2, 3e-2, 0, 0, 2e-2, 2e-2, 0, 0] + RIGHT).wrong
+
+
+def _gradients(case):
+    """On CPU tensors: the case's float64 reference, its dY, and (as 'ours') torch's gradients in the
+    case's dtype, through _cudnn_grads (on the CPU, torch's own convolution)."""
+    t = fuzz_conv.build(case, device="cpu")
+    forward = fuzz_conv._forward64(case, t)
+    dy = fuzz_conv._output_grad(case, t, forward)
+    y = _torch_conv(case, t)
+    return t, forward, dy, y, list(fuzz_conv._cudnn_grads(case, t, dy))
+
+
+def _judged(case, t, forward, dy, y, ours):
+    terms = torch.cat([fuzz_conv._errors(case, t, y, forward), fuzz_conv._grad_errors(case, t, forward, dy, ours)])
+    assert terms.shape == (32,)
+    return fuzz_conv.judge(case, "torch", terms.tolist())
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("activation", [None, "gelu", "relu"])
+def test_the_gradient_error_terms_see_a_wrong_gradient_on_cpu_tensors(dtype, activation):
+    """_grad_errors on CPU tensors (torch's gradients in the case's dtype as ours): within the
+    tolerance by themselves (not only within 4x cuDNN's), and wrong, naming the gradient, once one
+    element of dx, dw or db moves by a tenth of its scale, or once a NaN appears in one."""
+    case = _case(dtype, algorithm="implicit", grad=True, activation=activation)
+    t, forward, dy, y, ours = _gradients(case)
+    o = _judged(case, t, forward, dy, y, ours)
+    assert not o.wrong, o.why
+    for name, errors in o.grads.items():
+        assert errors["ours"][0] <= o.tol[0] and errors["ours"][1] <= o.tol[1], (name, errors, o.tol)
+    ref = fuzz_conv._grads64(case, t, forward, dy)
+    for i, name in enumerate(("dx", "dw", "db")):
+        scale = ref[name][1].reshape(-1)
+        j = int(scale.argmin())  # where the scale, and so the room for an error, is least
+        wrong = [g.clone(memory_format=torch.contiguous_format) for g in ours]  # (flat indices in the scale's order)
+        wrong[i].view(-1)[j] += 0.1 * float(scale[j])
+        o = _judged(case, t, forward, dy, y, wrong)
+        assert o.wrong and all(w.startswith(f"{name}: ") for w in o.why.split("; ")), (name, o.why)
+        assert f"{name}: max_scaled" in o.why, o.why
+        wrong[i].view(-1)[j] = math.nan
+        assert _judged(case, t, forward, dy, y, wrong).why.startswith(f"{name}: 1 NaN/Inf appeared")
+
+
+def test_dy_is_zero_at_relus_kink_alone():
+    """_output_grad: with relu, dY zero where the float64 pre-activation is within KINK_SLACK of its
+    scale from 0 (a kernel may rightly land on either side), dY itself elsewhere and with any other
+    activation."""
+    case = _case(grad=True, activation="relu")
+    t = fuzz_conv.build(case, device="cpu")
+    g = case.geometry()
+    rows = g["N"] * g["P"] * g["Q"]
+    z = torch.randn(rows, case.K, dtype=torch.float64)
+    near = torch.rand(rows, case.K) < 0.1
+    z[near] = torch.randn(int(near.sum()), dtype=torch.float64) * 1e-7
+    scale = torch.full_like(z, 2.0)
+    dy = fuzz_conv._output_grad(case, t, (z, scale, None))
+    zero = fuzz_conv._as_image(z.abs() <= fuzz_conv.KINK_SLACK * 2.0, g)
+    assert zero.any() and (dy[zero] == 0).all() and torch.equal(dy[~zero], t.dy[~zero])
+    assert fuzz_conv._output_grad(replace(case, activation="gelu"), t, (z, scale, None)) is t.dy
+
+
 def _torch_conv(case, t):
     y = F.conv2d(t.x, t.w, t.bias, *case.g_args)
     return ACTIVATIONS[case.activation](y) if case.activation else y
@@ -268,6 +363,7 @@ def test_a_run_counts_what_ran_what_was_wrong_and_what_was_refused(monkeypatch):
         if case.seed % 10 == 5:
             return case, None, None, None
         terms = [0.5, 0.5, 0, 0, 1e-3, 1e-3, 0, 0] if case.seed % 10 == 7 else [1e-4, 1e-4, 0, 0, 1e-4, 1e-4, 0, 0]
+        terms += [1e-4, 1e-4, 0, 0, 1e-4, 1e-4, 0, 0] * 3 if case.grad else []  # dx, dw, db: right
         return case, "kernel", "one tile a block" if case.algorithm == "tma" else "", torch.tensor(terms, dtype=torch.float64)
 
     monkeypatch.setattr(fuzz_conv, "warm", lambda *a, **k: 0)
@@ -283,6 +379,30 @@ def test_a_run_counts_what_ran_what_was_wrong_and_what_was_refused(monkeypatch):
     assert any("boom" in w["why"] for w in record["wrong"]) and any("rel_fro" in w["why"] for w in record["wrong"])
     assert all(fuzz_conv.ConvCase.from_json(w["replay"]).seed in ran for w in record["wrong"])
     assert record["worst"] and record["by_walk"].get("one tile a block", 0) > 0
+
+
+def test_a_run_reads_gradient_cases_terms_beside_forward_cases_and_counts_them(monkeypatch):
+    """run() with start() replaced (no GPU): forward cases queue 8 terms and gradient cases 32, in
+    the same batches; every third gradient case has a wrong dw. The count of gradient cases, the
+    wrong ones' reasons and their gradients' errors reach the record."""
+
+    def fake_start(case, algorithms=None):
+        terms = RIGHT * (4 if case.grad else 1)
+        if case.grad and case.seed % 3 == 0:
+            terms[16:18] = [0.2, 0.7]
+        return case, "kernel", "", torch.tensor(terms, dtype=torch.float64)
+
+    monkeypatch.setattr(fuzz_conv, "warm", lambda *a, **k: 0)
+    monkeypatch.setattr(fuzz_conv, "start", fake_start)
+    s = fuzz_conv.run(200, seconds=60, max_cases=150)
+    ran = [fuzz_conv.draw(i, activation=fuzz_conv.run_activation(200)) for i in range(200, 350)]
+    grad = [c for c in ran if c.grad]
+    assert s.tried == 150 and s.crashed is None and grad
+    assert s.by_grad == Counter(c.algorithm for c in grad)
+    assert [w["case"]["seed"] for w in s.wrong] == [c.seed for c in grad if c.seed % 3 == 0]
+    record = json.loads(json.dumps(s.record()))
+    assert sum(record["by_grad"].values()) == len(grad)
+    assert all(w["why"].startswith("dw: ") and w["grads"]["dw"]["ours"] == [0.2, 0.7] for w in record["wrong"])
 
 
 @pytest.mark.skipif(HAS_GPU, reason="the message of a machine without a GPU")
@@ -330,3 +450,48 @@ def test_the_harness_sees_a_wrong_convolution():
     y[1, 2, 3, 4] += 0.5
     o = fuzz_conv.judge(ran, kernel, fuzz_conv._errors(ran, t, y).tolist())
     assert o.wrong and "max_scaled" in o.why
+
+
+@pytest.mark.gpu
+def test_gradient_cases_run_their_backward_pass_and_are_right(monkeypatch):
+    """60 cases on tma and implicit, every one a gradient case (GRAD_SHARE 1): none wrong, and each
+    really ran conv2d's backward pass (conv.conv_dgrad and conv.conv_wgrad, counted)."""
+    import gemmlab.conv
+
+    monkeypatch.setattr(fuzz_conv_cases, "GRAD_SHARE", 1.0)
+    calls = Counter()
+    for name in ("conv_dgrad", "conv_wgrad"):
+        def counted(*args, _real=getattr(gemmlab.conv, name), _name=name, **kw):
+            calls[_name] += 1
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(gemmlab.conv, name, counted)
+    s = fuzz_conv.run(random.randrange(2**40), seconds=400, max_cases=60, algorithms=("tma", "implicit"))
+    assert s.crashed is None, s.crashed
+    assert not s.wrong, s.wrong[:3]
+    assert s.tried == 60 and sum(s.by_grad.values()) == 60, s.record()
+    assert calls["conv_dgrad"] >= 60 and calls["conv_wgrad"] >= 60, calls
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,which", [("conv_dgrad", "dx"), ("conv_wgrad", "dw")])
+def test_the_harness_sees_a_wrong_gradient(monkeypatch, name, which):
+    """A gradient case run right, then again with one element of dx (or dw) moved after conv2d's
+    backward pass computed it: the verdict must turn, naming that gradient and only it."""
+    import gemmlab.conv
+
+    case = _case(algorithm="tma" if torch.cuda.get_device_capability() >= (9, 0) else "implicit", grad=True)
+    ran, kernel, _, errors = fuzz_conv.start(case)
+    o = fuzz_conv.judge(ran, kernel, errors.tolist())
+    assert ran.grad and len(errors) == 32 and not o.wrong, o.why
+    real = getattr(gemmlab.conv, name)
+
+    def moved(*args, **kw):
+        d = real(*args, **kw)
+        d[0, 1, 2, 1] += 16.0
+        return d
+
+    monkeypatch.setattr(gemmlab.conv, name, moved)
+    ran, kernel, _, errors = fuzz_conv.start(case)
+    o = fuzz_conv.judge(ran, kernel, errors.tolist())
+    assert o.wrong and all(w.startswith(f"{which}: ") for w in o.why.split("; ")), o.why

@@ -22,6 +22,15 @@ max_scaled) exceeds both the dtype's tolerance and BASELINE_FACTOR (gemmlab.fuzz
 the algorithm drawn cannot serve a geometry (C not a multiple of 8, the TMA's limits, a GPU before
 Hopper), the case falls back (tma, then implicit, then im2col) and the refusal is counted, never
 judged. The errors are queued on the GPU and read back in batches, as gemmlab.fuzz does.
+
+A quarter of the conv02 and conv03 cases (ConvCase.grad; smaller, and without NaN or Inf) take a
+backward pass too: x, w and the bias require grad, conv2d runs under autograd (its activation
+applied by torch) and y.backward(dY), dY fresh normal values in y's dtype; dx, dw and db are
+judged as y is, against float64 gradients (aten's convolution backward with cuDNN off, through the
+activation's derivative at the float64 pre-activation) and beside cuDNN's in the case's dtype,
+through the same error terms, tolerance and BASELINE_FACTOR. A gradient case is wrong where any
+of y, dx, dw and db is, and its `why` names which. Its errors queue with the others (32 terms
+where a forward case has 8).
 """
 
 from __future__ import annotations
@@ -57,11 +66,13 @@ class Built:
     x: torch.Tensor
     w: torch.Tensor
     bias: torch.Tensor | None
+    dy: torch.Tensor | None = None  # a gradient case's dY, [N, K, P, Q]
 
 
 def build(case: ConvCase, device: str = "cuda") -> Built:
     """The case's tensors: x, w (scaled by 1/sqrt(C*R*S)) and the bias drawn from a generator
-    seeded by the case, in its dtype and memory formats, the special value placed."""
+    seeded by the case, in its dtype and memory formats, the special value placed; for a gradient
+    case dY too (normal, in the dtype and the memory format conv2d's result takes)."""
     dtype = DTYPES[case.dtype]
     gen = torch.Generator(device=device)
     gen.manual_seed(case.seed)
@@ -69,6 +80,10 @@ def build(case: ConvCase, device: str = "cuda") -> Built:
     w = torch.randn(case.K, case.C, case.R, case.S, generator=gen, device=device)
     w = (w / math.sqrt(case.C * case.R * case.S)).to(dtype)
     bias = torch.randn(case.K, generator=gen, device=device).to(dtype) if case.bias else None
+    dy = None
+    if case.grad:  # (drawn last, so that x, w and the bias are what a forward case of this seed gets)
+        g = case.geometry()
+        dy = torch.randn(case.N, case.K, g["P"], g["Q"], generator=gen, device=device).to(dtype)
     if case.special:
         what, where = case.special.split("-")
         target = x if where == "x" else w
@@ -76,14 +91,16 @@ def build(case: ConvCase, device: str = "cuda") -> Built:
         index = tuple(at.randrange(n) for n in target.shape)
         target[index] = math.nan if what == "nan" else -math.inf if sum(index) % 2 else math.inf
     fmt = lambda cl: torch.channels_last if cl else torch.contiguous_format  # noqa: E731
+    if dy is not None:
+        dy = dy.contiguous(memory_format=fmt(case.x_channels_last or case.w_channels_last))
     return Built(x.contiguous(memory_format=fmt(case.x_channels_last)),
-                 w.contiguous(memory_format=fmt(case.w_channels_last)), bias)  # fmt: skip
+                 w.contiguous(memory_format=fmt(case.w_channels_last)), bias, dy)  # fmt: skip
 
 
 def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -> ConvCase | None:
     """The case with the first algorithm (its own, then FALLBACK's among `algorithms`) whose
     conv2d check accepts these tensors on this device -- conv.tma_why_not also asks the device --
-    or None where none does."""
+    or None where none does. A gradient case that lands on im2col checks its forward pass alone."""
     reasons = [case.refused] if case.refused else []
     for algorithm in (case.algorithm, *FALLBACK[case.algorithm]):
         if algorithms is not None and algorithm not in algorithms:
@@ -97,7 +114,7 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
             if algorithm == case.algorithm:
                 return case
             return replace(case, algorithm=algorithm, drawn=case.drawn or case.algorithm, refused="; ".join(reasons),
-                           tile=None)  # fmt: skip
+                           tile=None, grad=case.grad and algorithm != "im2col")  # fmt: skip
         reasons.append(f"{algorithm}: {why}")
     return None
 
@@ -117,9 +134,15 @@ def _as_rows(y: torch.Tensor) -> torch.Tensor:
     return y.permute(0, 2, 3, 1).reshape(-1, y.shape[1])
 
 
-def _errors(case: ConvCase, t: Built, y: torch.Tensor) -> torch.Tensor:
-    """[ours: rel_fro, max_scaled, appeared, vanished; cuDNN's four] without a sync. The float64
-    reference pads x with zeros itself and runs with cuDNN off (torch's im2col and DGEMM)."""
+def _as_image(rows: torch.Tensor, g: dict) -> torch.Tensor:
+    """_as_rows undone: [N*P*Q, K] as [N, K, P, Q] (a view)."""
+    return rows.reshape(g["N"], g["P"], g["Q"], g["K"]).permute(0, 3, 1, 2)
+
+
+def _forward64(case: ConvCase, t: Built) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The float64 reference before the activation, as rows [N*P*Q, K]: (conv(x, w) + bias, its
+    scale conv(|x|, |w|) + |bias|, the norm rel_fro is taken against: the larger of its own and its
+    terms'). It pads x with zeros itself and runs with cuDNN off (torch's im2col and DGEMM)."""
     g = case.geometry()
     top, bottom, left, right = g["pads"]
     kw = dict(stride=g["stride"], dilation=g["dilation"])
@@ -133,6 +156,13 @@ def _errors(case: ConvCase, t: Built, y: torch.Tensor) -> torch.Tensor:
         terms = F.conv2d(clean(x64).square(), clean(w64).square().sum(0, keepdim=True), **kw).sum().sqrt()
     ref, scale = reference_post(ref, scale, t.bias, None)
     norm = torch.maximum(torch.linalg.vector_norm(ref.where(torch.isfinite(ref), torch.zeros_like(ref))), terms)
+    return ref, scale, norm
+
+
+def _errors(case: ConvCase, t: Built, y: torch.Tensor, forward: tuple | None = None) -> torch.Tensor:
+    """[ours: rel_fro, max_scaled, appeared, vanished; cuDNN's four] without a sync, against
+    _forward64's reference (forward: one computed already) through the activation."""
+    ref, scale, norm = forward if forward is not None else _forward64(case, t)
     ref, scale = reference_post(ref, scale, None, case.activation)
     ours = error_terms(_as_rows(y), ref, scale, norm)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
@@ -142,24 +172,118 @@ def _errors(case: ConvCase, t: Built, y: torch.Tensor) -> torch.Tensor:
     return torch.cat([ours, error_terms(_as_rows(theirs), ref, scale, norm)])
 
 
+# ---- A gradient case's checks -------------------------------------------------------------------
+
+GRADIENTS = ("dx", "dw", "db")  # in the order of their error terms
+KINK_SLACK = 1e-5  # of the pre-activation's scale: this near 0, relu's derivative may rightly take either side
+
+
+def _output_grad(case: ConvCase, t: Built, forward: tuple) -> torch.Tensor:
+    """The dY a gradient case runs with: t.dy, zeroed where relu follows and the float64
+    pre-activation (forward: _forward64's) lies within KINK_SLACK of its scale from 0, or below the
+    dtype's smallest normal value (which fp16 may round to 0). There relu's derivative jumps from 0
+    to 1, and a kernel's fp32 sum may rightly land on the other side of 0 from float64's; with dY
+    zero there, either side gives the same gradients."""
+    if case.activation != "relu":
+        return t.dy
+    z, scale, _ = forward
+    near = z.abs() <= KINK_SLACK * scale + torch.finfo(t.dy.dtype).smallest_normal
+    return t.dy.masked_fill(_as_image(near, case.geometry()), 0)
+
+
+def _grads64(case: ConvCase, t: Built, forward: tuple, dy: torch.Tensor) -> dict[str, tuple]:
+    """The float64 gradients at dY by name (GRADIENTS), each as (the gradient, its scale, the norm
+    rel_fro is taken against). dY goes through the activation's derivative at the float64
+    pre-activation z (G = dY act'(z)), then through aten's convolution backward (cuDNN off; x padded
+    with zeros, dx cropped back). The scale is the same gradients of |x| and |w| at
+    |dY| (|act'(z)| + |z|): a kernel takes the derivative at a z rounded to its dtype, which moves
+    it by |act''| |z| times that rounding, and |act''| < 1 for each activation (gelu's is 0.8 at
+    most). The norm is the larger of the gradient's own and that of the terms summed into it (x^2
+    and w^2 at the scale's square), as the forward's."""
+    g = case.geometry()
+    top, bottom, left, right = g["pads"]
+    kw = dict(stride=g["stride"], dilation=g["dilation"])
+    z = _as_image(forward[0], g).detach().requires_grad_()
+    dy64 = dy.double()
+    act = ACTIVATIONS[case.activation]
+    if act is None:
+        grad, size = dy64, dy64.abs()
+    else:
+        with torch.enable_grad():
+            (slope,) = torch.autograd.grad(act(z).sum(), z)  # act'(z), element by element
+        grad, size = dy64 * slope, dy64.abs() * (slope.abs() + z.detach().abs())
+    x64, w64 = F.pad(t.x.double(), (left, right, top, bottom)), t.w.double()
+
+    def backward(x: torch.Tensor, w: torch.Tensor, gy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dx, dw) of F.conv2d(x, w) at gy, dx without the padding."""
+        with torch.backends.cudnn.flags(enabled=False):
+            dx = torch.nn.grad.conv2d_input(x.shape, w, gy, **kw)[:, :, top:top + case.H, left:left + case.W]
+            return dx, torch.nn.grad.conv2d_weight(x, w.shape, gy, **kw)
+
+    (dx, dw), (dx_scale, dw_scale) = backward(x64, w64, grad), backward(x64.abs(), w64.abs(), size)
+    dx_terms, dw_terms = backward(x64.square(), w64.square(), size.square())
+    db = grad.sum((0, 2, 3))
+    norm = lambda ref, terms: torch.maximum(torch.linalg.vector_norm(ref), terms.sum().sqrt())  # noqa: E731
+    return {"dx": (dx, dx_scale, norm(dx, dx_terms)), "dw": (dw, dw_scale, norm(dw, dw_terms)),
+            "db": (db, size.sum((0, 2, 3)), norm(db, size.square()))}  # fmt: skip
+
+
+def _cudnn_grads(case: ConvCase, t: Built, dy: torch.Tensor) -> tuple:
+    """cuDNN's (dx, dw, db) in the case's dtype at dY: torch's autograd through F.conv2d and the
+    activation, TF32 off (db None without a bias)."""
+    x, w = (v.detach().requires_grad_() for v in (t.x, t.w))
+    b = None if t.bias is None else t.bias.detach().requires_grad_()
+    with torch.enable_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        y = F.conv2d(x, w, b, *case.g_args)
+        (ACTIVATIONS[case.activation](y) if case.activation else y).backward(dy)
+    return x.grad, w.grad, None if b is None else b.grad
+
+
+def _grad_errors(case: ConvCase, t: Built, forward: tuple, dy: torch.Tensor, ours: tuple) -> torch.Tensor:
+    """[dx: ours' rel_fro, max_scaled, appeared, vanished, cuDNN's four; dw's eight; db's eight
+    (zeros without a bias)] without a sync: ours = (dx, dw, db) against _grads64's at the same dY."""
+    ref = _grads64(case, t, forward, dy)
+    out = []
+    for name, o, c in zip(GRADIENTS, ours, _cudnn_grads(case, t, dy)):
+        if name == "db" and not case.bias:
+            out.append(torch.zeros(8, dtype=torch.float64, device=dy.device))
+        elif o is None:
+            raise ValueError(f"the backward pass gave no {name}")
+        else:
+            out += [error_terms(o, *ref[name]), error_terms(c, *ref[name])]
+    return torch.cat(out)
+
+
 @dataclass
 class Outcome:
     case: ConvCase
     chosen: str  # the kernel that ran and its tile, for the coverage counts
     wrong: bool
     why: str
-    ours: tuple[float, float]  # rel_fro, max_scaled
+    ours: tuple[float, float]  # rel_fro, max_scaled (y's)
     cudnn: tuple[float, float]
     tol: tuple[float, float]
+    grads: dict = field(default_factory=dict)  # a gradient case's: "dx" -> {"ours": (rel_fro, max_scaled), "cudnn"}
 
 
 def judge(case: ConvCase, chosen: str, v: list[float]) -> Outcome:
-    """The verdict on a case from its eight error terms (_errors)."""
+    """The verdict on a case from its error terms: _errors' eight, then for a gradient case
+    _grad_errors' eight for each of dx, dw and db, each judged as y is and under the same tolerance
+    (each gradient is rounded to the case's dtype, as y is). A gradient case's `why` names the
+    result (y, dx, dw, db) each reason is about."""
     dtype = DTYPES[case.dtype]
     tol = tolerance(dtype, "fp32", dtype, case.C * case.R * case.S)
-    rel, ms, _, _, c_rel, c_ms, _, _ = v
-    why = reasons(v, tol, "cuDNN")
-    return Outcome(case, chosen, bool(why), "; ".join(why), (rel, ms), (c_rel, c_ms), (tol.rel_fro, tol.max_scaled))
+    rel, ms, _, _, c_rel, c_ms, _, _ = v[:8]
+    why = [f"y: {r}" if case.grad else r for r in reasons(v[:8], tol, "cuDNN")]
+    grads = {}
+    for i, name in enumerate(GRADIENTS if case.grad else ()):
+        if name == "db" and not case.bias:
+            continue
+        u = v[8 * (i + 1):8 * (i + 2)]
+        grads[name] = dict(ours=(u[0], u[1]), cudnn=(u[4], u[5]))
+        why += [f"{name}: {r}" for r in reasons(u, tol, "cuDNN")]
+    return Outcome(case, chosen, bool(why), "; ".join(why), (rel, ms), (c_rel, c_ms), (tol.rel_fro, tol.max_scaled),
+                   grads)  # fmt: skip
 
 
 def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
@@ -177,7 +301,8 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
         from .fuzz import _chosen
 
         return _chosen(_im2col_problem(case, g), "auto"), ""
-    plan = conv03.cached_plan(t.x, t.w, t.bias, case.g_args, case.activation) if t is not None else None
+    activation = None if case.grad else case.activation  # (a gradient case's forward pass leaves it to torch)
+    plan = conv03.cached_plan(t.x, t.w, t.bias, case.g_args, activation) if t is not None else None
     if plan is not None:
         cfg, blocks = plan.cfg, plan.grid[0]
     else:
@@ -209,6 +334,8 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
     served = serve(case, t, algorithms)
     if served is None:
         return case, None, None, None
+    if served.grad:
+        return served, *_start_grad(served, t)
     from . import conv03
 
     g = served.geometry()
@@ -219,6 +346,28 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
     return served, kernel, walk, _errors(served, t, y)
 
 
+def _start_grad(case: ConvCase, t: Built) -> tuple:
+    """start's run of a gradient case: (its kernel, its walk, its 32 error terms still on the GPU).
+    The float64 forward pass first (dY's zeros at relu's kink need it), then conv2d under autograd
+    and y.backward(dY), the memory of y and of dx and dw poisoned first, as the forward's is."""
+    from . import conv03
+
+    forward = _forward64(case, t)
+    dy = _output_grad(case, t, forward)
+    x, w = (v.detach().requires_grad_() for v in (t.x, t.w))
+    b = None if t.bias is None else t.bias.detach().requires_grad_()
+    g = case.geometry()
+    poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
+    with conv03.on_tile(case.tile), torch.enable_grad():  # (a conv03 dgrad takes the tile too)
+        y = conv2d(x, w, b, *case.g_args, activation=case.activation, algorithm=case.algorithm)
+        kernel, walk = chosen(case, t)  # (before the backward pass's plans can clear conv03's plan table)
+        poison(x.numel(), x.dtype)
+        poison(w.numel(), w.dtype)
+        y.backward(dy)
+    ours = (x.grad, w.grad, None if b is None else b.grad)
+    return kernel, walk, torch.cat([_errors(case, t, y.detach(), forward), _grad_errors(case, t, forward, dy, ours)])
+
+
 # ---- The run ------------------------------------------------------------------------------------
 
 
@@ -226,12 +375,13 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
 class Summary(RunSummary):
     by_algorithm: Counter = field(default_factory=Counter)
     by_walk: Counter = field(default_factory=Counter)  # conv03's persistent build: one or several tiles a block
+    by_grad: Counter = field(default_factory=Counter)  # the gradient cases (dx, dw, db checked too), by algorithm
     refused: Counter = field(default_factory=Counter)  # "drawn -> ran" (-> none: skipped), never judged
     refusals: dict = field(default_factory=dict)  # an example reason of each
 
 
 def as_record(o: Outcome) -> dict:
-    return dict(case=asdict(o.case), chosen=o.chosen, why=o.why, ours=o.ours, cudnn=o.cudnn, tol=o.tol,
+    return dict(case=asdict(o.case), chosen=o.chosen, why=o.why, ours=o.ours, cudnn=o.cudnn, tol=o.tol, grads=o.grads,
                 replay=o.case.to_json())  # fmt: skip
 
 
@@ -264,6 +414,8 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
         s.by_kernel[kernel] += 1
         if walk:
             s.by_walk[walk] += 1
+        if case.grad:
+            s.by_grad[case.algorithm] += 1
 
     def refused(case: ConvCase, exc: ValueError) -> Outcome:  # conv2d refused a case its own check had accepted
         return Outcome(case, case.algorithm, True, f"conv2d raised, though its check accepted the case: {exc}",
@@ -281,9 +433,11 @@ WARM_CASES = 3000  # cases drawn ahead to find im2col's GEMM builds (conv02's an
 def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = None,
          algorithms: tuple[str, ...] | None = None, max_cases: int | None = None) -> int:  # fmt: skip
     """Compile, side by side in threads, the builds a run will launch: every conv03 tile's
-    persistent (or one-tile) build (cases force each tile) and conv02's, plain and with the run's
-    fused epilogue, in the dtypes drawn, and the GEMM builds im2col's products reach over the
-    run's first WARM_CASES cases. Returns how many builds there are."""
+    persistent (or one-tile) build (cases force each tile) and conv02's, plain, with the run's
+    fused epilogue and with a bias alone (a gradient case's forward pass: torch applies its
+    activation), in the dtypes drawn, and the GEMM builds im2col's products and the gradient
+    cases' wgrad products reach over the run's first WARM_CASES cases (a dgrad convolution on
+    im2col compiles as it comes). Returns how many builds there are."""
     import os
 
     from . import conv03
@@ -295,7 +449,7 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
     sixteen = [DTYPES[d] for d in ("bf16", "fp16") if dtypes is None or d in dtypes]
     hopper = (capability(torch.device("cuda", torch.cuda.current_device())) or (0, 0)) >= CONV_03.min_capability
     for dtype in sixteen:
-        for post in (0, fused):
+        for post in dict.fromkeys((0, fused, post_code(True, None))):
             if (algorithms is None or "tma" in algorithms) and hopper:
                 for (bm, bn), stages in CONV03_TILES.items():
                     cfg = CONV_03.config(BM=bm, BN=bn, STAGES=stages, PERSISTENT=int(conv03.PERSISTENT))
@@ -314,21 +468,35 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
 
 def _im2col_jobs(seed: int, activation, dtypes, algorithms, count: int) -> list[tuple]:
     """The GEMM builds (spec, config, types, epilogue) gemm() launches for the im2col cases among
-    cases seed .. seed + count - 1 (those drawn as tma or implicit that fall back are not known
-    before the device is asked: they compile as they come)."""
+    cases seed .. seed + count - 1, and for the gradient cases' wgrad (those drawn as tma or
+    implicit that fall back are not known before the device is asked: they compile as they come)."""
     from .configs import select
 
     jobs = []
     for i in range(seed, seed + count):
         case = draw(i, dtypes, algorithms, activation)
-        if case.algorithm != "im2col":
+        if case.algorithm == "im2col":
+            problem, post = _im2col_problem(case, case.geometry()), post_code(case.bias, case.activation)
+        elif case.grad:
+            problem, post = _wgrad_problem(case, case.geometry()), 0
+        else:
             continue
-        spec, cfg = select(_im2col_problem(case, case.geometry()), "auto", device="cuda")
+        spec, cfg = select(problem, "auto", device="cuda")
         dtype = DTYPES[case.dtype]
         types = (dtype, dtype) if spec.type_param else (None, None)
-        post = post_code(case.bias, case.activation) if spec.epilogues else 0
-        jobs.append((spec, cfg, *types, post))
+        jobs.append((spec, cfg, *types, post if spec.epilogues else 0))
     return jobs
+
+
+def _wgrad_problem(case: ConvCase, g: dict):
+    """The GEMM problem conv.conv_wgrad hands gemm() for a gradient case, on the meta device:
+    dY's rows read transposed, [K, N*P*Q], times im2col's matrix, [N*P*Q, R*S*C]."""
+    from .problem import problem_from_tensors
+
+    dtype, rows = DTYPES[case.dtype], g["N"] * g["P"] * g["Q"]
+    a = torch.empty(rows, case.K, dtype=dtype, device="meta").t()
+    b = torch.empty(rows, case.C * case.R * case.S, dtype=dtype, device="meta")
+    return replace(problem_from_tensors(a, b, device_type="meta"), device=torch.device("cuda"))
 
 
 def replay(case: ConvCase, repeats: int = 1, algorithms: tuple[str, ...] | None = None) -> list[Outcome]:

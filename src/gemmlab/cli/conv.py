@@ -29,9 +29,10 @@ def conv_fuzz_cmd(
 
     Every case comes from one seed: its geometry (tile edges, short reductions, several tiles a
     persistent block, prime images, stride, dilation, padding), memory formats, dtype, algorithm,
-    bias, activation, a NaN or Inf now and then. A wrong case is printed with its conv2d() call and
-    a --replay line; the record (conv-fuzz-<time>.json) counts the cases by regime, dtype,
-    algorithm and kernel tile, and the refusals apart."""
+    bias, activation, a NaN or Inf now and then, and for a quarter of the tma and implicit cases a
+    backward pass (dx, dw, db checked too). A wrong case is printed with its conv2d() call and a
+    --replay line; the record (conv-fuzz-<time>.json) counts the cases by regime, dtype, algorithm,
+    kernel tile and gradients, and the refusals apart."""
     import random as _random
 
     from .. import fuzz_conv
@@ -66,12 +67,14 @@ def conv_fuzz_cmd(
     for col in ("", "convolutions"):
         t.add_column(col, no_wrap=True)
     for name, counts in (("regime", summary.by_regime), ("dtype", summary.by_dtype), ("algorithm", summary.by_algorithm),
-                         ("kernel", summary.by_kernel), ("conv03", summary.by_walk), ("refused", summary.refused)):  # fmt: skip
+                         ("kernel", summary.by_kernel), ("conv03", summary.by_walk), ("gradients", summary.by_grad),
+                         ("refused", summary.refused)):  # fmt: skip
         for k, v in sorted(counts.items()):
             t.add_row(f"{name} {k}", str(v))
     console.print(t)
     path = results_path(out, meta, "conv-fuzz")
     write_run(path, meta, [summary.record()])
-    console.print(f"{summary.tried} convolutions, {len(summary.wrong)} wrong, {sum(summary.refused.values())} refused "
-                  f"by the algorithm drawn; record: {path}", highlight=False)  # fmt: skip
+    grads = sum(summary.by_grad.values())
+    console.print(f"{summary.tried} convolutions ({grads} with gradients), {len(summary.wrong)} wrong, "
+                  f"{sum(summary.refused.values())} refused by the algorithm drawn; record: {path}", highlight=False)  # fmt: skip
     fuzz_exit(summary, min_cases, "conv-fuzz", "convolutions")
