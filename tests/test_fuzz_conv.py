@@ -162,7 +162,9 @@ def test_a_quarter_of_conv02s_and_conv03s_cases_check_their_gradients(cases):
         assert rows * c.C * c.R * c.S <= fields and c.N * c.C * c.H * c.W <= inputs, c.label()
         assert c.special == "", c.label()
     assert {(c.bias, c.activation) for c in grad} == {(b, a) for b in (False, True) for a in (None, "gelu")}
-    assert any(c.stride != 1 for c in grad) and any(c.tile for c in grad) and any(c.K % 8 == 0 for c in grad)
+    assert any(c.stride != 1 for c in grad) and any(c.tile for c in grad)
+    # most with K a multiple of 8: their dx convolution runs on conv02/conv03 (the others' on im2col)
+    assert 0.6 < sum(c.K % 8 == 0 for c in grad) / len(grad) < 0.95 and any(c.K % 8 for c in grad)
     assert not any(fuzz_conv.draw(s, algorithms=("im2col",)).grad for s in range(300))
 
 

@@ -27,6 +27,7 @@ FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cu
 SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
 TILE_SHARE = 0.25  # of conv03's cases, those on a tile of CONV03_TILES forced (conv03.TILE), whatever the rule's
 GRAD_SHARE = 0.25  # of conv02's and conv03's cases, those whose gradients (dx, dw, db) are checked too
+DGRAD_ON_STEP = 0.75  # of those, the share whose K is made a multiple of 8, so dx runs on the case's step too
 
 # Each case's work, so that one costs about a millisecond: multiply-adds, output elements, the
 # im2col matrix's elements (N*P*Q x C*R*S: im2col's copy, and the float64 reference's columns) and
@@ -304,6 +305,8 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
         dtype = _weighted(rng, {d: w for d, w in weights.items() if d in wanted} or {d: 1.0 for d in wanted})
         small = wants_grad and drawn in ("implicit", "tma")  # within a gradient case's limits
         N, C, H, W, K, R, S, stride, padding, dilation = _fit(*drawn_geo, limits=GRAD_LIMITS if small else LIMITS)
+        if small and K >= 8 and random.Random(f"dgrad {seed}").random() < DGRAD_ON_STEP:
+            K -= K % 8  # dx's convolution reads K channels: a multiple of 8 runs it on conv02/conv03, not im2col
         g = conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
         reasons = []
         for algorithm in (a for a in (drawn, *FALLBACK[drawn]) if a in allowed):
