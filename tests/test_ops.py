@@ -151,6 +151,12 @@ def test_fake_tensors_that_want_a_gradient_take_the_operator():
         assert d.shape == (300, 100) and "gemmlab_gemm" in type(d.grad_fn).__name__
 
 
+def test_torch_refuses_an_eager_view_past_its_storage():
+    """What lets eager calls skip _check_in_storage (the operator keeps it for torch.compile's views)."""
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.empty(10).as_strided((4, 4), (4, 1))
+
+
 def test_out_with_autograd_is_a_clear_error():
     a, b = _leaf(7, 5), torch.randn(5, 3)
     with pytest.raises(ValueError, match="use the returned tensor"):

@@ -42,9 +42,11 @@ def gemm_op(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float
     return _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation)
 
 
-def _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation) -> Tensor:
-    """The operator's computation, also _GemmFunction's forward."""
-    for name, t in (("a", a), ("b", b), ("c", c), ("bias", bias)):
+def _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation, traced: bool = True) -> Tensor:
+    """The operator's computation, also _GemmFunction's forward. traced: the inputs may come from
+    torch.compile, whose views are checked against their storage (_check_in_storage); eager
+    tensors cannot reach past theirs (torch refuses such a view when it is made)."""
+    for name, t in (("a", a), ("b", b), ("c", c), ("bias", bias)) if traced else ():
         _check_in_storage(name, t)
     a, b, c = _readable(a, True), _readable(b, True), _readable(c, False)
     return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, precision=precision, out_dtype=out_dtype,
@@ -127,7 +129,7 @@ def _product(*args) -> Tensor:
     pass with create_graph) or a trace needs it, else launched directly."""
     if torch.is_grad_enabled() or not _plain(*args[:3], *args[8:9]) or torch.compiler.is_compiling():
         return gemm_op(*args)
-    return _run(*args, *(None,) * (10 - len(args)))  # (bias and activation: none unless given)
+    return _run(*args, *(None,) * (10 - len(args)), traced=False)  # (bias and activation: none unless given)
 
 
 def _backward(ctx, grad):
@@ -159,7 +161,7 @@ class _GemmFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation):
-        return _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation)
+        return _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation, traced=False)
 
     setup_context = staticmethod(_setup_context)
     backward = staticmethod(_backward)
