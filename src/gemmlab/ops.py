@@ -156,14 +156,17 @@ class _GemmFunction(torch.autograd.Function):
     """The operator's autograd for eager calls on plain tensors: the same forward (_run) and the same
     gradients (_backward, _setup_context) without torch.library's dispatch, which cost about 90 us
     a forward call and 400 us a backward one on an H100's host, more than a small GEMM's kernel
-    (docs/notes/host-time-a-call.md). torch.compile traces and tensor subclasses (fake tensors
-    among them) go through the operator."""
+    (docs/notes/host-time-a-call.md). torch.compile traces, tensor subclasses (fake tensors among
+    them) and functorch transforms go through the operator."""
 
     @staticmethod
-    def forward(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation):
-        return _run(a, b, c, alpha, beta, kernel, precision, out_dtype, bias, activation, traced=False)
+    def forward(ctx, *args):
+        # (forward with ctx, no setup_context: with one, Function.apply binds its arguments to
+        # forward's signature through inspect on every call, tens of microseconds of host time)
+        d = _run(*args, traced=False)
+        _setup_context(ctx, args, d)
+        return d
 
-    setup_context = staticmethod(_setup_context)
     backward = staticmethod(_backward)
 
 
@@ -199,6 +202,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         raise ValueError("out= writes in place, which autograd and torch.compile cannot follow: "
                          "use the returned tensor (d = gemmlab.gemm(a, b, ...))")  # fmt: skip
     args = (a, b, c, float(alpha), float(beta), kernel, precision, out_dtype, bias, activation)
-    if torch.compiler.is_compiling() or not _plain(a, b, c, bias):
+    if torch.compiler.is_compiling() or not _plain(a, b, c, bias) or torch._C._are_functorch_transforms_active():
         return gemm_op(*args)
     return _GemmFunction.apply(*args)
