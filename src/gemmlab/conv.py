@@ -31,8 +31,6 @@ from .ops import gemm, wants_grad
 
 ALGORITHMS = ("im2col", "implicit", "tma")  # conv01 (on gemm()), conv02, conv03
 CHOICES = ("auto", *ALGORITHMS)  # conv2d's algorithm=: "auto" picks one of the steps a call (choose_algorithm)
-_CHOSEN: dict[tuple, str] = {}  # choose_algorithm's answers by kind of call
-_CHOSEN_MAX = 1024  # past it the table starts again
 
 
 def _pair(value, name: str) -> tuple[int, int]:
@@ -217,7 +215,7 @@ def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, 
     (tma_why_not). A kind of call is worked out once (gemmlab.conv03.Plan): later ones launch."""
     from . import conv03
 
-    g_args = tuple(tuple(v) if isinstance(v, list) else v for v in (stride, padding, dilation))
+    g_args = tuple(map(_hashable, (stride, padding, dilation)))
     plan = conv03.cached_plan(x, weight, bias, g_args, activation)
     if plan is None or wants_grad(x, weight, bias):
         why = tma_why_not(x, weight, bias, stride, padding, dilation)
@@ -239,26 +237,17 @@ def choose_algorithm(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, p
     cuDNN on an H100 where gemm() ran them at 0.59-1.16x, docs/ladder/conv03-tma-im2col.md); else
     conv03 ("tma") where it can serve the call (tma_why_not), else conv02 ("implicit"), else
     "im2col". CPU tensors and torch.compile traces take "im2col" (the only step that traces: the
-    others launch through ctypes). Worked out once a kind of call."""
+    others launch through ctypes). conv2d asks once a kind of call (_kind remembers the answer)."""
     if x.device.type != "cuda" or torch.compiler.is_compiling():
         return "im2col"
-    g_args = tuple(tuple(v) if isinstance(v, list) else v for v in (stride, padding, dilation))
-    key = (x.shape, x.dtype, x.device, weight.shape, weight.dtype, None if bias is None else bias.dtype, g_args)
-    chosen = _CHOSEN.get(key)
-    if chosen is None:
-        g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
-        if g["R"] == g["S"] == 1 and g["stride"] == (1, 1) and not any(g["pads"]):
-            chosen = "im2col"
-        elif tma_why_not(x, weight, bias, stride, padding, dilation) is None:
-            chosen = "tma"
-        elif implicit_gemm_why_not(x, weight, bias) is None:
-            chosen = "implicit"
-        else:
-            chosen = "im2col"
-        if len(_CHOSEN) >= _CHOSEN_MAX:
-            _CHOSEN.clear()
-        _CHOSEN[key] = chosen
-    return chosen
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+    if g["R"] == g["S"] == 1 and g["stride"] == (1, 1) and not any(g["pads"]):
+        return "im2col"
+    if tma_why_not(x, weight, bias, stride, padding, dilation) is None:
+        return "tma"
+    if implicit_gemm_why_not(x, weight, bias) is None:
+        return "implicit"
+    return "im2col"
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
