@@ -11,6 +11,11 @@ tensor maps of those addresses, and launch.
 PERSISTENT picks the kernel's persistent build (PERSISTENT = 1: at most one block an SM, each
 walking tiles; tile_walk below is that walk in Python), on since its GPU tests passed on an H200
 and it ran 0.74x cuDNN against one tile a block's 0.69x there (ResNet-50, batch 32).
+
+TMA_STORE picks the staged epilogue (TMA_STORE = 1: each 64 x 64 chunk of the result through
+shared memory and a TMA store, as tc07's), off until its GPU tests have passed and it has been
+timed. Set it (conv03.TMA_STORE = True) or run within `staged_stores()`; a layer whose output rows
+are not whole 16-byte units (K not a multiple of 8) keeps the register epilogue either way.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from torch import Tensor
 
 from . import jit, launch, tma
 from .activations import post_code
-from .specs.conv import CONV03_BK, CONV03_TILES, CONV_03, conv03_config
+from .specs.conv import CONV03_BK, CONV_03, conv03_config, conv03_tile_config
 
 # Launch the persistent build (plans are kept apart by it); False: one tile a block.
 PERSISTENT = True
@@ -34,6 +39,9 @@ WALK_GROUP = 1
 # A tile (BM, BN) of CONV03_TILES every plan takes instead of the rule's (conv-bench --tiles times
 # each); None: the rule's (conv03_config). Plans are kept apart by it.
 TILE: tuple[int, int] | None = None
+# Launch the staged TMA-store epilogue where the output takes it (TMA_STORE = 1); False: register
+# stores. Plans are kept apart by it.
+TMA_STORE = False
 
 _PLANS: dict[tuple, Plan] = {}
 _PLANS_MAX = 256  # kinds of call remembered; past it the table starts again
@@ -66,11 +74,12 @@ class Plan:
     lock: threading.Lock = field(default_factory=threading.Lock)  # over args and params, until the launch has read them
     x_maps: dict = field(default_factory=dict)  # x's address -> its im2col map (a ctypes array)
     w_maps: dict = field(default_factory=dict)
+    d_maps: dict = field(default_factory=dict)  # the output's address -> its map (TMA_STORE builds only)
 
 
 def _key(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, activation: str | None) -> tuple:
     b = None if bias is None else (bias.dtype, bias.stride())
-    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), b, activation, g_args, PERSISTENT, TILE)
+    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), b, activation, g_args, PERSISTENT, TILE, TMA_STORE)
 
 
 def cached_plan(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, activation: str | None) -> Plan | None:
@@ -88,17 +97,19 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
     device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
     from .device import sm_count
 
+    staged = stores_staged(K)
     if TILE is None:
-        cfg = conv03_config(K, M, sm_count(device_id), persistent=PERSISTENT)
+        cfg = conv03_config(K, M, sm_count(device_id), persistent=PERSISTENT, tma_store=staged)
     else:
-        cfg = CONV_03.config(BM=TILE[0], BN=TILE[1], STAGES=CONV03_TILES[TILE], PERSISTENT=int(PERSISTENT))
+        cfg = conv03_tile_config(TILE, PERSISTENT, staged)
     loaded = jit.load_kernel(CONV_03, cfg, device_id, x.dtype, x.dtype, post=post_code(bias is not None, activation))
     launch.ensure_current(device_id)
     resident = launch.resident_blocks(loaded, device_id, CONV_03.block(cfg), None) if cfg["PERSISTENT"] else 0
     sizes = (M, K, g["C"], g["R"], g["S"], g["P"], g["Q"], *g["stride"], g["pads"][0], g["pads"][2], *g["dilation"],
              K)  # (the last: D's row stride)  # fmt: skip
+    # (tmX, tmW, D, the sizes, alpha, the bias, tmD: 128 bytes the register epilogue never reads)
     args = ((ctypes.c_ubyte * 128)(), (ctypes.c_ubyte * 128)(), ctypes.c_uint64(0), *(ctypes.c_int32(v) for v in sizes),
-            ctypes.c_float(1.0), ctypes.c_uint64(0))  # fmt: skip
+            ctypes.c_float(1.0), ctypes.c_uint64(0), (ctypes.c_ubyte * 128)())  # fmt: skip
     plan = Plan(g=g, M=M, K=K, cfg=cfg, device_id=device_id, func=launch.function_handle(loaded, device_id),
                 grid=grid_for(M, K, cfg, resident), block=CONV_03.block(cfg), smem=loaded.compiled.usage.dynamic_smem,
                 args=args, params=(ctypes.c_void_p * len(args))(*map(ctypes.addressof, args)),
@@ -110,6 +121,24 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             _PLANS.clear()
         _PLANS[key] = plan
     return plan
+
+
+def stores_staged(K: int) -> bool:
+    """Whether a plan over K output channels takes the staged TMA-store build: TMA_STORE is on and
+    the output's rows are whole 16-byte units (run allocates it 16-byte aligned)."""
+    return TMA_STORE and tma.output_map_params(1, K) is not None
+
+
+@contextmanager
+def staged_stores(on: bool = True):
+    """Within it, plans take the staged TMA-store epilogue where they can (on) or never (off);
+    TMA_STORE as it was after."""
+    global TMA_STORE
+    before, TMA_STORE = TMA_STORE, on
+    try:
+        yield
+    finally:
+        TMA_STORE = before
 
 
 @contextmanager
@@ -124,8 +153,9 @@ def on_tile(tile: tuple[int, int] | None):
 
 
 def describe(plan: Plan) -> dict:
-    """What a plan launches, for a benchmark's record: the tile, the build and the grid."""
+    """What a plan launches, for a benchmark's record: the tile, the builds and the grid."""
     return dict(BM=plan.cfg["BM"], BN=plan.cfg["BN"], STAGES=plan.cfg["STAGES"], persistent=bool(plan.cfg["PERSISTENT"]),
+                tma_store=bool(plan.cfg["TMA_STORE"]),
                 grid=plan.grid[0] * plan.grid[1] * plan.grid[2],
                 tiles=-(-plan.M // plan.cfg["BM"]) * -(-plan.K // plan.cfg["BN"]))  # fmt: skip
 
@@ -193,14 +223,15 @@ def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
     if d.numel():
         map_x = _map(plan.x_maps, xs, lambda t: tma.im2col_map(t, g, plan.cfg["BM"], CONV03_BK))
         map_w = _map(plan.w_maps, wm, lambda t: tma.filter_map(t, plan.K, g["R"], g["S"], g["C"], plan.cfg["BN"], CONV03_BK))
+        map_d = _map(plan.d_maps, d, lambda t: tma.output_map(t, plan.M, plan.K)) if plan.cfg["TMA_STORE"] else plan.args[-1]
         handle = launch.current_stream_handle(plan.device_id)
         stream = _STREAMS.get(handle)
         if stream is None:
             stream = _STREAMS[handle] = driver.CUstream(handle)
         with plan.lock:
-            plan.params[0], plan.params[1] = ctypes.addressof(map_x), ctypes.addressof(map_w)
+            plan.params[0], plan.params[1], plan.params[-1] = map(ctypes.addressof, (map_x, map_w, map_d))
             plan.args[2].value = d.data_ptr()
-            plan.args[-1].value = 0 if bias is None else bias.data_ptr()
+            plan.args[-2].value = 0 if bias is None else bias.data_ptr()
             (err,) = driver.cuLaunchKernel(plan.func, *plan.grid, *plan.block, plan.smem, stream, ctypes.addressof(plan.params), 0)
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"launching conv03 {plan.cfg.as_dict()} failed: {err}")

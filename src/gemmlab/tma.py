@@ -136,12 +136,13 @@ def tensor_map_3d(t: torch.Tensor, batch: int, rows: int, cols: int, ld: int, ba
     found = view.as_tensor_map(box_dim=(1, *box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
     return _remember(key, found)
 
-# ---- conv03: the im2col map of an NHWC input and the tiled map of its filter ------------------
+# ---- conv03: the im2col map of an NHWC input, the tiled maps of its filter and its output -----
 #
 # These are encoded through cuda.bindings' driver (cuTensorMapEncodeIm2col, cuTensorMapEncodeTiled)
 # rather than cuda.core, and reach the kernel as the CUtensorMap's 128 bytes (map_bytes), which
 # gemmlab.conv03 passes by value to cuLaunchKernel. The parameters are worked out first by pure functions
-# (im2col_map_params, filter_map_params), tested on the CPU; the driver call only encodes them.
+# (im2col_map_params, filter_map_params, output_map_params), tested on the CPU; the driver call only
+# encodes them.
 
 # What the hardware takes in im2col mode over a rank-4 (NHWC) tensor (cuTensorMapEncodeIm2col):
 IM2COL_CORNER = (-128, 127)  # the bounding box's corner offsets, signed 8-bit for rank 4
@@ -213,6 +214,16 @@ def filter_map_params(K: int, R: int, S: int, C: int, box_rows: int, box_channel
     )
 
 
+def output_map_params(M: int, K: int, box: int = 64, itemsize: int = 2) -> dict | None:
+    """The tiled map conv03's staged epilogue stores its [M = N*P*Q][K] row-major output through, in
+    box x box chunks (a 128-byte row of 16-bit elements: the staging buffers' swizzle), innermost
+    first; None where D cannot take TMA stores: rows that are not whole 16-byte units (TMA clips a
+    box at D's right edge only to 16 bytes; the output D is allocated 16-byte aligned)."""
+    if (K * itemsize) % TMA_ALIGN_BYTES or box * itemsize not in SWIZZLES:
+        return None
+    return dict(dims=(K, M), strides=(K * itemsize,), box=(box, box))
+
+
 def _driver_enums(dtype: torch.dtype):
     from cuda.bindings import driver
 
@@ -249,11 +260,13 @@ def encode_im2col(driver, data_type, ptr: int, p: dict):
 
 
 def encode_filter(driver, data_type, ptr: int, p: dict):
-    """cuTensorMapEncodeTiled over filter_map_params' p: (error, map), with the binding's sized integers."""
+    """cuTensorMapEncodeTiled over filter_map_params' (or output_map_params') p: (error, map), with
+    the binding's sized integers."""
     u32, u64 = driver.cuuint32_t, driver.cuuint64_t
+    rank = len(p["dims"])
     err, tmap = driver.cuTensorMapEncodeTiled(
-        data_type, 3, ptr, [u64(v) for v in p["dims"]], [u64(v) for v in p["strides"]],
-        [u32(v) for v in p["box"]], [u32(1)] * 3,
+        data_type, rank, ptr, [u64(v) for v in p["dims"]], [u64(v) for v in p["strides"]],
+        [u32(v) for v in p["box"]], [u32(1)] * rank,
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
@@ -282,6 +295,19 @@ def filter_map(w: torch.Tensor, K: int, R: int, S: int, C: int, box_rows: int, b
         raise ValueError(f"TMA needs a 16-byte aligned filter, got address {w.data_ptr():#x}")
     driver, data_type = _driver_enums(w.dtype)
     err, tmap = encode_filter(driver, data_type, w.data_ptr(), p)
+    _check(driver, err, f"cuTensorMapEncodeTiled({p})")
+    return map_bytes(tmap)
+
+
+def output_map(d: torch.Tensor, M: int, K: int, box: int = 64) -> bytes:
+    """The tiled tensor map (its 128 bytes) of the contiguous [M][K] output at d, stored to in box x
+    box chunks from 128-byte-swizzled staging buffers. Encoded on every call, as im2col_map."""
+    p = output_map_params(M, K, box, d.element_size())
+    if p is None or d.data_ptr() % TMA_ALIGN_BYTES:
+        raise ValueError(f"TMA cannot store to an output of {K} channels at address {d.data_ptr():#x}: rows and "
+                         "address must be 16-byte aligned")  # fmt: skip
+    driver, data_type = _driver_enums(d.dtype)
+    err, tmap = encode_filter(driver, data_type, d.data_ptr(), p)
     _check(driver, err, f"cuTensorMapEncodeTiled({p})")
     return map_bytes(tmap)
 

@@ -55,14 +55,18 @@ CONV_02 = KernelSpec(
 
 # conv03: a stage is one filter tap and 64 channels (one 128-byte swizzle row); BM pixels (64 per
 # consumer warpgroup) by BN output channels, in a ring of STAGES; one tile a block, or (PERSISTENT)
-# at most one block an SM, each walking tiles.
+# at most one block an SM, each walking tiles. TMA_STORE: the staged epilogue's two 64 x 64 16-bit
+# buffers a consumer (16 KB) beside the ring.
 CONV03_BK = 64
+CONV03_STAGING = 2 * 64 * 64 * 2  # bytes of one consumer's staging buffers
 
 
 def _conv03_smem(c: GemmConfig) -> int:
-    """The ring (A: BM x 64, B: BN x 64 16-bit elements a stage), its full and empty barriers, and
-    1 KB to align the ring to the 128-byte swizzle's 1024-byte atoms."""
-    return c["STAGES"] * 2 * CONV03_BK * (c["BM"] + c["BN"]) + 2 * 8 * c["STAGES"] + 1024
+    """The ring (A: BM x 64, B: BN x 64 16-bit elements a stage), the staging buffers (TMA_STORE),
+    the ring's full and empty barriers, and 1 KB to align the ring to the 128-byte swizzle's
+    1024-byte atoms."""
+    staging = c["TMA_STORE"] * c["BM"] // 64 * CONV03_STAGING
+    return c["STAGES"] * 2 * CONV03_BK * (c["BM"] + c["BN"]) + staging + 2 * 8 * c["STAGES"] + 1024
 
 
 def _conv03_check(c: GemmConfig) -> str | None:
@@ -74,6 +78,8 @@ def _conv03_check(c: GemmConfig) -> str | None:
         return "STAGES must be at least 2"
     if c["PERSISTENT"] not in (0, 1):
         return "PERSISTENT must be 0 (one tile a block) or 1 (blocks walk tiles)"
+    if c["TMA_STORE"] not in (0, 1):
+        return "TMA_STORE must be 0 (register stores) or 1 (staged through shared memory, TMA stores)"
     return _smem_fits(_conv03_smem(c), 227 * 1024)
 
 
@@ -99,6 +105,7 @@ CONV_03 = KernelSpec(
         Param("BN", 128, "output channels a block (64, 128 or 256: one m64nBNk16 MMA a warpgroup)"),
         Param("STAGES", 6, "shared buffers in the TMA ring (a stage: one tap x 64 channels)"),
         Param("PERSISTENT", 0, "0 one tile a block; 1 at most one block an SM, each walking tiles"),
+        Param("TMA_STORE", 0, "0 the epilogue stores from registers; 1 through shared memory with TMA stores"),
     ),
     block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
     grid=_conv03_grid,
@@ -116,6 +123,9 @@ CONV_03 = KernelSpec(
 # which a 128-wide tile computes half of in zeros) with the deepest ring 227 KB of shared memory
 # holds beside them.
 CONV03_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8, (128, 64): 9, (64, 64): 14}
+# The same with the staged epilogue's buffers (TMA_STORE = 1, 16 KB a consumer): the 64-wide tiles
+# give up a stage for them; the others' rings fit beside them as they are.
+CONV03_STAGED_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8, (128, 64): 8, (64, 64): 13}
 # A tile's time for a k-step, relative to a 128 x 256 tile's: smaller tiles read more bytes a
 # multiply-add and keep fewer MMAs in flight, so each costs more than its share of the area. A
 # first estimate, to be replaced by measurement; the 64-wide tiles' are guesses on the same lines
@@ -126,30 +136,36 @@ CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128)
 CONV03_ONE_TILE_A_BLOCK = ((128, 256), (128, 128), (64, 256), (64, 128))
 
 
-def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, persistent: bool = False) -> GemmConfig:
+def conv03_tile_config(tile: tuple[int, int], persistent: bool = False, tma_store: bool = False) -> GemmConfig:
+    """conv03's config on a tile (BM, BN) of CONV03_TILES: its ring (CONV03_STAGED_TILES' with the
+    staged epilogue), the build (PERSISTENT) and the epilogue (TMA_STORE)."""
+    stages = (CONV03_STAGED_TILES if tma_store else CONV03_TILES)[tile]
+    return CONV_03.config(BM=tile[0], BN=tile[1], STAGES=stages, PERSISTENT=int(persistent), TMA_STORE=int(tma_store))
+
+
+def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, persistent: bool = False,
+                  tma_store: bool = False) -> GemmConfig:  # fmt: skip
     """conv03's config for a convolution of out_channels (the GEMM's N) over rows output pixels (its
     M) on sms SMs: the tile whose busiest SM takes least time by CONV03_TILE_COST, the larger tile
     where two tie. Without rows, the rule for a large layer: 128 x 256 tiles where there are at
     least 256 output channels, else 128 x 128. persistent: the persistent build's config
-    (PERSISTENT = 1), chosen among every tile of CONV03_TILES.
+    (PERSISTENT = 1), chosen among every tile of CONV03_TILES. tma_store: the staged epilogue's
+    (TMA_STORE = 1, conv03_tile_config's ring); the tile rule is the same.
 
     Either way one block an SM holds the ring (no two fit), so the busiest SM runs ceil(tiles /
     sms) tiles: waves of blocks, or the longest walk of a persistent block. The rule charges k-step
     time only. One tile a block also pays each wave's ring fill and epilogue, which favours fewer,
     larger tiles; the persistent build overlaps those with the next tile's loads and MMAs, so the
     same count is a closer model of it. That is a guess, not a measurement."""
-    flag = int(persistent)
     if rows is None:
-        bm, bn = (128, 256) if out_channels >= 256 else (128, 128)
-        return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)], PERSISTENT=flag)
+        return conv03_tile_config((128, 256) if out_channels >= 256 else (128, 128), persistent, tma_store)
 
     def cost(tile):
         bm, bn = tile
         tiles = -(-rows // bm) * -(-out_channels // bn)
         return -(-tiles // sms) * CONV03_TILE_COST[tile], -bm * bn
 
-    bm, bn = min(CONV03_TILES if persistent else CONV03_ONE_TILE_A_BLOCK, key=cost)
-    return CONV_03.config(BM=bm, BN=bn, STAGES=CONV03_TILES[(bm, bn)], PERSISTENT=flag)
+    return conv03_tile_config(min(CONV03_TILES if persistent else CONV03_ONE_TILE_A_BLOCK, key=cost), persistent, tma_store)
 
 
 CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03)

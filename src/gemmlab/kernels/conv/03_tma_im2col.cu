@@ -16,6 +16,13 @@
 // and the filter, small, stays in L2). The producer fills the ring across the tiles' boundaries
 // -- its stage and phase count on over the whole walk -- so the next tile's loads are in flight
 // while the consumers finish and store the last one; the consumers count the same.
+//
+// The staged epilogue (TMA_STORE = 1, not yet run on a GPU). The register stores write D in 4-byte
+// pieces, which on ResNet-50's memory-bound 1x1 layers moved about 1.0 TB/s where tc07's epilogue
+// moved 2.5: each consumer writes its 64 x BN results as 64 x 64 chunks into two 128-byte-swizzled
+// staging buffers (stmatrix) and one thread stores each chunk with a TMA store, as tc07 does
+// (gemmlab::store_tile_64xn). The buffers take shared memory from the ring: fewer stages for the
+// 64-wide tiles (gemmlab.specs.conv).
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of D (T or float). BM x BN: the block's tile of D
@@ -24,21 +31,26 @@
 // input (one 128-byte swizzle row); the reduction runs r, s, then the channel slices c0 = 0, 64, ...
 // (the filter matrix's (r, s, c) order, a tap at a time). STAGES: buffers in the ring. PERSISTENT:
 // 0 one tile a block (grid: N tiles x M tiles), 1 the persistent build above (grid: at most the
-// blocks resident at once, gemmlab.conv03). POST: the fused epilogue (bias, activation), 0 for none.
+// blocks resident at once, gemmlab.conv03). TMA_STORE: 0 the register epilogue, 1 the staged one
+// above (16-bit D; where D's rows are not whole, aligned 16-byte units it stores from registers).
+// POST: the fused epilogue (bias, activation), 0 for none.
 //
 // tmX: the im2col map of the NHWC input (box: BM pixels x 64 channels, 128-byte swizzle); tmW: the
 // tiled map of the filter as [K][R*S][C] (box: 64 channels x 1 tap x BN output channels, 128-byte
-// swizzle). D, [M = N*P*Q][K] row-major, is the NHWC output.
-template <typename T, typename TD, int BM, int BN, int STAGES, int PERSISTENT = 0, int POST = 0>
+// swizzle). D, [M = N*P*Q][K] row-major, is the NHWC output; tmD its tiled map (box: 64 x 64,
+// 128-byte swizzle), read only by the staged epilogue (the register one is passed any 128 bytes).
+template <typename T, typename TD, int BM, int BN, int STAGES, int PERSISTENT = 0, int TMA_STORE = 0, int POST = 0>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_constant__ gemmlab::TensorMap tmW, TD* D,
                 int M, int out_c, int in_c, int f_r, int f_s, int out_p, int out_q, int stride_h, int stride_w,
-                int pad_h, int pad_w, int dil_h, int dil_w, int ldd, float alpha, const TD* __restrict__ bias) {
+                int pad_h, int pad_w, int dil_h, int dil_w, int ldd, float alpha, const TD* __restrict__ bias,
+                const __grid_constant__ gemmlab::TensorMap tmD) {
     constexpr int BK = 64;  // channels a stage: one 128-byte row of 16-bit elements
     constexpr int CONSUMERS = BM / 64;
     constexpr int STAGE_A = BM * BK, STAGE_B = BN * BK;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);  // whole boxes, zero-filled parts included
     constexpr int NACC = BN / 2;
+    constexpr int CHUNK = 64 * 64;  // elements of one 64 x 64 staging buffer; two a consumer (TMA_STORE)
     // The register file (64 K) split as tc06's: the producer keeps 40 a thread, each consumer 232.
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 pixels)");
@@ -47,11 +59,13 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     static_assert(STAGES >= 2, "a ring needs at least two stages");
     static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT: 0 one tile a block, 1 a walk over tiles");
     static_assert(sizeof(T) == 2, "16-bit inputs");
+    static_assert(TMA_STORE == 0 || (TMA_STORE == 1 && sizeof(TD) == 2), "TMA_STORE: 0 registers, 1 staged (a 16-bit D)");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     T* sA = reinterpret_cast<T*>(smem);  // [STAGES][BM][64]: pixels x channels, K-major
     T* sB = sA + STAGES * STAGE_A;       // [STAGES][BN][64]: output channels x channels, K-major
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(sB + STAGES * STAGE_B);
+    T* sOut = sB + STAGES * STAGE_B;     // [CONSUMERS][2][64][64], 128-byte swizzled (TMA_STORE only)
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sOut + TMA_STORE * CONSUMERS * 2 * CHUNK);
     unsigned long long* empty = full + STAGES;
 
     const int tid = threadIdx.x, wg = tid / 128;
@@ -74,6 +88,7 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     if (tid == 0) {
         gemmlab::tma_prefetch_map(&tmX);
         gemmlab::tma_prefetch_map(&tmW);
+        if constexpr (TMA_STORE) gemmlab::tma_prefetch_map(&tmD);
         gemmlab::init_ring(full, empty, STAGES, CONSUMERS);
     }
     __syncthreads();
@@ -124,10 +139,18 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     //   full barrier cannot complete its next use before every consumer has released this one, nor
     //   its empty barrier its next release before the producer has filled that use, so no waiter
     //   can take a later phase of the same parity for its own.
-    // - The epilogue writes D from registers (store_accumulators), through no shared memory: there
-    //   is no staging buffer that a store of one tile might still read while the next tile's
-    //   epilogue writes it (docs/notes/epilogue-staging-race.md), and no tile's data is in shared
-    //   memory past its last stage's release. Keep it so.
+    // - The epilogue. The register one (TMA_STORE = 0) writes D through no shared memory. The
+    //   staged one (store_tile_64xn) hands its buffers from tile to tile as tc07's does
+    //   (docs/notes/epilogue-staging-race.md): each consumer has its own two buffers and named
+    //   barrier (1 + c), and its thread 0 issues all of its stores, so that thread's bulk groups are
+    //   every store that reads them. Before a chunk is staged, that thread waits until the store
+    //   that last read the chunk's buffer is done reading -- a tile's last stores included: a tile
+    //   of one chunk (BN = 64) waits for every store, one of two or four chunks ends in buffer 1
+    //   while the next tile starts in buffer 0 -- and the barrier holds the other 127 threads until
+    //   it has. The chunk's writes are fenced for the TMA unit (fence.proxy.async) and a second
+    //   barrier passes before the store is issued. Each thread reads only its own accumulators, and
+    //   the next tile's MMAs write them only after its own stmatrix have read them. Before the
+    //   block exits, thread 0 waits for its stores to finish, so none reads shared memory after.
     // - The accumulators. Each tile starts after wait<0> retired the last tile's MMAs and the
     //   stores read the registers: ordinary instructions zero registers no MMA owns, and no MMA
     //   group is open across the tile loop's back edge (what made ptxas serialise tc07's
@@ -138,6 +161,10 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     const int c = wg - 1;
     const unsigned long long desc_a0 = gemmlab::stage_desc<BK, 1>(sA + c * 64 * BK);
     const unsigned long long desc_b0 = gemmlab::stage_desc<BK, 1>(sB);
+    // The staged epilogue's buffers, and whether D takes TMA stores: rows of whole 16-byte units,
+    // 16-byte aligned (TMA clips a box at D's edge only to 16 bytes along a row).
+    unsigned char* out = reinterpret_cast<unsigned char*>(sOut + c * 2 * CHUNK);
+    const bool tma_store = TMA_STORE && out_c % 8 == 0 && ldd % 8 == 0 && reinterpret_cast<unsigned long long>(D) % 16 == 0;
     int it = 0;
     for (int t = first; t < tiles; t += stride) {
         int row0, col0;
@@ -160,7 +187,13 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
         // The tile's last stage, for the next tile's loads (one tile a block has no next).
         if (PERSISTENT && KT > 0) gemmlab::release_stage<1>(&empty[(it - 1) % STAGES]);
 
-        gemmlab::store_accumulators<TD, NACC, POST>(acc, static_cast<const TD*>(nullptr), D, row0 + c * 64, col0, M,
-                                                    out_c, ldd, ldd, alpha, 0.0f, bias);
+        if constexpr (TMA_STORE)
+            gemmlab::store_tile_64xn<TD, NACC, 1, 2, POST>(acc, static_cast<const TD*>(nullptr), D, &tmD, out, tma_store, 1 + c,
+                                                           row0 + c * 64, col0, M, out_c, ldd, ldd, alpha, 0.0f, bias);
+        else
+            gemmlab::store_accumulators<TD, NACC, POST>(acc, static_cast<const TD*>(nullptr), D, row0 + c * 64, col0, M,
+                                                        out_c, ldd, ldd, alpha, 0.0f, bias);
     }
+    if constexpr (TMA_STORE)
+        if (tid % 128 == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
 }
