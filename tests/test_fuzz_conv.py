@@ -103,6 +103,28 @@ def test_every_conv03_tile_is_forced_in_every_regime(cases):
     assert c.call().startswith(f"gemmlab.conv03.TILE = {c.tile!r}; gemmlab.conv2d(")
 
 
+def test_conv03s_staged_epilogue_is_forced_in_every_regime(cases):
+    """A share of conv03's cases run its staged TMA-store epilogue (conv03.TMA_STORE): in every
+    regime, on every tile forced, several tiles a block among them; the chosen kernel says
+    TMA_STORE=1 where the output's rows are whole 16-byte units (K a multiple of 8) and not where
+    they are not (the register epilogue's fallback); the printed call sets the switch."""
+    from gemmlab.specs.conv import CONV03_TILES
+
+    staged = [c for c in cases if c.tma_store]
+    assert all(c.algorithm == "tma" for c in staged) and 0.15 < len(staged) / sum(c.algorithm == "tma" for c in cases) < 0.35
+    assert {c.regime for c in staged} == set(fuzz_conv.REGIMES)
+    assert {c.tile for c in staged if c.tile} == set(CONV03_TILES)
+    kernels = {c: fuzz_conv.chosen(c) for c in staged}
+    assert any(walk == "several tiles a block" and c.K % 8 == 0 for c, (_, walk) in kernels.items())
+    assert any(c.K % 8 for c in staged), "odd output channels: the fallback"
+    for c, (kernel, _) in kernels.items():
+        assert ("TMA_STORE=1" in kernel) == (c.K % 8 == 0), (c.label(), kernel)
+        assert "gemmlab.conv03.TMA_STORE = True; gemmlab.conv2d(" in c.call() and "tma_store" in c.label()
+    assert not any("TMA_STORE=1" in fuzz_conv.chosen(c)[0] for c in cases if c.algorithm == "tma" and not c.tma_store)
+    plain = next(c for c in cases if c.algorithm == "tma" and not c.tma_store)
+    assert fuzz_conv.ConvCase.from_json(plain.to_json().replace(',"tma_store":false', "")) == plain, "older replay lines load"
+
+
 def test_refusals_fall_back_and_say_why(cases):
     refused = [c for c in cases if c.drawn]
     assert len(refused) > 20

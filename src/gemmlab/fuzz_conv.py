@@ -8,7 +8,8 @@ reductions (1x1 filters over 8 to 64 channels), enough output pixels that each o
 persistent blocks walks several tiles, and odd sizes: prime images, stride 2 and 3, dilation,
 asymmetric padding, 'same' with even filters. Every case comes from its own seed (geometry, memory
 formats of x and of the weight, dtype, algorithm, bias, a NaN or Inf in x or w, the input values;
-for a quarter of conv03's cases one of its tiles forced through conv03.TILE),
+for a quarter of conv03's cases one of its tiles forced through conv03.TILE, for another quarter its
+staged TMA-store epilogue through conv03.TMA_STORE),
 so any one can be run again alone (`gemmlab conv-fuzz --replay '<case>'`). The cases and their
 drawing live in gemmlab.fuzz_conv_cases; this module runs and judges them.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
+import itertools
 import math
 import random
 from typing import Callable
@@ -50,7 +52,7 @@ from .fuzz import run_activation
 from .fuzz_loop import Summary as RunSummary, drive, reasons
 from .fuzz_conv_cases import ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, draw, why_not
 from .reference import error_terms, reference_post, tolerance
-from .specs.conv import CONV03_TILES, CONV_02, CONV_03, conv03_config
+from .specs.conv import CONV03_TILES, CONV_02, CONV_03, conv03_config, conv03_tile_config
 
 # (the cases and their drawing, imported here too: fuzz_conv.draw, fuzz_conv.ConvCase)
 __all__ = ["ALGORITHM_WEIGHTS", "DTYPES", "REGIMES", "ConvCase", "draw", "why_not", "run_activation", "run", "replay",
@@ -114,7 +116,7 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
             if algorithm == case.algorithm:
                 return case
             return replace(case, algorithm=algorithm, drawn=case.drawn or case.algorithm, refused="; ".join(reasons),
-                           tile=None, grad=case.grad and algorithm != "im2col")  # fmt: skip
+                           tile=None, grad=case.grad and algorithm != "im2col", tma_store=False)  # fmt: skip
         reasons.append(f"{algorithm}: {why}")
     return None
 
@@ -306,13 +308,15 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
     if plan is not None:
         cfg, blocks = plan.cfg, plan.grid[0]
     else:
-        cfg, blocks = conv03_config(case.K, M, 132, persistent=conv03.PERSISTENT), 132
+        with conv03.staged_stores(case.tma_store or conv03.TMA_STORE):
+            staged = conv03.stores_staged(case.K)
+        cfg, blocks = conv03_config(case.K, M, 132, persistent=conv03.PERSISTENT, tma_store=staged), 132
         if case.tile:
-            cfg = CONV_03.config(BM=case.tile[0], BN=case.tile[1], STAGES=CONV03_TILES[case.tile], PERSISTENT=cfg["PERSISTENT"])
+            cfg = conv03_tile_config(case.tile, conv03.PERSISTENT, staged)
     tiles = -(-M // cfg["BM"]) * -(-case.K // cfg["BN"])
     walk = "" if not cfg["PERSISTENT"] else "several tiles a block" if tiles > blocks else "one tile a block"
     return (f"{CONV_03.id} BM={cfg['BM']},BN={cfg['BN']}" + (",PERSISTENT=1" if cfg["PERSISTENT"] else "")
-            + (" (forced)" if case.tile else "")), walk  # fmt: skip
+            + (",TMA_STORE=1" if cfg["TMA_STORE"] else "") + (" (forced)" if case.tile else "")), walk  # fmt: skip
 
 
 def _im2col_problem(case: ConvCase, g: dict):
@@ -340,7 +344,8 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
 
     g = served.geometry()
     poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
-    with conv03.on_tile(served.tile), torch.no_grad():  # (its plan is looked up under the tile too)
+    with conv03.on_tile(served.tile), conv03.staged_stores(served.tma_store or conv03.TMA_STORE), torch.no_grad():
+        # (its plan is looked up under the tile and the epilogue too)
         y = conv2d(t.x, t.w, t.bias, *served.g_args, activation=served.activation, algorithm=served.algorithm)
         kernel, walk = chosen(served, t)
     return served, kernel, walk, _errors(served, t, y)
@@ -358,7 +363,8 @@ def _start_grad(case: ConvCase, t: Built) -> tuple:
     b = None if t.bias is None else t.bias.detach().requires_grad_()
     g = case.geometry()
     poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
-    with conv03.on_tile(case.tile), torch.enable_grad():  # (a conv03 dgrad takes the tile too)
+    with conv03.on_tile(case.tile), conv03.staged_stores(case.tma_store or conv03.TMA_STORE), torch.enable_grad():
+        # (a conv03 dgrad takes the tile and the epilogue too)
         y = conv2d(x, w, b, *case.g_args, activation=case.activation, algorithm=case.algorithm)
         kernel, walk = chosen(case, t)  # (before the backward pass's plans can clear conv03's plan table)
         poison(x.numel(), x.dtype)
@@ -451,8 +457,8 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
     for dtype in sixteen:
         for post in dict.fromkeys((0, fused, post_code(True, None))):
             if (algorithms is None or "tma" in algorithms) and hopper:
-                for (bm, bn), stages in CONV03_TILES.items():
-                    cfg = CONV_03.config(BM=bm, BN=bn, STAGES=stages, PERSISTENT=int(conv03.PERSISTENT))
+                for tile, staged in itertools.product(CONV03_TILES, (False, True)):
+                    cfg = conv03_tile_config(tile, conv03.PERSISTENT, staged)
                     jobs.setdefault(CONV_03.name_expression(cfg, dtype, dtype, post), (CONV_03, cfg, dtype, dtype, post))
             if algorithms is None or "implicit" in algorithms or "tma" in algorithms:  # (tma falls back to it)
                 cfg = CONV_02.default_config()

@@ -3,7 +3,7 @@ every choice of one fixed by its seed, and `draw`, which aims the geometry at a 
 and conv03 are likely to go wrong -- conv03's tile edges, short reductions, several tiles a
 persistent block, odd geometry, a network's layers -- within MAX_* work limits, and picks an
 algorithm that serves it (FALLBACK where the one drawn refuses), for a share of conv03's cases a
-tile its rule would not pick, and for a share of conv02's and conv03's cases a backward pass too
+tile its rule would not pick or its staged TMA-store epilogue, and for a share of conv02's and conv03's cases a backward pass too
 (`grad`: dx, dw and db checked beside y)."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ FALLBACK = {"tma": ("implicit", "im2col"), "implicit": ("im2col",), "im2col": ()
 FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cuDNN with TF32 off)
 SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
 TILE_SHARE = 0.25  # of conv03's cases, those on a tile of CONV03_TILES forced (conv03.TILE), whatever the rule's
+STAGED_SHARE = 0.25  # of conv03's cases, those with its staged TMA-store epilogue forced on (conv03.TMA_STORE)
 GRAD_SHARE = 0.25  # of conv02's and conv03's cases, those whose gradients (dx, dw, db) are checked too
 DGRAD_ON_STEP = 0.75  # of those, the share whose K is made a multiple of 8, so dx runs on the case's step too
 
@@ -76,6 +77,7 @@ class ConvCase:
     refused: str = ""  # why it refused
     tile: tuple | None = None  # conv03's tile (BM, BN) forced through conv03.TILE; None: its rule's
     grad: bool = False  # x, w and the bias require grad: y.backward(dY) runs, and dx, dw, db are checked too
+    tma_store: bool = False  # conv03's staged TMA-store epilogue forced on (conv03.TMA_STORE); False: as set
 
     @property
     def g_args(self) -> tuple:
@@ -99,7 +101,8 @@ class ConvCase:
                 f"padding={self.padding!r} dilation={self.dilation} algorithm={self.algorithm} dtype={self.dtype}"
                 + (" bias" if self.bias else "") + (f" activation={self.activation}" if self.activation else "")
                 + (f" special={self.special}" if self.special else "")
-                + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else "") + (" gradients" if self.grad else "")
+                + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else "") + (" tma_store" if self.tma_store else "")
+                + (" gradients" if self.grad else "")
                 + (f" (drawn {self.drawn}: {self.refused})" if self.drawn else "") + f" [{self.regime}]")  # fmt: skip
 
     def call(self) -> str:
@@ -112,6 +115,7 @@ class ConvCase:
             kw.append(f"activation={self.activation!r}")
         call = f"gemmlab.conv2d({', '.join(args + kw + [f'algorithm={self.algorithm!r}'])})"
         call += ".backward(dy)" if self.grad else ""
+        call = f"gemmlab.conv03.TMA_STORE = True; {call}" if self.tma_store else call
         return f"gemmlab.conv03.TILE = {self.tile!r}; {call}" if self.tile else call
 
 
@@ -328,5 +332,6 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     special = "" if grad else special
     trng = random.Random(f"tile {seed}")  # a share of conv03's cases on a tile its rule may not pick here
     tile = trng.choice(list(CONV03_TILES)) if algorithm == "tma" and trng.random() < TILE_SHARE else None
+    staged = algorithm == "tma" and random.Random(f"staged {seed}").random() < STAGED_SHARE
     return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
-                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad)  # fmt: skip
+                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad, staged)  # fmt: skip
