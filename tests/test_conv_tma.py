@@ -8,7 +8,9 @@ then N, by the traversal strides; the tap's offsets are added; zeros outside the
 (marker `gpu`): its results against float64 F.conv2d over random geometries, padding forms, both
 memory formats, with a bias and each activation, into poisoned memory; the persistent build (not
 yet run on a GPU) the same way, its grid also forced down to a few blocks so that each walks
-several tiles."""
+several tiles; and the staged TMA-store epilogue (conv03.TMA_STORE, not yet run on a GPU): its
+builds' compiles and SASS, its shared memory, the plan's choice of it and its fallback where K is
+not a multiple of 8 on the CPU, its results on every tile with several tiles a block on a GPU."""
 
 import random
 import re
@@ -23,14 +25,19 @@ from gemmlab import jit
 from gemmlab.activations import ACTIVATIONS, post_code
 from gemmlab.conv import conv_geometry, tma_why_not
 from gemmlab.conv03 import WALK_GROUP, grid_for, tile_origin, tile_walk
-from gemmlab.specs.conv import CONV03_BK, CONV03_ONE_TILE_A_BLOCK, CONV03_TILES, CONV_03, conv03_config
-from gemmlab.tma import filter_map_params, im2col_map_params, im2col_why_not
+from gemmlab.specs.conv import (CONV03_BK, CONV03_ONE_TILE_A_BLOCK, CONV03_STAGED_TILES, CONV03_STAGING, CONV03_TILES,
+                                 CONV_03, conv03_config, conv03_tile_config)  # fmt: skip
+from gemmlab.tma import filter_map_params, im2col_map_params, im2col_why_not, output_map_params
 
-# every tile the rules pick, in both builds
-CONFIGS = [CONV_03.config(BM=bm, BN=bn, STAGES=stages, PERSISTENT=p) for p in (0, 1) for (bm, bn), stages in CONV03_TILES.items()]
+# every tile the rules pick, in both builds, with the register epilogue and the staged one
+CONFIGS = [conv03_tile_config(tile, p, staged) for staged in (False, True) for p in (0, 1) for tile in CONV03_TILES]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['BM']}x{c['BN']}{'-persistent' if c['PERSISTENT'] else ''}")
+def _cfg_id(c) -> str:
+    return f"{c['BM']}x{c['BN']}{'-persistent' if c['PERSISTENT'] else ''}{'-staged' if c['TMA_STORE'] else ''}"
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_cfg_id)
 @pytest.mark.parametrize("dtype,activation", [(torch.bfloat16, False), (torch.bfloat16, "gelu"), (torch.float16, None)],
                          ids=["bf16-plain", "bf16-gelu", "fp16-bias"])  # fmt: skip
 def test_compiles_for_hopper_without_spills(cfg, dtype, activation):
@@ -45,6 +52,97 @@ def test_compiles_for_hopper_without_spills(cfg, dtype, activation):
     assert "C751" not in ck.log and "serialized" not in ck.log, f"{name}: {ck.log}"
     assert u.dynamic_smem == CONV_03.dynamic_smem(cfg) <= 227 * 1024
     assert u.registers * CONV_03.block(cfg)[0] <= 65536, f"{name}: {u.registers} registers"
+
+
+def test_the_staged_build_stores_through_shared_memory_with_tma():
+    """The staged epilogue's SASS: stmatrix into the buffers and TMA stores out of them, which the
+    register build has neither of; the register path stays for a D TMA cannot store to."""
+    from gemmlab.sass import ToolMissing, disassemble, instruction_mix
+
+    mix = {}
+    for staged in (False, True):
+        ck = jit.compile_kernel(CONV_03, conv03_tile_config((128, 128), True, staged), "sm_90a", torch.bfloat16, None, 0)
+        try:
+            mix[staged] = instruction_mix(disassemble(ck.cubin))
+        except ToolMissing:
+            pytest.skip("no cuobjdump")
+    assert mix[True].count("STSM") > 0 and mix[True].count("UTMASTG") > 0 and mix[True].count("STG") > 0
+    assert mix[False].count("STSM") == 0 and mix[False].count("UTMASTG") == 0 and mix[False].count("STG") > 0
+
+
+def test_the_staged_buffers_fit_beside_each_tiles_ring():
+    """TMA_STORE = 1 adds two 8 KB buffers a consumer; every tile's ring with them stays within 227 KB
+    (the 64-wide tiles a stage shorter than without), and no ring could be a stage deeper."""
+    assert CONV03_STAGED_TILES.keys() == CONV03_TILES.keys()
+    for tile, stages in CONV03_STAGED_TILES.items():
+        staged, plain = conv03_tile_config(tile, True, True), CONV_03.config(BM=tile[0], BN=tile[1], STAGES=stages, PERSISTENT=1)
+        assert staged["STAGES"] == stages and staged["TMA_STORE"] == 1
+        assert CONV_03.dynamic_smem(staged) == CONV_03.dynamic_smem(plain) + tile[0] // 64 * CONV03_STAGING <= 227 * 1024
+        with pytest.raises(ValueError, match="shared memory"):
+            CONV_03.config(BM=tile[0], BN=tile[1], STAGES=stages + 1, PERSISTENT=1, TMA_STORE=1)
+        assert stages == CONV03_TILES[tile] - (tile[1] == 64), tile
+    with pytest.raises(ValueError, match="TMA_STORE must be 0"):
+        CONV_03.config(TMA_STORE=2)
+    for rows in (1, 6272, 100352):
+        for k in (64, 256):
+            c = conv03_config(k, rows, 132, persistent=True, tma_store=True)
+            assert c["TMA_STORE"] == 1 and c["STAGES"] == CONV03_STAGED_TILES[(c["BM"], c["BN"])]
+            plain = conv03_config(k, rows, 132, persistent=True)
+            assert (c["BM"], c["BN"]) == (plain["BM"], plain["BN"]) and plain["TMA_STORE"] == 0
+
+
+def test_the_output_map_and_where_the_staged_epilogue_falls_back(monkeypatch):
+    """D, [N*P*Q][K] row-major, in 64 x 64 boxes of 128-byte rows; no map where a row of D is not a
+    whole number of 16-byte units (TMA clips at D's right edge only to 16 bytes): there the plan
+    keeps the register build. TMA_STORE off: never staged."""
+    from gemmlab import conv03
+
+    assert output_map_params(100352, 256) == dict(dims=(256, 100352), strides=(512,), box=(64, 64))
+    assert output_map_params(7, 8)["dims"] == (8, 7)
+    assert [k for k in (1, 7, 8, 12, 64, 130, 300, 2048) if output_map_params(5, k)] == [8, 64, 2048]
+    assert not conv03.TMA_STORE and not conv03.stores_staged(256), "off by default"
+    with pytest.raises(RuntimeError), conv03.staged_stores():  # puts back what was there, on a raise too
+        assert conv03.TMA_STORE and conv03.stores_staged(256) and conv03.stores_staged(8)
+        assert not conv03.stores_staged(130) and not conv03.stores_staged(7)
+        raise RuntimeError
+    assert conv03.TMA_STORE is False
+
+
+@pytest.mark.parametrize("K,staged", [(256, True), (64, True), (130, False), (7, False)])
+def test_a_plan_takes_the_staged_build_where_it_can(K, staged, monkeypatch):
+    """plan_for with the kernel's loading faked: under TMA_STORE the plan's config has TMA_STORE = 1
+    and the staged ring, except where K is not a multiple of 8; a D map slot (128 bytes) ends the
+    launch's arguments either way, after the bias's address; plans of the two switches are apart."""
+    from types import SimpleNamespace
+
+    from gemmlab import conv03, device, jit as jit_module, launch
+
+    loaded = []
+
+    def load(spec, cfg, device_id, dtype, out_dtype, post=0):
+        loaded.append(cfg)
+        return SimpleNamespace(compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=spec.dynamic_smem(cfg))))
+
+    monkeypatch.setattr(jit_module, "load_kernel", load)
+    monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
+    monkeypatch.setattr(launch, "resident_blocks", lambda *a: 1)
+    monkeypatch.setattr(launch, "function_handle", lambda *a: None)
+    monkeypatch.setattr(device, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(conv03, "_PLANS", {})
+    monkeypatch.setattr(conv03, "TMA_STORE", True)
+    with FakeTensorMode():
+        x, w = _fake((4, 64, 28, 28), memory_format=torch.channels_last, dev="cuda:0"), _fake((K, 64, 1, 1), dev="cuda:0")
+        g = conv_geometry(tuple(x.shape), tuple(w.shape))
+        plan = conv03.plan_for(x, w, None, g, None, (1, 0, 1), True)
+        assert plan.cfg["TMA_STORE"] == int(staged) and plan.cfg["PERSISTENT"] == 1
+        stages = (CONV03_STAGED_TILES if staged else CONV03_TILES)[(plan.cfg["BM"], plan.cfg["BN"])]
+        assert plan.cfg["STAGES"] == stages and plan.smem == CONV_03.dynamic_smem(plan.cfg) <= 227 * 1024
+        assert len(plan.args) == 20 and len(plan.args[-1]) == 128 and isinstance(plan.args[-2], __import__("ctypes").c_uint64)
+        assert conv03.describe(plan)["tma_store"] is staged
+        key = conv03._key(x, w, None, (1, 0, 1), None)
+        with conv03.staged_stores(False):
+            assert conv03._key(x, w, None, (1, 0, 1), None) != key
+    assert loaded == [plan.cfg]
 
 
 def test_configs_it_refuses():
@@ -129,7 +227,8 @@ def test_a_plan_says_what_it_launches_and_a_forced_tile_keeps_plans_apart(monkey
 
     walk = CONV_03.config(BM=64, BN=128, STAGES=8, PERSISTENT=1)
     plan = SimpleNamespace(cfg=walk, M=100352, K=256, grid=grid_for(100352, 256, walk, 132))
-    assert conv03.describe(plan) == dict(BM=64, BN=128, STAGES=8, persistent=True, grid=132, tiles=1568 * 2)
+    assert conv03.describe(plan) == dict(BM=64, BN=128, STAGES=8, persistent=True, tma_store=False, grid=132,
+                                         tiles=1568 * 2)  # fmt: skip
     with FakeTensorMode():
         x, w = _fake((2, 64, 9, 9), memory_format=torch.channels_last), _fake((128, 64, 3, 3))
         rule = conv03._key(x, w, None, (1, 1, 1), None)
@@ -141,8 +240,8 @@ def test_a_plan_says_what_it_launches_and_a_forced_tile_keeps_plans_apart(monkey
     assert conv03.TILE == (64, 64)
 
 
-def _fake(shape, dtype=torch.bfloat16, **kw):
-    return torch.empty(*shape, device="cuda", dtype=dtype, **kw)
+def _fake(shape, dtype=torch.bfloat16, dev="cuda", **kw):
+    return torch.empty(*shape, device=dev, dtype=dtype, **kw)
 
 
 def test_what_it_refuses_is_said_before_any_launch():
@@ -345,8 +444,8 @@ def test_every_tile_against_float64_on_the_gpu(tile, monkeypatch):
         pytest.skip("conv03 needs a Hopper GPU")
     from gemmlab import conv03
 
-    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False: CONV_03.config(
-        BM=tile[0], BN=tile[1], STAGES=CONV03_TILES[tile], PERSISTENT=int(persistent)))  # fmt: skip
+    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False, tma_store=False: conv03_tile_config(
+        tile, persistent, tma_store))  # fmt: skip
     monkeypatch.setattr(conv03, "_PLANS", {})
     for i, g in enumerate(_geometries(12, seed=10 + tile[0] + tile[1])):
         x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
@@ -395,8 +494,8 @@ def test_the_persistent_build_walks_several_tiles_a_block_on_the_gpu(tile, monke
     from gemmlab import conv03, launch
 
     monkeypatch.setattr(conv03, "PERSISTENT", True)
-    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False: CONV_03.config(
-        BM=tile[0], BN=tile[1], STAGES=CONV03_TILES[tile], PERSISTENT=int(persistent)))  # fmt: skip
+    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False, tma_store=False: conv03_tile_config(
+        tile, persistent, tma_store))  # fmt: skip
     for i, g in enumerate(_geometries(16, seed=20 + tile[0] + tile[1])):
         blocks = (1, 2, 3, 5)[i % 4]
         monkeypatch.setattr(launch, "resident_blocks", lambda *a, n=blocks: n)
@@ -447,6 +546,155 @@ def test_the_persistent_build_on_resnet_layers_on_the_gpu(layer, monkeypatch):
     ref = torch.relu(F.conv2d(x.double(), w.double(), bias.double(), padding=layer["R"] // 2))
     case = f"{layer} H={H} {plan.cfg.as_dict()} grid={plan.grid}"
     assert plan.cfg["PERSISTENT"] == 1, case
+    assert not y.isnan().any(), f"{case}: NaN in the result"
+    err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+    assert err < 2e-2, f"{case}: {err:.2e}"
+
+
+def _staged_geometries(count: int, seed: int):
+    """The staged epilogue's risky regime: short reductions (1x1 filters over 8 to 64 channels: one
+    k-step; now and then a 3x3), output channels a multiple of 8 (it stores them through TMA) that
+    end mid-tile or on a tile's edge, and output rows that end mid-tile."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        R = rng.choice((1, 1, 1, 3))
+        H = rng.randint(5, 29)
+        yield dict(N=rng.randint(1, 4), C=8 * rng.randint(1, 8), H=H, W=rng.randint(5, 29), K=rng.choice((8, 64, 72, 136, 192, 256, 320)),
+                   R=R, S=R, stride=rng.choice((1, 1, 2)), padding=R // 2, dilation=1)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 4e-3)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("tile", list(CONV03_TILES), ids=lambda t: f"{t[0]}x{t[1]}")
+def test_the_staged_epilogue_on_every_tile_with_several_tiles_a_block_on_the_gpu(tile, dtype, tol, monkeypatch):
+    """conv03.TMA_STORE on, each tile forced, the persistent grid forced down to 1, 2, 3 or 5 blocks
+    (several tiles a block) and reductions of one k-step mostly: each tile's epilogue comes right
+    after the last one's, the staging buffers' hand-over the kernel argues race-free
+    (docs/notes/epilogue-staging-race.md). With and without a bias and an activation, into
+    poisoned memory, against float64 F.conv2d; every plan is the staged build."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03, launch
+
+    monkeypatch.setattr(conv03, "PERSISTENT", True)
+    monkeypatch.setattr(conv03, "TMA_STORE", True)
+    monkeypatch.setattr(conv03, "TILE", tile)
+    for i, g in enumerate(_staged_geometries(16, seed=30 + tile[0] + tile[1])):
+        blocks = (1, 2, 3, 5)[i % 4]
+        monkeypatch.setattr(launch, "resident_blocks", lambda *a, n=blocks: n)
+        monkeypatch.setattr(conv03, "_PLANS", {})  # a plan of this grid
+        x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(dtype).to(memory_format=torch.channels_last)
+        w = (torch.randn(g["K"], g["C"], g["R"], g["S"], device="cuda") / (g["C"] * g["R"] * g["S"]) ** 0.5).to(dtype)
+        with_bias, activation = ((False, None), (True, "relu"), (True, "gelu"))[i % 3]
+        bias = torch.randn(g["K"], device="cuda").to(dtype) if with_bias else None
+        kw = dict(stride=g["stride"], padding=g["padding"], dilation=g["dilation"])
+        torch.full((1 << 22,), float("nan"), dtype=dtype, device="cuda")  # freed: poison for the result
+        with torch.no_grad():
+            y = gemmlab.conv2d(x, w, bias, activation=activation, algorithm="tma", **kw)
+        (plan,) = conv03._PLANS.values()
+        tiles = -(-plan.M // tile[0]) * -(-plan.K // tile[1])
+        case = f"{tile} {g} blocks={blocks} tiles={tiles} bias={bias is not None} {activation}"
+        assert plan.cfg["TMA_STORE"] == 1 and plan.cfg["STAGES"] == CONV03_STAGED_TILES[tile], case
+        assert plan.grid == (min(blocks, tiles), 1, 1), case
+        ref = F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), **kw)
+        if activation:
+            ref = ACTIVATIONS[activation](ref)
+        assert not y.isnan().any(), f"{case}: NaN in the result"
+        err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        assert err < tol, f"{case}: {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_the_staged_epilogue_against_float64_on_the_gpu(persistent, monkeypatch):
+    """conv03.TMA_STORE on over the random geometries of the register epilogue's test (both memory
+    formats, bias and activations, dilation, odd sizes), one tile a block and persistent: where K is
+    a multiple of 8 the staged build runs, elsewhere (K = 1, 7, 130, 300) the plan falls back to the
+    register one; both right, into poisoned memory."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03
+
+    monkeypatch.setattr(conv03, "PERSISTENT", persistent)
+    monkeypatch.setattr(conv03, "TMA_STORE", True)
+    builds = set()
+    for i, g in enumerate(_geometries(40, seed=40 + persistent)):
+        fmt = torch.channels_last if i % 2 else torch.contiguous_format
+        x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(torch.bfloat16).to(memory_format=fmt)
+        w = (torch.randn(g["K"], g["C"], g["R"], g["S"], device="cuda") / (g["C"] * g["R"] * g["S"]) ** 0.5).to(torch.bfloat16)
+        bias = torch.randn(g["K"], device="cuda").to(torch.bfloat16) if i % 2 else None
+        activation = [None, *ACTIVATIONS][i % 5] if i % 3 else None
+        kw = dict(stride=g["stride"], padding=g["padding"], dilation=g["dilation"])
+        torch.full((1 << 22,), float("nan"), dtype=torch.bfloat16, device="cuda")  # freed: poison for the result
+        with torch.no_grad():
+            y = gemmlab.conv2d(x, w, bias, activation=activation, algorithm="tma", **kw)
+        plan = conv03.cached_plan(x, w, bias, tuple(tuple(v) if isinstance(v, list) else v for v in kw.values()), activation)
+        case = f"{g} bias={bias is not None} {activation}"
+        if plan is not None:
+            assert plan.cfg["TMA_STORE"] == (g["K"] % 8 == 0), case
+            builds.add(plan.cfg["TMA_STORE"])
+        ref = F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), **kw)
+        if activation:
+            ref = ACTIVATIONS[activation](ref)
+        assert not y.isnan().any(), f"{case}: NaN in the result"
+        err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        assert err < 2e-2, f"{case}: {err:.2e}"
+    assert builds == {0, 1}, "both the staged build and the fallback ran"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K", [7, 130, 300])
+def test_an_output_tma_cannot_store_to_falls_back_to_register_stores_on_the_gpu(K, monkeypatch):
+    """K not a multiple of 8: D's rows are not whole 16-byte units, so the plan under TMA_STORE takes
+    the register build; several tiles a block, short K, bias and ReLU, poisoned memory."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03, launch
+
+    monkeypatch.setattr(conv03, "PERSISTENT", True)
+    monkeypatch.setattr(conv03, "TMA_STORE", True)
+    monkeypatch.setattr(conv03, "_PLANS", {})
+    monkeypatch.setattr(launch, "resident_blocks", lambda *a: 3)
+    x = torch.randn(4, 32, 23, 19, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
+    w = (torch.randn(K, 32, 1, 1, device="cuda") / 32**0.5).to(torch.bfloat16)
+    bias = torch.randn(K, device="cuda").to(torch.bfloat16)
+    torch.full((1 << 22,), float("nan"), dtype=torch.bfloat16, device="cuda")  # freed: poison for the result
+    with torch.no_grad():
+        y = gemmlab.conv2d(x, w, bias, activation="relu", algorithm="tma")
+    (plan,) = conv03._PLANS.values()
+    assert plan.cfg["TMA_STORE"] == 0 and plan.cfg["STAGES"] == CONV03_TILES[(plan.cfg["BM"], plan.cfg["BN"])]
+    ref = torch.relu(F.conv2d(x.double(), w.double(), bias.double()))
+    assert not y.isnan().any(), f"K={K}: NaN in the result"
+    err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+    assert err < 2e-2, f"K={K}: {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layer", [
+    dict(C=64, K=256, R=1, stride=1), dict(C=256, K=64, R=1, stride=1), dict(C=256, K=512, R=1, stride=2),
+    dict(C=64, K=64, R=3, stride=1),
+], ids=["1x1-64-256", "1x1-256-64", "1x1-256-512-stride2", "3x3-64"])
+def test_the_staged_epilogue_on_resnet_layers_on_the_gpu(layer, monkeypatch):
+    """ResNet-50's memory-bound 1x1 layers (the ones it is for), a strided projection and a 3x3,
+    at batch 8 with the rule's tile and the real persistent grid, bias and ReLU, poisoned memory."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    from gemmlab import conv03
+
+    monkeypatch.setattr(conv03, "PERSISTENT", True)
+    monkeypatch.setattr(conv03, "TMA_STORE", True)
+    monkeypatch.setattr(conv03, "_PLANS", {})
+    x = torch.randn(8, layer["C"], 56, 56, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
+    w = (torch.randn(layer["K"], layer["C"], layer["R"], layer["R"], device="cuda") / (layer["C"] * layer["R"] ** 2) ** 0.5)
+    w, bias = w.to(torch.bfloat16), torch.randn(layer["K"], device="cuda").to(torch.bfloat16)
+    kw = dict(stride=layer["stride"], padding=layer["R"] // 2)
+    torch.full((1 << 24,), float("nan"), dtype=torch.bfloat16, device="cuda")  # freed: poison for the result
+    with torch.no_grad():
+        y = gemmlab.conv2d(x, w, bias, activation="relu", algorithm="tma", **kw)
+    (plan,) = conv03._PLANS.values()
+    ref = torch.relu(F.conv2d(x.double(), w.double(), bias.double(), **kw))
+    case = f"{layer} {plan.cfg.as_dict()} grid={plan.grid}"
+    assert plan.cfg["PERSISTENT"] == 1 and plan.cfg["TMA_STORE"] == 1, case
     assert not y.isnan().any(), f"{case}: NaN in the result"
     err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
     assert err < 2e-2, f"{case}: {err:.2e}"
