@@ -508,6 +508,24 @@ def test_tiles_are_timed_only_for_conv03(tmp_path):
     sweep = dict(layers=[conv_bench.Layer("1x1", 8, 9, 9, 16, 1, 1)], batches=[2], dtypes=["bf16"], tag="t", reps=3, warmup=1)
     with pytest.raises(ValueError, match="algorithm='tma'"):
         conv_bench.run_conv_bench(sweep, tmp_path, algorithm="implicit", tiles=True)
+    with pytest.raises(ValueError, match="algorithm='tma' or 'auto'"):
+        conv_bench.run_conv_bench(sweep, tmp_path, algorithm="im2col", tma_store=True)
+
+
+@gpu
+@needs_gpu
+def test_a_conv03_bench_run_with_the_staged_epilogue_says_so(tmp_path):
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("conv03 needs a Hopper GPU")
+    import json
+
+    from gemmlab import conv03
+
+    sweep = dict(layers=[conv_bench.Layer("1x1", 64, 14, 14, 256, 1, 1)], batches=[4], dtypes=["bf16"], tag="t", reps=3,
+                 warmup=1)  # fmt: skip
+    ((path, (r,)),) = conv_bench.run_conv_bench(sweep, tmp_path, algorithm="tma", tma_store=True)
+    assert r["conv03"]["tma_store"] is True and r["error"] < 2e-2 and conv03.TMA_STORE is False
+    assert json.loads(path.read_text())["meta"]["conv03_tma_store"] is True
 
 
 @gpu

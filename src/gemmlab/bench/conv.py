@@ -160,13 +160,21 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
 
 def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
                    on_record: Callable[[dict], None] | None = None, algorithm: str = "im2col",
-                   tiles: bool = False) -> list[tuple[Path, list[dict]]]:  # fmt: skip
+                   tiles: bool = False, tma_store: bool = False) -> list[tuple[Path, list[dict]]]:  # fmt: skip
     """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder;
     tag-implicit-<time>.json for algorithm="implicit", tag-tma-<time>.json for "tma", tag-auto-<time>.json for
     "auto", whose records each say which step ran), rewritten after each layer, so an
-    interrupted run keeps what it measured. tiles (algorithm "tma"): every conv03 tile timed too."""
+    interrupted run keeps what it measured. tiles (algorithm "tma"): every conv03 tile timed too.
+    tma_store (algorithm "tma" or "auto"): conv03 with its staged TMA-store epilogue (conv03.TMA_STORE)."""
     if tiles and algorithm != "tma":
         raise ValueError(f"tiles=True times conv03's tiles: it needs algorithm='tma', got {algorithm!r}")
+    if tma_store and algorithm not in ("tma", "auto"):
+        raise ValueError(f"tma_store=True times conv03's staged epilogue: it needs algorithm='tma' or 'auto', got {algorithm!r}")
+    if tma_store:
+        from .. import conv03
+
+        with conv03.staged_stores():
+            return run_conv_bench(sweep, out_root, device_id, on_record, algorithm, tiles)
     flusher = L2Flusher(device_id)
     done = []
     for dtype_name in sweep["dtypes"]:
@@ -176,7 +184,7 @@ def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
         if algorithm in ("tma", "auto"):
             from .. import conv03
 
-            meta.update(conv03_persistent=conv03.PERSISTENT, tiles_timed=tiles)
+            meta.update(conv03_persistent=conv03.PERSISTENT, conv03_tma_store=conv03.TMA_STORE, tiles_timed=tiles)
         path = results_path(out_root, meta, sweep["tag"] + ("" if algorithm == "im2col" else f"-{algorithm}"))
         cases = [partial(conv_case, layer, batch, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}",
                          algorithm, tiles) for batch in sweep["batches"] for layer in sweep["layers"]]  # fmt: skip

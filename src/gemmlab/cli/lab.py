@@ -466,6 +466,7 @@ def conv_bench_cmd(
     batch: Optional[list[int]] = typer.Option(None, help="batch sizes (repeatable); default the sweep's"),
     algorithm: str = typer.Option("auto", help="conv2d's: auto (the step conv2d picks a layer, the default), im2col, implicit (conv02, implicit GEMM) or tma (conv03, TMA im2col + wgmma, Hopper); the last two bf16/fp16 with C a multiple of 8, im2col elsewhere"),
     tiles: bool = typer.Option(False, "--tiles", help="with --algorithm tma: time conv03 on every tile too (the record's tile_ms)"),
+    tma_store: bool = typer.Option(False, "--tma-store", help="with --algorithm tma or auto: conv03 with its staged TMA-store epilogue (conv03.TMA_STORE)"),
     out: Path = _out_option("conv"),
 ) -> None:
     """Time gemmlab.conv2d against cuDNN on a sweep of convolution layers, its im2col step timed beside them."""
@@ -489,7 +490,9 @@ def conv_bench_cmd(
         raise typer.BadParameter(f"--algorithm {algorithm!r}: one of {', '.join(CHOICES)}")
     if tiles and algorithm != "tma":
         raise typer.BadParameter("--tiles times conv03's tiles: it goes with --algorithm tma")
-    for path, records in run_conv_bench(spec, out, on_record=progress, algorithm=algorithm, tiles=tiles):
+    if tma_store and algorithm not in ("tma", "auto"):
+        raise typer.BadParameter("--tma-store times conv03's staged epilogue: it goes with --algorithm tma or auto")
+    for path, records in run_conv_bench(spec, out, on_record=progress, algorithm=algorithm, tiles=tiles, tma_store=tma_store):
         from ..bench.records import load_run
 
         console.print(conv_table(load_run(path)), markup=False, highlight=False)
