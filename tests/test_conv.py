@@ -427,8 +427,9 @@ def test_conv_table_of_an_auto_run_says_which_step_ran_each_layer():
     assert "| 1.00x | im2col (50% im2col) |" in table
 
 
-def test_auto_runs_a_1x1_stride_1_filter_on_gemm_and_other_filters_on_conv03():
-    """algorithm='auto' (the default): which step each kind of call gets, said before any launch."""
+def test_auto_runs_conv03_wherever_it_can():
+    """algorithm='auto' (the default): which step each kind of call gets, said before any launch:
+    conv03 wherever it serves the call, the 1x1 filters at stride 1 among them."""
     from gemmlab.conv import choose_algorithm
 
     def pick(C=64, R=3, dtype=torch.bfloat16, stride=1, padding=1, device="cuda"):
@@ -437,9 +438,8 @@ def test_auto_runs_a_1x1_stride_1_filter_on_gemm_and_other_filters_on_conv03():
             w = torch.empty(32, C, R, R, device=device, dtype=dtype)
             return choose_algorithm(x, w, None, stride, padding)
 
-    assert pick(R=1, padding=0) == "im2col"  # one gemm() on x's own memory
-    assert pick(R=1, padding="valid") == "im2col"
-    assert pick(R=1, padding=0, stride=2) == "tma"  # a strided 1x1 would copy every other pixel first
+    assert pick(R=1, padding=0) == "tma" and pick(R=1, padding="valid") == "tma"
+    assert pick(R=1, padding=0, stride=2) == "tma"
     assert pick(R=1, padding=1) == "tma"
     assert pick() == "tma" and pick(dtype=torch.float16, R=5, padding="same") == "tma"
     assert pick(C=3, R=7, stride=2, padding=3) == "im2col"  # C not a multiple of 8: neither conv02 nor conv03
@@ -447,6 +447,28 @@ def test_auto_runs_a_1x1_stride_1_filter_on_gemm_and_other_filters_on_conv03():
     assert pick(device="cpu") == "im2col"
     with pytest.raises(ValueError, match="'auto', 'im2col', 'implicit', 'tma'"):
         gemmlab.conv2d(torch.randn(1, 8, 5, 5), torch.randn(2, 8, 3, 3), algorithm="fastest")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_aligned_im2col_spaces_rows_to_16_bytes_and_holds_the_same_matrix(dtype):
+    """The stem's 7 * 7 * 3 = 147 columns: rows spaced to 16 bytes (148 floats, 152 bf16), so that
+    gemm's TMA steps read them; the same values as the packed matrix, the filter's as well; whole
+    16-byte rows (C = 8) and the 1x1 view are left as they were."""
+    from gemmlab.conv import conv_geometry, filter_matrix, im2col
+
+    x, w = torch.randn(2, 3, 11, 13).to(dtype), torch.randn(5, 3, 7, 7).to(dtype)
+    g = conv_geometry(tuple(x.shape), tuple(w.shape), 2, 3, 1)
+    packed, spaced = im2col(x, g), im2col(x, g, aligned=True)
+    assert spaced.stride(0) * spaced.element_size() % 16 == 0 and spaced.stride(0) > 147 and spaced.stride(1) == 1
+    assert torch.equal(packed, spaced) and packed.is_contiguous()
+    fw = filter_matrix(w, aligned=True)
+    assert fw.stride(0) == spaced.stride(0) and torch.equal(fw, filter_matrix(w))
+    x8, w8 = torch.randn(2, 8, 9, 9).to(dtype), torch.randn(4, 8, 3, 3).to(dtype)
+    g8 = conv_geometry(tuple(x8.shape), tuple(w8.shape), 1, 1, 1)
+    assert im2col(x8, g8, aligned=True).is_contiguous() and filter_matrix(w8, aligned=True).is_contiguous()
+    cl = x8.to(memory_format=torch.channels_last)
+    one = conv_geometry(tuple(cl.shape), (4, 8, 1, 1), 1, 0, 1)
+    assert im2col(cl, one, aligned=True).data_ptr() == cl.data_ptr()
 
 
 def test_a_kind_of_call_is_checked_once_and_each_new_kind_again(monkeypatch):
@@ -508,8 +530,9 @@ def test_tiles_are_timed_only_for_conv03(tmp_path):
     sweep = dict(layers=[conv_bench.Layer("1x1", 8, 9, 9, 16, 1, 1)], batches=[2], dtypes=["bf16"], tag="t", reps=3, warmup=1)
     with pytest.raises(ValueError, match="algorithm='tma'"):
         conv_bench.run_conv_bench(sweep, tmp_path, algorithm="implicit", tiles=True)
-    with pytest.raises(ValueError, match="algorithm='tma' or 'auto'"):
-        conv_bench.run_conv_bench(sweep, tmp_path, algorithm="im2col", tma_store=True)
+    for store in (True, False):
+        with pytest.raises(ValueError, match="algorithm='tma' or 'auto'"):
+            conv_bench.run_conv_bench(sweep, tmp_path, algorithm="im2col", tma_store=store)
 
 
 @gpu
@@ -523,9 +546,10 @@ def test_a_conv03_bench_run_with_the_staged_epilogue_says_so(tmp_path):
 
     sweep = dict(layers=[conv_bench.Layer("1x1", 64, 14, 14, 256, 1, 1)], batches=[4], dtypes=["bf16"], tag="t", reps=3,
                  warmup=1)  # fmt: skip
-    ((path, (r,)),) = conv_bench.run_conv_bench(sweep, tmp_path, algorithm="tma", tma_store=True)
-    assert r["conv03"]["tma_store"] is True and r["error"] < 2e-2 and conv03.TMA_STORE is False
-    assert json.loads(path.read_text())["meta"]["conv03_tma_store"] is True
+    for store in (False, True):
+        ((path, (r,)),) = conv_bench.run_conv_bench(sweep, tmp_path, algorithm="tma", tma_store=store)
+        assert r["conv03"]["tma_store"] is store and r["error"] < 2e-2 and conv03.TMA_STORE is True
+        assert json.loads(path.read_text())["meta"]["conv03_tma_store"] is store
 
 
 @gpu

@@ -94,18 +94,18 @@ def test_the_staged_buffers_fit_beside_each_tiles_ring():
 def test_the_output_map_and_where_the_staged_epilogue_falls_back(monkeypatch):
     """D, [N*P*Q][K] row-major, in 64 x 64 boxes of 128-byte rows; no map where a row of D is not a
     whole number of 16-byte units (TMA clips at D's right edge only to 16 bytes): there the plan
-    keeps the register build. TMA_STORE off: never staged."""
+    keeps the register build. TMA_STORE off: never staged. On by default."""
     from gemmlab import conv03
 
     assert output_map_params(100352, 256) == dict(dims=(256, 100352), strides=(512,), box=(64, 64))
     assert output_map_params(7, 8)["dims"] == (8, 7)
     assert [k for k in (1, 7, 8, 12, 64, 130, 300, 2048) if output_map_params(5, k)] == [8, 64, 2048]
-    assert not conv03.TMA_STORE and not conv03.stores_staged(256), "off by default"
-    with pytest.raises(RuntimeError), conv03.staged_stores():  # puts back what was there, on a raise too
-        assert conv03.TMA_STORE and conv03.stores_staged(256) and conv03.stores_staged(8)
-        assert not conv03.stores_staged(130) and not conv03.stores_staged(7)
+    assert conv03.TMA_STORE and conv03.stores_staged(256) and conv03.stores_staged(8), "on by default"
+    assert not conv03.stores_staged(130) and not conv03.stores_staged(7)
+    with pytest.raises(RuntimeError), conv03.staged_stores(False):  # puts back what was there, on a raise too
+        assert not conv03.TMA_STORE and not conv03.stores_staged(256)
         raise RuntimeError
-    assert conv03.TMA_STORE is False
+    assert conv03.TMA_STORE is True
 
 
 @pytest.mark.parametrize("K,staged", [(256, True), (64, True), (130, False), (7, False)])
@@ -413,6 +413,7 @@ def test_values_against_float64_on_the_gpu(dtype, tol, channels_last, persistent
     from gemmlab import conv03
 
     monkeypatch.setattr(conv03, "PERSISTENT", persistent)
+    monkeypatch.setattr(conv03, "TMA_STORE", False)  # the register epilogue (the staged one: tests of its own)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     for i, g in enumerate(_geometries(40, seed=int(channels_last))):
         x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(dtype).to(memory_format=fmt)
@@ -534,6 +535,7 @@ def test_the_persistent_build_on_resnet_layers_on_the_gpu(layer, monkeypatch):
     from gemmlab import conv03
 
     monkeypatch.setattr(conv03, "PERSISTENT", True)
+    monkeypatch.setattr(conv03, "TMA_STORE", False)  # the register epilogue (the staged one: tests of its own)
     monkeypatch.setattr(conv03, "_PLANS", {})
     H = 56 if layer["C"] <= 64 or layer["R"] == 1 else 28
     x = torch.randn(8, layer["C"], H, H, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)

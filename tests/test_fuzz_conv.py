@@ -120,9 +120,26 @@ def test_conv03s_staged_epilogue_is_forced_in_every_regime(cases):
     for c, (kernel, _) in kernels.items():
         assert ("TMA_STORE=1" in kernel) == (c.K % 8 == 0), (c.label(), kernel)
         assert "gemmlab.conv03.TMA_STORE = True; gemmlab.conv2d(" in c.call() and "tma_store" in c.label()
-    assert not any("TMA_STORE=1" in fuzz_conv.chosen(c)[0] for c in cases if c.algorithm == "tma" and not c.tma_store)
-    plain = next(c for c in cases if c.algorithm == "tma" and not c.tma_store)
-    assert fuzz_conv.ConvCase.from_json(plain.to_json().replace(',"tma_store":false', "")) == plain, "older replay lines load"
+    plain = next(c for c in cases if c.algorithm == "tma" and not c.tma_store and not c.register_store)
+    old = plain.to_json().replace(',"tma_store":false', "").replace(',"register_store":false', "")
+    assert fuzz_conv.ConvCase.from_json(old) == plain, "older replay lines load"
+
+
+def test_conv03s_register_epilogue_is_forced_in_every_regime(cases):
+    """With the staged epilogue conv03's default, a share of its other cases force the register
+    epilogue (conv03.TMA_STORE off): in every regime; the chosen kernel never says TMA_STORE=1 for
+    them, and says it for the cases left as set where K is a multiple of 8; the printed call turns
+    the switch off."""
+    registers = [c for c in cases if c.register_store]
+    rest = [c for c in cases if c.algorithm == "tma" and not c.tma_store]
+    assert all(c.algorithm == "tma" and not c.tma_store for c in registers) and 0.15 < len(registers) / len(rest) < 0.35
+    assert {c.regime for c in registers} == set(fuzz_conv.REGIMES)
+    for c in registers:
+        assert "TMA_STORE=1" not in fuzz_conv.chosen(c)[0], c.label()
+        assert "gemmlab.conv03.TMA_STORE = False; gemmlab.conv2d(" in c.call() and "register_store" in c.label()
+    for c in rest:
+        if not c.register_store:
+            assert ("TMA_STORE=1" in fuzz_conv.chosen(c)[0]) == (c.K % 8 == 0), c.label()
 
 
 def test_refusals_fall_back_and_say_why(cases):

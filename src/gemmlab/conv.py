@@ -110,14 +110,16 @@ def _suggests_channels_last(t: Tensor) -> bool:
     return True
 
 
-def im2col(x: Tensor, g: dict) -> Tensor:
+def im2col(x: Tensor, g: dict, aligned: bool = False) -> Tensor:
     """The GEMM's A operand for conv2d: the [N*P*Q, R*S*C] matrix whose row n*P*Q + p*Q + q is the
     receptive field of output pixel (p, q) of image n, in (r, s, c) order (NHWC's). x [N, C, H, W]
     is read as [N, H, W, C] (a view: its own memory for a channels_last x), zero-padded if the
     geometry g (conv_geometry's) pads, and every field is taken through a strided view of that,
     honouring stride and dilation, then copied once into the row-major matrix. Where x's memory
     already is that matrix (a 1x1 filter at stride 1 without padding on a channels_last x) nothing
-    is copied: the result is a view of x."""
+    is copied: the result is a view of x. aligned: where the copy is made and R*S*C elements are not
+    whole 16-byte units, its rows are spaced to start on 16-byte boundaries (_aligned_rows), so
+    that gemm's TMA steps can read it."""
     N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
     (sh, sw), (dh, dw) = g["stride"], g["dilation"]
     top, bottom, left, right = g["pads"]
@@ -132,13 +134,37 @@ def im2col(x: Tensor, g: dict) -> Tensor:
     # the one copy. reshape alone may return a view with overlapping rows (fields that share
     # elements) or strided columns, which gemm refuses; contiguous() copies those and keeps the
     # view only where x's memory already is the matrix
-    return fields.reshape(N * P * Q, R * S * C).contiguous()
+    if not aligned or (R * S * C * x.element_size()) % _ROW_ALIGN == 0:
+        return fields.reshape(N * P * Q, R * S * C).contiguous()
+    a = _aligned_rows(N * P * Q, R * S * C, x)
+    a.unflatten(0, (N, P, Q)).unflatten(1 + 2, (R, S, C)).copy_(fields)
+    return a
 
 
-def filter_matrix(weight: Tensor) -> Tensor:
+# gemm's TMA steps read rows that start on 16-byte boundaries: a matrix whose rows are not whole
+# 16-byte units (ResNet's stem: 7 * 7 * 3 = 147 bf16 columns) went to tc04, without TMA, which ran
+# the stem's GEMM at 36 TFLOP/s on an H100 where the unfold alone took 0.19 ms
+_ROW_ALIGN = 16
+
+
+def _aligned_rows(rows: int, cols: int, like: Tensor) -> Tensor:
+    """An uninitialised [rows, cols] matrix whose row stride is cols rounded up to 16 bytes (the
+    columns past cols are never read: the GEMM's K is cols)."""
+    per = _ROW_ALIGN // like.element_size()
+    return torch.empty((rows, -(-cols // per) * per), dtype=like.dtype, device=like.device)[:, :cols]
+
+
+def filter_matrix(weight: Tensor, aligned: bool = False) -> Tensor:
     """The filter [K, C, R, S] as the [K, R*S*C] matrix in im2col's (r, s, c) order: a view of a
-    channels_last filter's memory, else a copy (the filter is small beside the input)."""
-    return weight.permute(0, 2, 3, 1).reshape(weight.shape[0], -1).contiguous()
+    channels_last filter's memory, else a copy (the filter is small beside the input). aligned: its
+    rows start on 16-byte boundaries (a copy with a wider row stride where R*S*C elements are not
+    whole 16-byte units), as im2col(aligned=True)'s."""
+    m = weight.permute(0, 2, 3, 1).reshape(weight.shape[0], -1)
+    if not aligned or (m.shape[1] * m.element_size()) % _ROW_ALIGN == 0:
+        return m.contiguous()
+    out = _aligned_rows(*m.shape, weight)
+    out.copy_(m)
+    return out
 
 
 def _nhwc_operands(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict):
@@ -231,17 +257,13 @@ def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, 
 
 
 def choose_algorithm(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0, dilation=1) -> str:
-    """The step algorithm="auto" runs a convolution on: "im2col" for a 1x1 filter at stride 1
-    without padding (its im2col matrix is x's own memory on a channels_last input, so the call is one
-    gemm(), where gemmlab's GEMM steps serve it: conv03 ran ResNet-50's such layers at 0.39-0.95x
-    cuDNN on an H100 where gemm() ran them at 0.59-1.16x, docs/ladder/conv03-tma-im2col.md); else
-    conv03 ("tma") where it can serve the call (tma_why_not), else conv02 ("implicit"), else
-    "im2col". CPU tensors and torch.compile traces take "im2col" (the only step that traces: the
-    others launch through ctypes). conv2d asks once a kind of call (_kind remembers the answer)."""
+    """The step algorithm="auto" runs a convolution on: conv03 ("tma") where it can serve the call
+    (tma_why_not), else conv02 ("implicit"), else "im2col". With its staged TMA-store epilogue
+    conv03 ran ResNet-50's 1x1 layers at stride 1 at 0.83-1.14x cuDNN on an H100, as fast as one
+    gemm() on x's own memory or faster (docs/ladder/conv03-tma-im2col.md). CPU tensors and
+    torch.compile traces take "im2col" (the only step that traces: the others launch through
+    ctypes). conv2d asks once a kind of call (_kind remembers the answer)."""
     if x.device.type != "cuda" or torch.compiler.is_compiling():
-        return "im2col"
-    g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
-    if g["R"] == g["S"] == 1 and g["stride"] == (1, 1) and not any(g["pads"]):
         return "im2col"
     if tma_why_not(x, weight, bias, stride, padding, dilation) is None:
         return "tma"
@@ -272,8 +294,9 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         return _implicit(x, weight, bias, stride, padding, dilation, activation, algorithm)
     g = kind.g
     N, K, P, Q = g["N"], g["K"], g["P"], g["Q"]
-    a = im2col(x, g)  # [N*P*Q, R*S*C]
-    b = filter_matrix(weight).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place
+    cuda = x.device.type == "cuda"
+    a = im2col(x, g, aligned=cuda)  # [N*P*Q, R*S*C]
+    b = filter_matrix(weight, aligned=cuda).t()  # [R*S*C, K]: the [K, R*S*C] matrix read transposed, in place
     # The bias and the activation in the GEMM's epilogue (as gemmlab.linear: the activation by torch
     # where a gradient will be taken through it, so that its input is kept)
     fused = None if wants_grad(x, weight, bias) else activation

@@ -13,9 +13,12 @@ walking tiles; tile_walk below is that walk in Python), on since its GPU tests p
 and it ran 0.74x cuDNN against one tile a block's 0.69x there (ResNet-50, batch 32).
 
 TMA_STORE picks the staged epilogue (TMA_STORE = 1: each 64 x 64 chunk of the result through
-shared memory and a TMA store, as tc07's), off until its GPU tests have passed and it has been
-timed. Set it (conv03.TMA_STORE = True) or run within `staged_stores()`; a layer whose output rows
-are not whole 16-byte units (K not a multiple of 8) keeps the register epilogue either way.
+shared memory and a TMA store, as tc07's), on since it ran ResNet-50's layers at 0.97x cuDNN
+against the register epilogue's 0.73-0.75x on one H100 (bf16, batch 32;
+conv-resnet50-tma-20261127T171232Z..171334Z): the register stores of a 16-bit D moved a third of
+the bytes a TMA store does. Turn it off (conv03.TMA_STORE = False) or run within
+`staged_stores(False)`; a layer whose output rows are not whole 16-byte units (K not a multiple of
+8) keeps the register epilogue either way.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ WALK_GROUP = 1
 TILE: tuple[int, int] | None = None
 # Launch the staged TMA-store epilogue where the output takes it (TMA_STORE = 1); False: register
 # stores. Plans are kept apart by it.
-TMA_STORE = False
+TMA_STORE = True
 
 _PLANS: dict[tuple, Plan] = {}
 _PLANS_MAX = 256  # kinds of call remembered; past it the table starts again

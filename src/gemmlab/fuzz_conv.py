@@ -8,8 +8,9 @@ reductions (1x1 filters over 8 to 64 channels), enough output pixels that each o
 persistent blocks walks several tiles, and odd sizes: prime images, stride 2 and 3, dilation,
 asymmetric padding, 'same' with even filters. Every case comes from its own seed (geometry, memory
 formats of x and of the weight, dtype, algorithm, bias, a NaN or Inf in x or w, the input values;
-for a quarter of conv03's cases one of its tiles forced through conv03.TILE, for another quarter its
-staged TMA-store epilogue through conv03.TMA_STORE),
+for a quarter of conv03's cases one of its tiles forced through conv03.TILE, for a quarter its
+staged TMA-store epilogue forced on and for a quarter of the rest its register epilogue forced,
+through conv03.TMA_STORE),
 so any one can be run again alone (`gemmlab conv-fuzz --replay '<case>'`). The cases and their
 drawing live in gemmlab.fuzz_conv_cases; this module runs and judges them.
 
@@ -116,9 +117,17 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
             if algorithm == case.algorithm:
                 return case
             return replace(case, algorithm=algorithm, drawn=case.drawn or case.algorithm, refused="; ".join(reasons),
-                           tile=None, grad=case.grad and algorithm != "im2col", tma_store=False)  # fmt: skip
+                           tile=None, grad=case.grad and algorithm != "im2col", tma_store=False,
+                           register_store=False)  # fmt: skip
         reasons.append(f"{algorithm}: {why}")
     return None
+
+
+def _staged(case: ConvCase) -> bool:
+    """Whether conv03 runs the case with its staged TMA-store epilogue on (conv03.staged_stores)."""
+    from . import conv03
+
+    return not case.register_store and (case.tma_store or conv03.TMA_STORE)
 
 
 def poison(numel: int, dtype: torch.dtype, device: str = "cuda") -> None:
@@ -308,7 +317,7 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
     if plan is not None:
         cfg, blocks = plan.cfg, plan.grid[0]
     else:
-        with conv03.staged_stores(case.tma_store or conv03.TMA_STORE):
+        with conv03.staged_stores(_staged(case)):
             staged = conv03.stores_staged(case.K)
         cfg, blocks = conv03_config(case.K, M, 132, persistent=conv03.PERSISTENT, tma_store=staged), 132
         if case.tile:
@@ -344,7 +353,7 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
 
     g = served.geometry()
     poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
-    with conv03.on_tile(served.tile), conv03.staged_stores(served.tma_store or conv03.TMA_STORE), torch.no_grad():
+    with conv03.on_tile(served.tile), conv03.staged_stores(_staged(served)), torch.no_grad():
         # (its plan is looked up under the tile and the epilogue too)
         y = conv2d(t.x, t.w, t.bias, *served.g_args, activation=served.activation, algorithm=served.algorithm)
         kernel, walk = chosen(served, t)
@@ -363,7 +372,7 @@ def _start_grad(case: ConvCase, t: Built) -> tuple:
     b = None if t.bias is None else t.bias.detach().requires_grad_()
     g = case.geometry()
     poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
-    with conv03.on_tile(case.tile), conv03.staged_stores(case.tma_store or conv03.TMA_STORE), torch.enable_grad():
+    with conv03.on_tile(case.tile), conv03.staged_stores(_staged(case)), torch.enable_grad():
         # (a conv03 dgrad takes the tile and the epilogue too)
         y = conv2d(x, w, b, *case.g_args, activation=case.activation, algorithm=case.algorithm)
         kernel, walk = chosen(case, t)  # (before the backward pass's plans can clear conv03's plan table)

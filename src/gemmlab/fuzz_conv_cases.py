@@ -27,6 +27,7 @@ FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cu
 SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
 TILE_SHARE = 0.25  # of conv03's cases, those on a tile of CONV03_TILES forced (conv03.TILE), whatever the rule's
 STAGED_SHARE = 0.25  # of conv03's cases, those with its staged TMA-store epilogue forced on (conv03.TMA_STORE)
+REGISTER_SHARE = 0.25  # of conv03's other cases, those with its register epilogue forced (conv03.TMA_STORE off)
 GRAD_SHARE = 0.25  # of conv02's and conv03's cases, those whose gradients (dx, dw, db) are checked too
 DGRAD_ON_STEP = 0.75  # of those, the share whose K is made a multiple of 8, so dx runs on the case's step too
 
@@ -78,6 +79,7 @@ class ConvCase:
     tile: tuple | None = None  # conv03's tile (BM, BN) forced through conv03.TILE; None: its rule's
     grad: bool = False  # x, w and the bias require grad: y.backward(dY) runs, and dx, dw, db are checked too
     tma_store: bool = False  # conv03's staged TMA-store epilogue forced on (conv03.TMA_STORE); False: as set
+    register_store: bool = False  # conv03's register epilogue forced (conv03.TMA_STORE off); False: as set
 
     @property
     def g_args(self) -> tuple:
@@ -102,6 +104,7 @@ class ConvCase:
                 + (" bias" if self.bias else "") + (f" activation={self.activation}" if self.activation else "")
                 + (f" special={self.special}" if self.special else "")
                 + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else "") + (" tma_store" if self.tma_store else "")
+                + (" register_store" if self.register_store else "")
                 + (" gradients" if self.grad else "")
                 + (f" (drawn {self.drawn}: {self.refused})" if self.drawn else "") + f" [{self.regime}]")  # fmt: skip
 
@@ -116,6 +119,7 @@ class ConvCase:
         call = f"gemmlab.conv2d({', '.join(args + kw + [f'algorithm={self.algorithm!r}'])})"
         call += ".backward(dy)" if self.grad else ""
         call = f"gemmlab.conv03.TMA_STORE = True; {call}" if self.tma_store else call
+        call = f"gemmlab.conv03.TMA_STORE = False; {call}" if self.register_store else call
         return f"gemmlab.conv03.TILE = {self.tile!r}; {call}" if self.tile else call
 
 
@@ -333,5 +337,7 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     trng = random.Random(f"tile {seed}")  # a share of conv03's cases on a tile its rule may not pick here
     tile = trng.choice(list(CONV03_TILES)) if algorithm == "tma" and trng.random() < TILE_SHARE else None
     staged = algorithm == "tma" and random.Random(f"staged {seed}").random() < STAGED_SHARE
+    registers = algorithm == "tma" and not staged and random.Random(f"registers {seed}").random() < REGISTER_SHARE
     return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
-                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad, staged)  # fmt: skip
+                    act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad, staged,
+                    registers)  # fmt: skip

@@ -160,20 +160,21 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
 
 def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
                    on_record: Callable[[dict], None] | None = None, algorithm: str = "im2col",
-                   tiles: bool = False, tma_store: bool = False) -> list[tuple[Path, list[dict]]]:  # fmt: skip
+                   tiles: bool = False, tma_store: bool | None = None) -> list[tuple[Path, list[dict]]]:  # fmt: skip
     """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder;
     tag-implicit-<time>.json for algorithm="implicit", tag-tma-<time>.json for "tma", tag-auto-<time>.json for
     "auto", whose records each say which step ran), rewritten after each layer, so an
     interrupted run keeps what it measured. tiles (algorithm "tma"): every conv03 tile timed too.
-    tma_store (algorithm "tma" or "auto"): conv03 with its staged TMA-store epilogue (conv03.TMA_STORE)."""
+    tma_store (algorithm "tma" or "auto"): conv03 with its staged TMA-store epilogue (True) or its
+    register one (False); None: as conv03.TMA_STORE is set (the staged one, by default)."""
     if tiles and algorithm != "tma":
         raise ValueError(f"tiles=True times conv03's tiles: it needs algorithm='tma', got {algorithm!r}")
-    if tma_store and algorithm not in ("tma", "auto"):
-        raise ValueError(f"tma_store=True times conv03's staged epilogue: it needs algorithm='tma' or 'auto', got {algorithm!r}")
-    if tma_store:
+    if tma_store is not None and algorithm not in ("tma", "auto"):
+        raise ValueError(f"tma_store={tma_store} picks conv03's epilogue: it needs algorithm='tma' or 'auto', got {algorithm!r}")
+    if tma_store is not None:
         from .. import conv03
 
-        with conv03.staged_stores():
+        with conv03.staged_stores(tma_store):
             return run_conv_bench(sweep, out_root, device_id, on_record, algorithm, tiles)
     flusher = L2Flusher(device_id)
     done = []

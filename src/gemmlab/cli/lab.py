@@ -466,7 +466,7 @@ def conv_bench_cmd(
     batch: Optional[list[int]] = typer.Option(None, help="batch sizes (repeatable); default the sweep's"),
     algorithm: str = typer.Option("auto", help="conv2d's: auto (the step conv2d picks a layer, the default), im2col, implicit (conv02, implicit GEMM) or tma (conv03, TMA im2col + wgmma, Hopper); the last two bf16/fp16 with C a multiple of 8, im2col elsewhere"),
     tiles: bool = typer.Option(False, "--tiles", help="with --algorithm tma: time conv03 on every tile too (the record's tile_ms)"),
-    tma_store: bool = typer.Option(False, "--tma-store", help="with --algorithm tma or auto: conv03 with its staged TMA-store epilogue (conv03.TMA_STORE)"),
+    tma_store: Optional[bool] = typer.Option(None, "--tma-store/--register-store", help="with --algorithm tma or auto: conv03 with its staged TMA-store epilogue (the default) or its register one (conv03.TMA_STORE)"),
     out: Path = _out_option("conv"),
 ) -> None:
     """Time gemmlab.conv2d against cuDNN on a sweep of convolution layers, its im2col step timed beside them."""
@@ -490,8 +490,8 @@ def conv_bench_cmd(
         raise typer.BadParameter(f"--algorithm {algorithm!r}: one of {', '.join(CHOICES)}")
     if tiles and algorithm != "tma":
         raise typer.BadParameter("--tiles times conv03's tiles: it goes with --algorithm tma")
-    if tma_store and algorithm not in ("tma", "auto"):
-        raise typer.BadParameter("--tma-store times conv03's staged epilogue: it goes with --algorithm tma or auto")
+    if tma_store is not None and algorithm not in ("tma", "auto"):
+        raise typer.BadParameter("--tma-store/--register-store pick conv03's epilogue: they go with --algorithm tma or auto")
     for path, records in run_conv_bench(spec, out, on_record=progress, algorithm=algorithm, tiles=tiles, tma_store=tma_store):
         from ..bench.records import load_run
 

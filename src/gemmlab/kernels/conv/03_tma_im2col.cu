@@ -17,7 +17,7 @@
 // -- its stage and phase count on over the whole walk -- so the next tile's loads are in flight
 // while the consumers finish and store the last one; the consumers count the same.
 //
-// The staged epilogue (TMA_STORE = 1, not yet run on a GPU). The register stores write D in 4-byte
+// The staged epilogue (TMA_STORE = 1, the default). The register stores write D in 4-byte
 // pieces, which on ResNet-50's memory-bound 1x1 layers moved about 1.0 TB/s where tc07's epilogue
 // moved 2.5: each consumer writes its 64 x BN results as 64 x 64 chunks into two 128-byte-swizzled
 // staging buffers (stmatrix) and one thread stores each chunk with a TMA store, as tc07 does
