@@ -41,8 +41,8 @@ def conv_table(run: dict) -> str:
         ratios = [r["ratio"] for r in recs if r["N"] == n]
         means.append(f"batch {n}: **{statistics.geometric_mean(ratios):.2f}x** (lowest {min(ratios):.2f}x)")
     if auto:
-        what = ("algorithm='auto': a 1x1 filter at stride 1 without padding on gemm(), else conv03 where it can serve, "
-                "else conv02, else NHWC im2col then gemm()")  # fmt: skip
+        what = ("algorithm='auto': the step conv2d picks for the layer (choose_algorithm, as of the run's commit: "
+                "the ran column says which)")  # fmt: skip
         note = ("ran: the step that ran the layer (conv03 with its tile and, in the persistent build, the most tiles one "
                 "block walks; im2col with its im2col share, view where A is the input itself).")  # fmt: skip
     elif old:
