@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gemmlab
-from gemmlab import registry
+from gemmlab import api, registry
 from gemmlab.configs import select
 from gemmlab.configs.fp32 import split_k_tiles
 from gemmlab.problem import problem_from_tensors
@@ -176,6 +176,31 @@ def test_few_rows_against_float64(M, N, K, view):
         torch.cuda.synchronize()
         rep = check_result(out, a, b, cc, alpha, beta)
         assert rep.passed, f"{M}x{N}x{K} {view} alpha={alpha} beta={beta}: {rep.summary()}"
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("mr", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("M,N,K", [(7, 13, 2000), (5, 3000, 5000), (33, 520, 515), (16, 4096, 16384)])
+def test_every_rows_config_named_for_more_rows_than_it_covers(mr, M, N, K):
+    """A config named for the problem (prepare(config=...), as tuning does) with M spanning several
+    row blocks of MR rows, split K among them: against float64 with C read (beta = -2) and with NaN
+    in C at beta = 0, and the same bits at every launch. With MR = 1 or 2 a block also stored rows
+    of the next row block (alpha * 0 + beta * C) and raced its true sums."""
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    c = torch.randn(M, N, device="cuda")
+    nan_c = torch.full((M, N), float("nan"), device="cuda")
+    for cc, alpha, beta in ((c, 0.5, -2.0), (nan_c, 1.0, 0.0)):
+        out = torch.full((M, N), float("nan"), device="cuda")
+        run = api.prepare(a, b, cc, alpha=alpha, beta=beta, out=out, kernel=ROWS.id, config=ROWS.config(MR=mr))
+        run()
+        first = out.clone()
+        rep = check_result(first, a, b, cc, alpha, beta)
+        assert rep.passed, f"MR={mr} {M}x{N}x{K} beta={beta}: {rep.summary()}"
+        for _ in range(3):
+            out.fill_(float("nan"))
+            run()
+            assert torch.equal(out, first), f"MR={mr} {M}x{N}x{K} beta={beta}: another launch, other bits"
 
 
 @gpu

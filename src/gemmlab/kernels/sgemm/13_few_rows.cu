@@ -136,8 +136,12 @@ sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const f
             }
         }
     }
+    // A thread's rows past the block's MR (MR = 1 or 2: tid / 64 runs to 3) are the next row block's:
+    // its own blocks write them. Stored from here too, a zero sum (alpha * 0 + beta * C) raced the
+    // true one wherever M spans several row blocks of MR < 4 (a config named for the problem).
 #pragma unroll
     for (int g = 0; g < GROUPS; ++g) {
+        if (4 * g + tid / 64 >= MR) continue;
         gemmlab::store_if_inside<POST>(D, C, 4 * g + my_row, my_col, M, N, ldc, ldd, mine[g][0], alpha, beta, bias);
         gemmlab::store_if_inside<POST>(D, C, 4 * g + my_row, my_col + 1, M, N, ldc, ldd, mine[g][1], alpha, beta, bias);
     }
