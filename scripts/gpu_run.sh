@@ -17,6 +17,7 @@
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
+# "conv-sanitize" compute-sanitizer's memcheck, racecheck and synccheck over conv03 (scripts/conv_sanitize.py),
 # "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000: 86 s on an H100; conv02, conv03 and im2col
 # in their risky regimes against float64 and cuDNN; CONV_FUZZ_SECONDS at most, default 420, after compiling the
 # builds the cases launch), failing on any wrong one or on fewer convolutions than that):
@@ -122,6 +123,20 @@ if want sanitize; then
   for tool in memcheck racecheck; do
     sanitize $tool "-s 96x80x40000 -s 5x1000x50000 -s 64x3x131072" \
       -k sgemm_12_split_k -k sgemm_13_few_rows -k sgemm_14_few_columns || fail "$tool, FP32 steps 12-14"
+  done
+fi
+
+# conv03 (TMA im2col, wgmma): memcheck, racecheck and synccheck over a few small convolutions with
+# the staged epilogue and the register one, every persistent block walking several tiles
+# (scripts/conv_sanitize.py)
+if want conv-sanitize; then
+  step "compute-sanitizer: memcheck, racecheck and synccheck over conv03, several tiles a block"
+  for tool in memcheck racecheck synccheck; do
+    exitcode=(); [[ "$tool" == memcheck ]] || exitcode=(--error-exitcode 99)
+    compute-sanitizer --tool $tool "${exitcode[@]}" --print-limit 20 python3 scripts/conv_sanitize.py 2>&1 \
+      | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
+      | tee -a "$LOG"
+    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool conv03"
   done
 fi
 
