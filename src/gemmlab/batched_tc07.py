@@ -13,13 +13,18 @@ tensor) is read in place (TA, TB), as gemm() reads 2-D ones. An operand whose ad
 or batch stride TMA cannot take (not multiples of 16 bytes: K = 7 in bf16) is copied first, by
 torch on the current stream, into a batch of rows padded to 16 bytes.
 
-D is a new contiguous [B, M, N] tensor, written from registers (the batched build has no 3-D TMA
-store); C ([B, M, N], unit column stride) is read only when beta != 0. A bias over D's columns
-and an activation are fused into the epilogue (POST), as gemm() fuses them.
+D is a new contiguous [B, M, N] tensor. Where its rows are whole 16-byte units (N * element size a
+multiple of 16: then so are its row and batch strides; torch.empty aligns it), it leaves through
+tc07's staged epilogue -- 64 x 64 chunks through swizzled shared memory, one TMA store a chunk --
+into a rank-3 map (tma.batched_output_map_params), whose stores clip at each product's own last
+row and column; otherwise (N = 7 in bf16), or with TMA_STORE off, the build that writes D from
+registers. C ([B, M, N], unit column stride) is read only when beta != 0, by either epilogue. A
+bias over D's columns and an activation are fused into the epilogue (POST), as gemm() fuses them.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -35,11 +40,43 @@ DTYPES = (torch.bfloat16, torch.float16)
 MIN_CAPABILITY = (9, 0)
 MAX_TILES = 2**31 - 1  # the kernel counts the batch's tiles in a 32-bit int
 
+# Whether a D that takes TMA stores leaves through the staged epilogue (TMA_STORE = 1); False: the
+# register build for every call (bmm-bench --register-stores times both in one run).
+TMA_STORE = True
 
-def config_for(N: int, ta: int, tb: int) -> GemmConfig:
+
+@contextmanager
+def staged_stores(on: bool = True):
+    """Within it, calls take the staged TMA-store build where D permits (on) or never (off);
+    TMA_STORE as it was after."""
+    global TMA_STORE
+    before, TMA_STORE = TMA_STORE, on
+    try:
+        yield
+    finally:
+        TMA_STORE = before
+
+
+def config_for(N: int, ta: int, tb: int, *, staged: bool = False, beta: float = 0.0) -> GemmConfig:
     """The batched build's config: the 128 x 256 tile, or 128 x 128 where D is at most 128 wide (a
-    256-wide tile would be half empty); TA, TB from the operands' storage."""
-    return SPEC.config(BN=256 if N > 128 else 128, TA=ta, TB=tb)
+    256-wide tile would be half empty); TA, TB from the operands' storage. staged: D takes TMA stores
+    (stores_staged), so the staged epilogue (TMA_STORE = 1), with EPI = 0 -- that epilogue alone --
+    where beta is 0, as configs.rules.epilogue_for chooses it for gemm(), and EPI = 1 (C read into the
+    staged chunks) where it is not; otherwise the register build (TMA_STORE = 0, EPI = 1)."""
+    tma_store = int(staged)
+    epi = 0 if staged and beta == 0 else 1
+    return SPEC.config(BN=256 if N > 128 else 128, TA=ta, TB=tb, TMA_STORE=tma_store, EPI=epi)
+
+
+def stores_staged(d: Tensor) -> bool:
+    """Whether a call writing D [B, M, N] takes the staged build: TMA_STORE is on, D is 16-byte
+    aligned and its rank-3 map exists (rows, row and batch strides of whole 16-byte units: a new
+    contiguous D's are where N * element size is). The kernel checks the same again and would
+    store from registers where they fail."""
+    ldd, sd = _d_strides(d)
+    B, M, N = d.shape
+    return (TMA_STORE and d.data_ptr() % tma.TMA_ALIGN_BYTES == 0
+            and tma.batched_output_map_params(B, M, N, ldd, sd, d.element_size()) is not None)  # fmt: skip
 
 
 def refusal(a, b, c=None, *, beta=0.0, out_dtype=None, bias=None, activation=None) -> str | None:
@@ -113,7 +150,9 @@ class _Plan(NamedTuple):
     block: tuple
     boxes: dict
     geometry: tuple  # A's and B's (batch, rows, cols, ld, batch stride) as tensor_map_3d takes them
-    placeholder_map: object  # D's map, never read (D is written from registers)
+    d_params: dict | None  # D's rank-3 map (tma.batched_output_map_params) for the staged build, else None
+    d_strides: tuple  # D's row and batch strides (_d_strides) the scalars were worked out for
+    placeholder_map: object  # D's map where the build writes D from registers (never read)
     d_shape: tuple
     result: torch.dtype
     head: tuple  # the scalars between D's address and the bias's
@@ -128,12 +167,25 @@ def _key(a, b, c, alpha, beta, out_dtype, bias, activation) -> tuple:
     """What a kind of call is: everything the refusal, the config and the launch's geometry depend
     on, but the tensors' addresses."""
     meta = lambda t: None if t is None else (t.shape, t.stride(), t.dtype, t.device)  # noqa: E731
-    return (meta(a), meta(b), meta(c) if beta != 0 else None, alpha, beta, out_dtype, meta(bias), activation)
+    return (meta(a), meta(b), meta(c) if beta != 0 else None, alpha, beta, out_dtype, meta(bias), activation, TMA_STORE)
 
 
 def prepared(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> bool:
     """Whether an earlier call of this kind was served (so refusal(...) has nothing to say)."""
     return _key(a, b, c, alpha, beta, out_dtype, bias, activation) in _PLANS
+
+
+def _new_d(shape: tuple, dtype: torch.dtype, device) -> Tensor:
+    """D's memory: a new contiguous [B, M, N] tensor. The launch reads D's row and batch strides
+    from it, so a test may hand out a strided view with poisoned rows between the matrices."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _d_strides(d: Tensor) -> tuple[int, int]:
+    """D's row and batch strides in elements, as the kernel and D's map take them."""
+    B, M, N = d.shape
+    ld = d.stride(1) if M > 1 else N
+    return ld, d.stride(0) if B > 1 else M * ld
 
 
 def _aligned(*ts) -> bool:
@@ -152,13 +204,16 @@ def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, 
     if plan is None or not _aligned(a, b):
         return _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation)
     maps = [tma.tensor_map_3d(t, *geo, plan.boxes[n]) for t, geo, n in ((a, plan.geometry[0], "a"), (b, plan.geometry[1], "b"))]
-    d = torch.empty(plan.d_shape, dtype=plan.result, device=a.device)
+    d = _new_d(plan.d_shape, plan.result, a.device)
+    if _d_strides(d) != plan.d_strides or stores_staged(d) != (plan.d_params is not None):
+        return _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation)
+    d_map = tma.batched_output_map(d, plan.d_params) if plan.d_params is not None else plan.placeholder_map
     c_ptr = 0
     if beta != 0:
         c = c if c.shape[2] <= 1 or c.stride(2) == 1 else c.contiguous()
         c_ptr = c.data_ptr()
     bias = None if bias is None else bias.to(plan.result).contiguous()
-    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, plan.placeholder_map, a.data_ptr(),
+    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, d_map, a.data_ptr(),
                   b.data_ptr(), c_ptr, d.data_ptr(), *plan.head, bias.data_ptr() if bias is not None else 0,
                   *plan.tail)  # fmt: skip
     del bias, c  # (converted copies: back to torch only once the kernel is queued behind them)
@@ -172,18 +227,22 @@ def _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation) -> Tenso
     batch = a.shape[0] if a.dim() == 3 else b.shape[0]
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     sa, sb = _storage(a), _storage(b)
-    cfg = config_for(N, ta=sa[6], tb=sb[6])
-    device_id = a.device.index if a.device.index is not None else torch.cuda.current_device()
     result = out_dtype or a.dtype
+    d = _new_d((batch, M, N), result, a.device)
+    ldd, sd = _d_strides(d)
+    staged = stores_staged(d)
+    cfg = config_for(N, ta=sa[6], tb=sb[6], staged=staged, beta=beta)
+    device_id = a.device.index if a.device.index is not None else torch.cuda.current_device()
     post = post_code(bias is not None, activation)
     bias = bias.to(result).contiguous() if bias is not None else None
     loaded = jit.load_kernel(SPEC, cfg, device_id, a.dtype, result, post=post)
     boxes = SPEC.tma_boxes(cfg)
     maps = [tma.tensor_map_3d(*s[:6], boxes[n]) for n, s in (("a", sa), ("b", sb))]
-    from .api import _placeholder  # D is written from registers: its map is never read
+    from .api import _placeholder  # the register build's D map, never read
 
-    maps.append(tma.tensor_map(_placeholder(a.device, a.dtype), 1, 8, 8, (64, 64)))
-    d = torch.empty((batch, M, N), dtype=result, device=a.device)
+    placeholder = tma.tensor_map(_placeholder(a.device, a.dtype), 1, 8, 8, (64, 64))
+    d_params = tma.batched_output_map_params(batch, M, N, ldd, sd, d.element_size()) if staged else None
+    maps.append(tma.batched_output_map(d, d_params) if d_params is not None else placeholder)
     if beta != 0:
         if N > 1 and c.stride(2) != 1:
             c = c.contiguous()
@@ -195,8 +254,8 @@ def _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation) -> Tenso
     grid = (min(tiles, launch.resident_blocks(loaded, device_id, block, None)), 1, 1)
     i32, i64, f32 = launch.i32, launch.i64, launch.f32
     a_step, b_step = sa[7], sb[7]  # 0: one matrix for the whole batch
-    head = (i32(M), i32(N), i32(K), i32(sa[4]), i32(sb[4]), i32(ldc), i32(N), f32(alpha), f32(beta))
-    tail = (i32(batch), i32(a_step), i32(b_step), i64(sc), i64(N * M))
+    head = (i32(M), i32(N), i32(K), i32(sa[4]), i32(sb[4]), i32(ldc), i32(ldd), f32(alpha), f32(beta))
+    tail = (i32(batch), i32(a_step), i32(b_step), i64(sc), i64(sd))
     launch.launch(loaded, device_id, grid, block, *maps, sa[0].data_ptr(), sb[0].data_ptr(), c_ptr, d.data_ptr(),
                   *head, bias.data_ptr() if bias is not None else 0, *tail)  # fmt: skip
     # Prepared only where both operands were read in place, so that a later call's maps are those
@@ -204,7 +263,7 @@ def _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation) -> Tenso
     if sa[0].data_ptr() == a.data_ptr() and sb[0].data_ptr() == b.data_ptr():
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
-        _PLANS[key] = _Plan(loaded, device_id, grid, block, boxes, (sa[1:6], sb[1:6]), maps[2], (batch, M, N),
-                            result, head, tail)  # fmt: skip
+        _PLANS[key] = _Plan(loaded, device_id, grid, block, boxes, (sa[1:6], sb[1:6]), d_params, (ldd, sd), placeholder,
+                            (batch, M, N), result, head, tail)  # fmt: skip
     del sa, sb, bias  # only now may padded copies go back to torch: the kernel is queued behind them
     return d

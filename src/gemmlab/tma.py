@@ -136,6 +136,31 @@ def tensor_map_3d(t: torch.Tensor, batch: int, rows: int, cols: int, ld: int, ba
     found = view.as_tensor_map(box_dim=(1, *box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
     return _remember(key, found)
 
+
+def batched_output_map_params(batch: int, rows: int, cols: int, ld: int, batch_stride: int, itemsize: int) -> dict | None:
+    """The rank-3 map tc07's batched build stores D [batch][rows][cols] through (row stride ld,
+    batch stride batch_stride elements), innermost first as the driver takes it: dims (cols, rows,
+    batch), strides of dims 1 and 2 in bytes, boxes of one 64-row staging chunk of one matrix --
+    64 columns of a 16-bit D, 32 of fp32 (a 128-byte row: the staging buffers' 128-byte swizzle, as
+    the 2-D D map of gemm()'s tc07) -- so a chunk's TMA store clips at its own matrix's last row
+    and column, never writing the next matrix's rows. None where D cannot take TMA stores: rows,
+    row stride or batch stride not whole 16-byte units (TMA clips a box along a row only to 16
+    bytes). D's address must be 16-byte aligned too (tensor_map_3d checks)."""
+    box_cols = min(64, 128 // itemsize)
+    if any((v * itemsize) % TMA_ALIGN_BYTES for v in (cols, ld, batch_stride)):
+        return None
+    return dict(dims=(cols, rows, batch), strides=(ld * itemsize, batch_stride * itemsize), box=(box_cols, 64, 1),
+                swizzle=box_cols * itemsize)
+
+
+def batched_output_map(d: torch.Tensor, p: dict):
+    """The map of batched_output_map_params' p over the memory at d, encoded (and cached by
+    address) as tensor_map_3d encodes the batched operands' maps."""
+    (cols, rows, batch), (ld_bytes, bs_bytes), (box_cols, box_rows, _) = p["dims"], p["strides"], p["box"]
+    size = d.element_size()
+    return tensor_map_3d(d, batch, rows, cols, ld_bytes // size, bs_bytes // size, (box_rows, box_cols))
+
+
 # ---- conv03: the im2col map of an NHWC input, the tiled maps of its filter and its output -----
 #
 # These are encoded through cuda.bindings' driver (cuTensorMapEncodeIm2col, cuTensorMapEncodeTiled)

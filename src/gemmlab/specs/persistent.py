@@ -276,17 +276,19 @@ TC_09 = KernelSpec(
 
 
 # tc07's batched build (BATCHED = 1 in its source; entry tc_persistent_cluster_batched): one launch
-# for a batch of products, A and B through 3-D tensor maps. Not registered: gemm() and 'auto' never
-# see it; gemmlab.batched_tc07 launches it. Single blocks and the register epilogue only, the
-# defaults below.
-_BATCHED_DEFAULTS = {"CM": 1, "TMA_STORE": 0, "EPI": 1, "HO": 0}
+# for a batch of products, A, B and D through rank-3 tensor maps. Not registered: gemm() and 'auto'
+# never see it; gemmlab.batched_tc07 launches it and chooses TMA_STORE and EPI a call (config_for):
+# the staged epilogue where D takes TMA stores, the register stores where it does not. Single
+# blocks (its 3-D loads have no multicast yet) and no hand-over (its stores take no batch yet).
+# Shared memory as tc07's: the staging buffers are counted whether or not the build stores through them.
+_BATCHED_DEFAULTS = {"CM": 1, "TMA_STORE": 1, "EPI": 1, "HO": 0}
 
 
 def _check_07_batched(c: GemmConfig) -> str | None:
     return _check_07_tc(c) or _first_failure(
         (c["CM"] == 1, f"tc07's batched build runs single blocks (CM = 1), not CM = {c['CM']}: its 3-D loads have no multicast"),
-        (c["TMA_STORE"] == 0 and c["EPI"] == 1,
-         "tc07's batched build writes D from registers (TMA_STORE = 0, EPI = 1): it has no 3-D TMA store"),
+        (c["TMA_STORE"] in (0, 1), "TMA_STORE must be 0 (register stores) or 1 (the staged epilogue through D's rank-3 map)"),
+        (c["HO"] == 0, "tc07's batched build has no hand-over (HO = 0): its half-tile stores take no batch coordinate"),
         (c["BM"] < 192, "tc07's batched build has no 192-row tile (its launch-register rewrite is not checked batched)"),
     )
 

@@ -305,6 +305,20 @@ __device__ __forceinline__ void tma_store_2d(const TensorMap* map, const void* s
                  "r"(smem_addr(src)), "r"(col), "r"(row)
                  : "memory");
 }
+// The same into a rank-3 tensor (coordinates innermost first: x a column, y a row, z the matrix):
+// tc07's batched D, [batch][rows][cols], whose boxes clip at their own matrix's last row and column.
+__device__ __forceinline__ void tma_store_3d(const TensorMap* map, const void* src, int x, int y, int z) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(smem_addr(src)), "r"(x), "r"(y), "r"(z)
+                 : "memory");
+}
+// A box of D at (row, col): of the 2-D map (BATCH3D = 0), or of matrix `batch` of the rank-3 one.
+template <int BATCH3D>
+__device__ __forceinline__ void tma_store_box(const TensorMap* map, const void* src, int row, int col, int batch) {
+    if constexpr (BATCH3D) tma_store_3d(map, src, col, row, batch);
+    else tma_store_2d(map, src, row, col);
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Wait until at most N of this thread's bulk groups still read their shared source.
 template <int N>
@@ -543,11 +557,13 @@ __device__ __forceinline__ int staged_fp32_offset(int row, int col) {
     return (col / 32) * FP32_BOX_BYTES + row * 128 + ((((col % 32) / 4) ^ (row % 8)) << 4) + (col % 4) * 4;
 }
 
-// The staged chunk to D at (row0, col0) as two TMA stores, one bulk group (clipped at D's edge).
+// The staged chunk to D at (row0, col0) as two TMA stores, one bulk group (clipped at D's edge;
+// BATCH3D = 1: at matrix `batch`'s edge of a rank-3 D).
+template <int BATCH3D = 0>
 __device__ __forceinline__ void tma_store_fp32_chunk(const TensorMap* tmD, const unsigned char* staging, int row0,
-                                                     int col0) {
-    tma_store_2d(tmD, staging, row0, col0);
-    tma_store_2d(tmD, staging + FP32_BOX_BYTES, row0, col0 + 32);
+                                                     int col0, int batch = 0) {
+    tma_store_box<BATCH3D>(tmD, staging, row0, col0, batch);
+    tma_store_box<BATCH3D>(tmD, staging + FP32_BOX_BYTES, row0, col0 + 32, batch);
     bulk_commit();
 }
 
@@ -599,11 +615,14 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[NACC], con
 // store to (the caller guarantees both); EPI = 1 every path. Code a launch never runs still costs:
 // the register path and the C reads are 59 of tc07's 83 KB of SASS (docs/ladder.md).
 // POST and bias: the fused epilogue (gemmlab::post), on every path.
-template <typename TD, int NACC, int EPI = 1, int BUFS = 2, int POST = 0>
+// BATCH3D = 1: tmD is a rank-3 map of a batch of D's ([batch][rows][cols]: tc07's batched build)
+// and the chunks go to matrix `batch` of it, clipped at that matrix's edges, never into the next
+// one; C and D (the register path's) already point at that matrix.
+template <typename TD, int NACC, int EPI = 1, int BUFS = 2, int POST = 0, int BATCH3D = 0>
 __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const TD* C, TD* D, const TensorMap* tmD,
                                                 unsigned char* staging, bool tma_store, int barrier_id, int rows0,
                                                 int col0, int M, int N, int ldc, int ldd, float alpha, float beta,
-                                                const TD* bias = nullptr) {
+                                                const TD* bias = nullptr, int batch = 0) {
     static_assert(NACC % 32 == 0, "whole 64-column chunks");
     static_assert(EPI == 0 || EPI == 1, "EPI: 0 TMA stores without C, 1 every epilogue");
     static_assert(BUFS == 2 || (BUFS == 1 && sizeof(TD) == 2), "two staging buffers, or one for a 16-bit D");
@@ -659,7 +678,7 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
             fence_proxy_async_smem();  // the writes, visible to the TMA unit
             named_barrier(barrier_id, 128);
             if (ctid == 0) {
-                tma_store_2d(tmD, buf, rows0, col0 + 64 * j);
+                tma_store_box<BATCH3D>(tmD, buf, rows0, col0 + 64 * j, batch);
                 bulk_commit();
             }
         }
@@ -693,7 +712,7 @@ __device__ __forceinline__ void store_tile_64xn(const float (&acc)[NACC], const 
             }
             fence_proxy_async_smem();
             named_barrier(barrier_id, 128);
-            if (ctid == 0) tma_store_fp32_chunk(tmD, staging, rows0, col0 + 64 * j);
+            if (ctid == 0) tma_store_fp32_chunk<BATCH3D>(tmD, staging, rows0, col0 + 64 * j, batch);
         }
     }
 }

@@ -54,7 +54,8 @@
 //
 // A batched build (tc_persistent_cluster_batched, at the end of the file) runs a batch of products
 // in one launch: the tile loop walks every product's tiles, A and B come through 3-D tensor maps,
-// in single blocks with the register epilogue (gemmlab.batched_tc07; not yet run on a GPU).
+// in single blocks; D leaves through the same staged epilogue into a rank-3 map, whose TMA stores
+// clip at each product's own edges (gemmlab.batched_tc07).
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of C and D, T or float (fp32 output). BM x BN: one block's tile
@@ -94,8 +95,11 @@
 // below): the tile loop walks batch x tiles_m x tiles_n tiles, A and B come through 3-D tensor maps
 // ([batch][rows][cols], so TMA zero-fills past each matrix's own edges), A's batch coordinate is
 // i * a_step and B's i * b_step (0: one matrix for the whole batch), and C and D of product i start
-// i * sc and i * sd elements on. Only single blocks (CM = 1) and the register epilogue (TMA_STORE =
-// 0, EPI = 1) are built batched.
+// i * sc and i * sd elements on. D's map is then rank-3 too ([batch][rows][cols], row stride ldd,
+// batch stride sd), so a chunk's TMA store clips at its own product's last row and column where a
+// 2-D map of the stacked rows would write the next product's first rows; the register stores
+// (TMA_STORE = 0, or a D TMA cannot store to) write D + i * sd. Only single blocks (CM = 1) and
+// no hand-over (HO = 0) are built batched.
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
           int EPI, int HO, int OB, int POST, int BATCHED>
 __device__ __forceinline__ void persistent_cluster_body(const gemmlab::TensorMap& tmA, const gemmlab::TensorMap& tmB,
@@ -121,8 +125,7 @@ __device__ __forceinline__ void persistent_cluster_body(const gemmlab::TensorMap
     static_assert(sizeof(T) == 2, "16-bit inputs");
     static_assert(HO == 0 || HO == 1, "HO: 1 the hand-over where it applies, 0 never");
     static_assert(OB == 2 || (OB == 1 && sizeof(TD) == 2), "two staging buffers a consumer, or one for a 16-bit D");
-    static_assert(BATCHED == 0 || (CM == 1 && TMA_STORE == 0 && EPI == 1),
-                  "the batched build: single blocks (CM = 1) and the register epilogue (TMA_STORE = 0, EPI = 1)");
+    static_assert(BATCHED == 0 || (CM == 1 && HO == 0), "the batched build: single blocks (CM = 1), no hand-over (HO = 0)");
     constexpr bool HAND_OVER = HO && BN == 256 && BM == 128 && EPI == 0;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
@@ -193,8 +196,9 @@ __device__ __forceinline__ void persistent_cluster_body(const gemmlab::TensorMap
         // 16-byte units and 16-byte aligned; otherwise the registers go straight to global memory.
         // An fp32 result (TD = float) goes through the same 16 KB, one 64 x 64 chunk at a time.
         constexpr int E16 = 16 / sizeof(TD);
+        // Batched, every product's D must start on the 16-byte grid too (sd, D's batch stride).
         const bool tma_store = TMA_STORE != 0 && N % E16 == 0 && ldd % E16 == 0 &&
-                               reinterpret_cast<unsigned long long>(D) % 16 == 0;
+                               reinterpret_cast<unsigned long long>(D) % 16 == 0 && (!BATCHED || sd % E16 == 0);
         // EPI = 0 has only the epilogue of a launch with beta = 0 and TMA stores (configs.rules.epilogue_for
         // chooses it); a launch it cannot serve stops here rather than write a wrong D.
         if (EPI == 0 && (beta != 0.0f || !tma_store)) __trap();
@@ -309,8 +313,9 @@ __device__ __forceinline__ void persistent_cluster_body(const gemmlab::TensorMap
                 if (KT > 0) gemmlab::release_stage<CM>(&empty[(it - 1) % STAGES]);
 
                 const long long i = BATCHED ? t / (tiles_m * tiles_n) : 0;  // the product: its C and D
-                gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB, POST>(acc, C + i * sc, D + i * sd, &tmD, out, tma_store, 1 + c,
-                                                          row0 + c * 64, col0, M, N, ldc, ldd, alpha, beta, bias);
+                gemmlab::store_tile_64xn<TD, BN / 2, EPI, OB, POST, BATCHED>(acc, C + i * sc, D + i * sd, &tmD, out, tma_store,
+                                                                   1 + c, row0 + c * 64, col0, M, N, ldc, ldd, alpha,
+                                                                   beta, bias, static_cast<int>(i));
             }
         }
         if (ctid == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
