@@ -13,10 +13,16 @@ from gemmlab import batched, batched_tc07, jit, registry
 BF16_TOL = 2e-2  # bf16 inputs rounded to 8 bits of mantissa, fp32 accumulation
 
 
+# every build config_for gives: the register build, the staged one alone (beta = 0) and with C
+EPILOGUES = {"registers": dict(staged=False), "staged": dict(staged=True), "staged_c": dict(staged=True, beta=1.0)}
+
+
 @pytest.mark.parametrize("n,ta,tb,post", [(256, 0, 0, 0), (128, 1, 1, 0), (256, 0, 1, 0), (256, 0, 0, 9), (128, 0, 0, 10)])
 @pytest.mark.parametrize("dt,od", [(torch.bfloat16, None), (torch.float16, torch.float32)])
-def test_batched_build_compiles_without_spills(n, ta, tb, post, dt, od):
-    k = jit.compile_kernel(batched_tc07.SPEC, batched_tc07.config_for(n, ta, tb), "sm_90a", dt, od, post=post)
+@pytest.mark.parametrize("epilogue", list(EPILOGUES))
+def test_batched_build_compiles_without_spills(n, ta, tb, post, dt, od, epilogue):
+    cfg = batched_tc07.config_for(n, ta, tb, **EPILOGUES[epilogue])
+    k = jit.compile_kernel(batched_tc07.SPEC, cfg, "sm_90a", dt, od, post=post)
     assert k.usage.spills == 0 and k.usage.registers <= 168, k.usage
     assert k.name_expression.startswith("tc_persistent_cluster_batched<")
 
@@ -42,9 +48,90 @@ def test_only_the_batched_build_loads_3d_boxes():
     assert single and batch
     assert not any("UTMALDG.3D" in line for line in single)
     assert any("UTMALDG.3D" in line for line in batch) and not any("UTMALDG.2D" in line for line in batch)
+    staged = _instructions(jit.compile_kernel(batched_tc07.SPEC, batched_tc07.config_for(256, 0, 0, staged=True),
+                                              "sm_90a", torch.bfloat16).cubin)  # fmt: skip
+    assert any("UTMASTG.3D" in line for line in staged) and not any("UTMASTG.2D" in line for line in staged)
+    assert not any("UTMASTG.3D" in line for line in single)
 
 
-@pytest.mark.parametrize("override,words", [({"CM": 2}, "CM = 1"), ({"TMA_STORE": 1}, "TMA_STORE = 0"),
+def test_config_for_picks_the_epilogue():
+    """The staged build where D takes TMA stores (EPI = 0 without C, as gemm()'s epilogue_for
+    chooses; EPI = 1 with C), the register build where it does not."""
+    pick = lambda **kw: (lambda c: (c["TMA_STORE"], c["EPI"], c["CM"], c["HO"]))(batched_tc07.config_for(256, 0, 0, **kw))  # noqa: E731
+    assert pick(staged=True) == (1, 0, 1, 0)
+    assert pick(staged=True, beta=0.5) == (1, 1, 1, 0)
+    assert pick(staged=False) == pick(staged=False, beta=0.5) == (0, 1, 1, 0)
+
+
+@pytest.mark.parametrize("shape,dtype,staged", [
+    ((3, 127, 64), torch.bfloat16, True),    # rows of 128 bytes; M crosses a tile
+    ((3, 127, 8), torch.bfloat16, True),     # rows of one 16-byte unit
+    ((3, 127, 7), torch.bfloat16, False),    # 14-byte rows: TMA clips a box only to 16 bytes
+    ((2, 5, 1000), torch.float16, True),
+    ((2, 5, 1001), torch.float16, False),
+    ((4, 9, 4), torch.float32, True),        # out_dtype float32: 16-byte rows
+    ((4, 9, 6), torch.float32, False),
+])
+def test_stores_staged_where_d_takes_tma_stores(shape, dtype, staged):
+    d = torch.empty(shape, dtype=dtype)
+    assert batched_tc07.stores_staged(d) is staged
+    with batched_tc07.staged_stores(False):
+        assert batched_tc07.stores_staged(d) is False
+    assert batched_tc07.TMA_STORE is True
+    big = torch.empty(shape[0] * shape[1] * shape[2] + 8, dtype=dtype)
+    assert batched_tc07.stores_staged(big[1:1 + d.numel()].view(shape)) is False  # off the 16-byte grid
+
+
+def test_batched_output_map_params():
+    """D [B, M, N] with row stride ldd and batch stride sd: dims (N, M, B) innermost first, strides
+    ldd and sd in bytes, a box of one 64-row chunk of one matrix, swizzled as tc07's 2-D D map."""
+    from gemmlab import tma
+
+    p = tma.batched_output_map_params(8, 1000, 2048, 2048, 1000 * 2048, 2)
+    assert p == dict(dims=(2048, 1000, 8), strides=(4096, 1000 * 4096), box=(64, 64, 1), swizzle=128)
+    p = tma.batched_output_map_params(3, 127, 40, 48, 127 * 48 + 8, 4)  # fp32, padded rows, a gap
+    assert p == dict(dims=(40, 127, 3), strides=(192, (127 * 48 + 8) * 4), box=(32, 64, 1), swizzle=128)
+    assert tma.batched_output_map_params(3, 127, 7, 7, 127 * 7, 2) is None      # N * es = 14 bytes
+    assert tma.batched_output_map_params(3, 127, 8, 12, 127 * 12, 2) is None     # ldd * es = 24 bytes
+    assert tma.batched_output_map_params(3, 127, 8, 8, 127 * 8 + 4, 2) is None   # sd * es = 2040 bytes
+    assert tma.batched_output_map_params(1, 1, 4, 4, 4, 4) is not None           # one fp32 row of 16 bytes
+
+
+@pytest.mark.parametrize("N,result,staged", [(64, None, True), (7, None, False), (12, torch.float32, True)])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_first_call_launches_the_build_d_permits(monkeypatch, N, result, staged, beta):
+    """The first call of a kind, on the CPU with jit, the maps and the launch stood in for: the
+    staged build and D's rank-3 map (over D itself) where D takes TMA stores, the register build and
+    the placeholder map where it does not, and D's strides as the scalars ldd and sd."""
+    from gemmlab import launch, tma
+
+    seen = {}
+    monkeypatch.setattr(batched_tc07, "_PLANS", {})
+    monkeypatch.setattr(batched_tc07, "refusal", lambda *a, **k: None)
+    monkeypatch.setattr(jit, "load_kernel", lambda spec, cfg, *a, **k: seen.setdefault("cfg", cfg))
+    monkeypatch.setattr(tma, "tensor_map_3d", lambda t, *geo: ("3d", t.data_ptr(), *geo))
+    monkeypatch.setattr(tma, "tensor_map", lambda *a: "placeholder")
+    monkeypatch.setattr(launch, "resident_blocks", lambda *a: 132)
+    monkeypatch.setattr(launch, "launch", lambda loaded, dev, grid, block, *args: seen.setdefault("args", args))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    import gemmlab.api as api
+
+    monkeypatch.setattr(api, "_placeholder", lambda *a: None)
+    B, M, K = 3, 127, 16
+    a, b = torch.randn(B, M, K, dtype=torch.bfloat16), torch.randn(B, K, N, dtype=torch.bfloat16)
+    c = torch.randn(B, M, N, dtype=result or torch.bfloat16) if beta else None
+    d = batched_tc07.bmm_one_launch(a, b, c, beta=beta, out_dtype=result)
+    cfg, args = seen["cfg"], seen["args"]
+    assert (cfg["TMA_STORE"], cfg["EPI"]) == ((1, int(beta != 0)) if staged else (0, 1))
+    d_map = args[2]
+    if staged:
+        assert d_map == ("3d", d.data_ptr(), B, M, N, N, M * N, (64, 64 if d.element_size() == 2 else 32))
+    else:
+        assert d_map == "placeholder"
+    assert int(args[3 + 4 + 6]) == N and int(args[-1]) == M * N  # ldd, sd
+
+
+@pytest.mark.parametrize("override,words", [({"CM": 2}, "CM = 1"), ({"HO": 1}, "hand-over"),
                                             ({"BM": 192, "STAGES": 3}, "192-row")])
 def test_batched_build_refuses_configs_clearly(override, words):
     with pytest.raises(ValueError, match=words):
@@ -232,3 +319,72 @@ def test_a_kind_of_call_launches_from_its_plan_with_new_tensors(form):
             _check(d.double() - bias.double(), a, b, c, 0.5, -1.0, label=f"{form} call {step}")
         # (step 2's operand is copied, so its kind is prepared only where an aligned call made it)
         assert step == 2 or batched_tc07.prepared(a, b, c, alpha=kw.get("alpha", 1.0), beta=kw.get("beta", 0.0), bias=bias)
+
+
+# ---- GPU: the staged epilogue's rank-3 stores, D poisoned, against float64 and the register build
+
+def _gapped_d(monkeypatch, gap: int):
+    """D handed out as a view of a NaN-filled buffer with `gap` rows between matrices and after the
+    last (batched_tc07._new_d), and a check that every one of them is still NaN: a store clipped at
+    the stacked rows rather than at its own matrix's last row would write them."""
+    made = []
+
+    def new_d(shape, dtype, device):
+        B, M, N = shape
+        buf = torch.full((B, M + gap, N), float("nan"), dtype=dtype, device=device)
+        made.append(buf)
+        return buf[:, :M]
+
+    monkeypatch.setattr(batched_tc07, "_new_d", new_d)
+    monkeypatch.setattr(batched_tc07, "_PLANS", {})  # plans made for these strides go with the test
+
+    def untouched(label):
+        for buf in made:
+            M = buf.shape[1] - gap
+            assert torch.isnan(buf[:, M:]).all(), f"{label}: a row past a matrix's last row was written"
+    return untouched
+
+
+SHAPES = [(1, 8, 1), (7, 64, 7), (127, 1000, 127), (1000, 1024, 1000), (1023, 2048, 1023), (2048, 1000, 2048),
+          (127, 7, 1023), (1000, 1023, 7)]  # fmt: skip  (the last two: N not a multiple of 8, register stores)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="tc07's batched build needs sm_90")
+@pytest.mark.parametrize("B", [1, 3, 8])
+@pytest.mark.parametrize("M,N,K", SHAPES)
+@pytest.mark.parametrize("form", ["plain", "shared_a", "shared_b", "bias_gelu", "fp32_out", "beta_c"])
+def test_staged_stores_stay_in_their_matrix(monkeypatch, B, M, N, K, form):
+    """Every matrix against float64, D poisoned with NaN and 64 guard rows between matrices (a tile's
+    rows past M are no matrix's); and the same bits as the register build (TMA_STORE off)."""
+    dt = torch.bfloat16
+    label = f"B={B} M={M} N={N} K={K} form={form}"
+    a = torch.randn(M, K, device="cuda", dtype=dt) if form == "shared_a" else torch.randn(B, M, K, device="cuda", dtype=dt)
+    b = torch.randn(K, N, device="cuda", dtype=dt) if form == "shared_b" else torch.randn(B, K, N, device="cuda", dtype=dt)
+    kw, c = {}, None
+    if form == "bias_gelu":
+        kw = dict(bias=torch.randn(N, device="cuda", dtype=dt), activation="gelu")
+    if form == "fp32_out":
+        kw = dict(out_dtype=torch.float32)
+    if form == "beta_c":
+        c = torch.randn(B, M, N, device="cuda", dtype=dt)
+        kw = dict(alpha=0.5, beta=-1.0)
+    untouched = _gapped_d(monkeypatch, 64)
+    d = gemmlab.bmm(a, b, c, one_launch=True, **kw)
+    with batched_tc07.staged_stores(False):
+        d_regs = gemmlab.bmm(a, b, c, one_launch=True, **kw)
+    torch.cuda.synchronize()
+    untouched(label)
+    a3 = a.expand(B, M, K) if a.dim() == 2 else a
+    b3 = b.expand(B, K, N) if b.dim() == 2 else b
+    ref = kw.get("alpha", 1.0) * torch.matmul(a3.double(), b3.double())
+    if c is not None:
+        ref = ref + kw["beta"] * c.double()
+    if form == "bias_gelu":
+        ref = torch.nn.functional.gelu(ref + kw["bias"].double())
+    assert not torch.isnan(d).any(), f"{label}: an element of D was never written"
+    for i in range(B):
+        scale = ref[i].abs().max().clamp_min(1.0)
+        err = (d[i].double() - ref[i]).abs().max() / scale
+        assert err < BF16_TOL, f"{label} matrix {i}: max error {err:.3g}"
+    assert torch.equal(d, d_regs), f"{label}: the staged and register builds differ"

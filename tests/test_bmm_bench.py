@@ -133,7 +133,7 @@ def test_help_lists_the_command_and_its_options():
     assert top.exit_code == 0 and "bmm-bench" in top.output
     res = runner.invoke(app, ["bmm-bench", "--help"])
     assert res.exit_code == 0, res.output
-    for option in ("--sweep", "--dtype", "--out", "sweeps/bmm/grid.toml"):
+    for option in ("--sweep", "--dtype", "--out", "--register-stores", "sweeps/bmm/grid.toml"):
         assert option in res.output
 
 
@@ -160,6 +160,8 @@ def test_a_wrong_result_is_refused_before_timing():
         with pytest.raises(RuntimeError, match=rf"B=2 M=3 N=4 K=5 bf16 \({key}\).*not timed"):
             refuse_wrong("B=2 M=3 N=4 K=5 bf16", dict(ok, **{key: value}), 1e-2)
     refuse_wrong("B=2 M=3 N=4 K=5 bf16", dict(ok, torch=0.5), 1e-2)  # torch's own error is recorded, not judged
+    with pytest.raises(RuntimeError, match=r"\(registers\).*not timed"):  # --register-stores' side too
+        refuse_wrong("B=2 M=3 N=4 K=5 bf16", dict(ok, registers=0.5), 1e-2)
 
 
 def test_rel_fro_is_the_frobenius_norm_of_the_difference_over_the_reference():
@@ -181,3 +183,12 @@ def test_the_bench_runs_and_writes_its_record(tmp_path):
         assert r["ms"] > 0 and r["per_matrix_ms"] > 0 and r["torch_ms"] > 0
         assert r["vs_torch"] == pytest.approx(r["torch_ms"] / r["ms"])
     assert "| 5 | 129x200x1000 |" in bmm_table(load_run(path))
+
+
+@pytest.mark.gpu
+def test_the_bench_times_the_register_build_beside_the_staged_one(tmp_path):
+    sweep = tmp_path / "small.toml"
+    sweep.write_text('tag = "bmm-regs"\ndtypes = ["bf16"]\nreps = 3\nshapes = [{ B = 4, M = 129, N = 256, K = 512 }]\n')
+    [(path, [r])] = run_bmm_bench(read_bmm_sweep(sweep), tmp_path, registers=True)
+    assert r["errors"]["registers"] < 1e-2 and r["registers_ms"] > 0
+    assert r["registers_vs_torch"] == pytest.approx(r["torch_ms"] / r["registers_ms"])

@@ -8,6 +8,9 @@ error, against the bf16/fp16 bound of gemmlab.reference); a wrong result raises 
 The three run without autograd, in the same interleaved rounds with L2 flushed before each, each
 round queued behind a gate (bench.timing.HostGate), so the times are the GPU's: host time a call
 is gemmlab overhead's to measure (gemmlab overhead), not this benchmark's.
+With registers=True (bmm-bench --register-stores) the one-launch path is timed a second time in the
+same rounds with its staged TMA-store epilogue off (batched_tc07.staged_stores(False): the build that
+writes D from registers), as `registers`: before and after the staged epilogue, in one process.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from .. import batched_tc07
 from ..batched import bmm
 from ..reference import TOLERANCES
 from . import environment
@@ -29,6 +33,7 @@ SWEEP_KEYS = {"tag", "dtypes", "batches", "squares", "shapes", "reps", "warmup"}
 SHAPE_KEYS = {"B", "M", "N", "K"}
 BMM_DTYPES = ("bf16", "fp16")  # what the one-launch path takes
 SIDES = ("one_launch", "per_matrix", "torch")  # the three timed, as records name them
+REGISTERS = "registers"  # the one-launch path with register stores (registers=True), as records name it
 
 
 def read_bmm_sweep(path: Path) -> dict:
@@ -65,14 +70,19 @@ def rel_fro(d: torch.Tensor, ref: torch.Tensor) -> float:
 def refuse_wrong(case: str, errors: dict[str, float], bound: float) -> None:
     """Raise where either gemmlab path's error (SIDES' first two) is over the bound or NaN: a wrong
     result is never timed."""
-    for key in SIDES[:2]:
+    for key in [*SIDES[:2], *([REGISTERS] if REGISTERS in errors else [])]:
         if not errors[key] <= bound:  # (NaN too)
             raise RuntimeError(f"{case} ({key}): relative Frobenius error {errors[key]:.2e} against torch.bmm in "
                                f"float64, over {bound:.0e} (torch.bmm's: {errors['torch']:.2e}); not timed")  # fmt: skip
 
 
+def _register_stores(a, b):
+    with batched_tc07.staged_stores(False):
+        return bmm(a, b, one_launch=True)
+
+
 def bmm_case(batch: int, M: int, N: int, K: int, dtype_name: str, reps: int, warmup: int, flusher,
-             device: str = "cuda", gate: HostGate | None = None) -> dict:  # fmt: skip
+             device: str = "cuda", gate: HostGate | None = None, registers: bool = False) -> dict:  # fmt: skip
     """One batch of products: the errors of all three against torch.bmm in float64, then the median
     times of gemmlab.bmm in one launch, gemmlab.bmm per matrix and torch.bmm. The record's ms,
     tflops and vs_torch are the one-launch path's; per_matrix_* and torch_* the others'."""
@@ -86,6 +96,8 @@ def bmm_case(batch: int, M: int, N: int, K: int, dtype_name: str, reps: int, war
         "per_matrix": lambda: bmm(a, b, one_launch=False),
         "torch": lambda: torch.bmm(a, b),
     }
+    if registers:
+        fns[REGISTERS] = lambda: _register_stores(a, b)
     with torch.no_grad():
         ref = torch.bmm(a.double(), b.double())  # [B, M, N] float64, of the same rounded inputs
         errors = {key: rel_fro(fn(), ref) for key, fn in fns.items()}  # (compiles gemmlab's builds too)
@@ -96,7 +108,11 @@ def bmm_case(batch: int, M: int, N: int, K: int, dtype_name: str, reps: int, war
             raise RuntimeError(f"B={batch} M={M} N={N} K={K}: the host took over {gate.limit_s} s to queue a round of launches")
     ms = {key: median(v) for key, v in times.items()}
     flops = 2.0 * batch * M * N * K
-    return dict(
+    extra = {}
+    if registers:
+        extra = dict(registers_ms=ms[REGISTERS], registers_times_ms=times[REGISTERS],
+                     registers_tflops=flops / ms[REGISTERS] / 1e9, registers_vs_torch=ms["torch"] / ms[REGISTERS])  # fmt: skip
+    return extra | dict(
         B=batch, M=M, N=N, K=K, dtype=dtype_name, reps=reps,
         ms=ms["one_launch"], per_matrix_ms=ms["per_matrix"], torch_ms=ms["torch"],
         times_ms=times["one_launch"], per_matrix_times_ms=times["per_matrix"], torch_times_ms=times["torch"],
@@ -107,8 +123,8 @@ def bmm_case(batch: int, M: int, N: int, K: int, dtype_name: str, reps: int, war
     )  # fmt: skip
 
 
-def run_bmm_bench(sweep: dict, out_root: Path, device_id: int = 0,
-                  on_record: Callable[[dict], None] | None = None) -> list[tuple[Path, list[dict]]]:  # fmt: skip
+def run_bmm_bench(sweep: dict, out_root: Path, device_id: int = 0, on_record: Callable[[dict], None] | None = None,
+                  registers: bool = False) -> list[tuple[Path, list[dict]]]:  # fmt: skip
     """Every dtype of the sweep into its own record file (tag-<time>.json under the GPU's folder),
     rewritten after each case, so an interrupted run keeps what it measured."""
     if not torch.cuda.is_available():
@@ -122,6 +138,6 @@ def run_bmm_bench(sweep: dict, out_root: Path, device_id: int = 0,
                     gate="round")  # each round of timed launches queued behind a HostGate (bench.timing)  # fmt: skip
         path = results_path(out_root, meta, sweep["tag"])
         cases = [partial(bmm_case, batch, M, N, K, dtype_name, sweep["reps"], sweep["warmup"], flusher,
-                         f"cuda:{device_id}", gate) for batch, M, N, K in sweep["cases"]]  # fmt: skip
+                         f"cuda:{device_id}", gate, registers) for batch, M, N, K in sweep["cases"]]  # fmt: skip
         done.append((path, record_cases(path, meta, cases, on_record)))
     return done

@@ -529,6 +529,7 @@ def bmm_bench_cmd(
     sweep: Path = typer.Option(Path("sweeps/bmm/grid.toml"), help="a bmm sweep file: batches crossed with squares, shapes, dtypes"),
     dtype: Optional[list[str]] = typer.Option(None, help="bf16 or fp16 (repeatable); default the sweep's"),
     out: Path = _out_option("bmm"),
+    register_stores: bool = typer.Option(False, "--register-stores", help="time the one-launch path a second time with its staged TMA-store epilogue off (the register build), in the same rounds"),
 ) -> None:
     """Time gemmlab.bmm, in one launch and per matrix, against torch.bmm on a sweep of batches."""
     _require_gpu()
@@ -544,8 +545,9 @@ def bmm_bench_cmd(
         spec["dtypes"] = list(dtype)
     progress = _numbered(len(spec["dtypes"]) * len(spec["cases"]),
                          lambda r: f"{r['dtype']} B={r['B']} {r['M']}x{r['N']}x{r['K']}: {r['vs_torch']:.2f}x torch.bmm "
-                                   f"in one launch, {r['per_matrix_vs_torch']:.2f}x per matrix")  # fmt: skip
-    for path, _ in run_bmm_bench(spec, out, on_record=progress):
+                                   f"in one launch, {r['per_matrix_vs_torch']:.2f}x per matrix"
+                                   + (f", {r['registers_vs_torch']:.2f}x with register stores" if "registers_ms" in r else ""))  # fmt: skip
+    for path, _ in run_bmm_bench(spec, out, on_record=progress, registers=register_stores):
         console.print(bmm_table(load_run(path)), markup=False, highlight=False)
         console.print(f"record: {path}")
 
