@@ -33,11 +33,15 @@ def bmm_table(run: dict) -> str:
     """A bmm-bench run (one dtype): rows the cases; the one-launch path's rate, torch.bmm's, both
     paths' ratios to torch.bmm, and the one-launch result's error; then the summary line."""
     recs = run["records"]
-    lines = ["| B | M x N x K | TFLOP/s | torch.bmm TFLOP/s | one launch vs torch.bmm | per matrix vs torch.bmm | error |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    # a run with --register-stores: the one launch storing from registers, timed in the same rounds
+    registers = all("registers_vs_torch" in r for r in recs)
+    extra = " register stores vs torch.bmm |" if registers else ""
+    lines = ["| B | M x N x K | TFLOP/s | torch.bmm TFLOP/s | one launch vs torch.bmm | per matrix vs torch.bmm |" + extra
+             + " error |", "|---|---|---|---|---|---|" + ("---|" if registers else "") + "---|"]  # fmt: skip
     for r in recs:
+        cell = f" {r['registers_vs_torch']:.2f}x |" if registers else ""
         lines.append(f"| {r['B']} | {r['M']}x{r['N']}x{r['K']} | {r['tflops']:.0f} | {r['torch_tflops']:.0f} | "
-                     f"{r['vs_torch']:.2f}x | {r['per_matrix_vs_torch']:.2f}x | {r['errors']['one_launch']:.1e} |")  # fmt: skip
+                     f"{r['vs_torch']:.2f}x | {r['per_matrix_vs_torch']:.2f}x |{cell} {r['errors']['one_launch']:.1e} |")  # fmt: skip
     summary = bmm_summary(recs)
     means = ", ".join(f"**{s['geomean']:.2f}x** {RATIOS[key]} (lowest {s['lowest']:.2f}x, {_case(s['lowest_case'])})"
                       for key, s in summary.items())  # fmt: skip
