@@ -24,7 +24,7 @@ bias over D's columns and an activation are fused into the epilogue (POST), as g
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+import sys
 from typing import NamedTuple
 
 import torch
@@ -32,6 +32,7 @@ from torch import Tensor
 
 from . import jit, launch, tma
 from .activations import ACTIVATIONS, post_code
+from .settings import setting
 from .specs.base import GemmConfig, cdiv
 from .specs.persistent import TC_07_BATCHED
 
@@ -45,16 +46,10 @@ MAX_TILES = 2**31 - 1  # the kernel counts the batch's tiles in a 32-bit int
 TMA_STORE = True
 
 
-@contextmanager
 def staged_stores(on: bool = True):
     """Within it, calls take the staged TMA-store build where D permits (on) or never (off);
     TMA_STORE as it was after."""
-    global TMA_STORE
-    before, TMA_STORE = TMA_STORE, on
-    try:
-        yield
-    finally:
-        TMA_STORE = before
+    return setting(sys.modules[__name__], "TMA_STORE", on)
 
 
 def config_for(N: int, ta: int, tb: int, *, staged: bool = False, beta: float = 0.0) -> GemmConfig:

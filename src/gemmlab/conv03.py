@@ -23,8 +23,8 @@ the bytes a TMA store does. Turn it off (conv03.TMA_STORE = False) or run within
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 import ctypes
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -33,6 +33,7 @@ from torch import Tensor
 
 from . import jit, launch, tma
 from .activations import post_code
+from .settings import setting
 from .specs.conv import CONV03_BK, CONV_03, conv03_config, conv03_tile_config
 
 # Launch the persistent build (plans are kept apart by it); False: one tile a block.
@@ -132,27 +133,15 @@ def stores_staged(K: int) -> bool:
     return TMA_STORE and tma.output_map_params(1, K) is not None
 
 
-@contextmanager
 def staged_stores(on: bool = True):
     """Within it, plans take the staged TMA-store epilogue where they can (on) or never (off);
     TMA_STORE as it was after."""
-    global TMA_STORE
-    before, TMA_STORE = TMA_STORE, on
-    try:
-        yield
-    finally:
-        TMA_STORE = before
+    return setting(sys.modules[__name__], "TMA_STORE", on)
 
 
-@contextmanager
 def on_tile(tile: tuple[int, int] | None):
     """Within it, every plan takes this tile of CONV03_TILES (None: the rule's); TILE as it was after."""
-    global TILE
-    before, TILE = TILE, tile
-    try:
-        yield
-    finally:
-        TILE = before
+    return setting(sys.modules[__name__], "TILE", tile)
 
 
 def describe(plan: Plan) -> dict:
