@@ -333,9 +333,16 @@ def _im2col_problem(case: ConvCase, g: dict):
     of the GPU's SM count where there is one."""
     from .problem import problem_from_tensors
 
+    from .conv import _aligned_rows
+
     dtype, rsc = DTYPES[case.dtype], case.C * case.R * case.S
-    a = torch.empty(g["N"] * g["P"] * g["Q"], rsc, dtype=dtype, device="meta")
-    b = torch.empty(case.K, rsc, dtype=dtype, device="meta").t()  # the filter matrix, read transposed
+    like = torch.empty(0, dtype=dtype, device="meta")
+    # the rows spaced to 16 bytes, as im2col(aligned=True) and filter_matrix(aligned=True) lay them out
+    # on a GPU, except a 1x1 filter at stride 1 without padding: x's own memory, C to a row
+    rows = g["N"] * g["P"] * g["Q"]
+    view = case.R == case.S == 1 and g["stride"] == (1, 1) and not any(g["pads"])
+    a = torch.empty(rows, rsc, dtype=dtype, device="meta") if view else _aligned_rows(rows, rsc, like)
+    b = _aligned_rows(case.K, rsc, like).t()  # the filter matrix, read transposed
     return replace(problem_from_tensors(a, b, device_type="meta"), device=torch.device("cuda"))
 
 
