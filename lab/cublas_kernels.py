@@ -4,7 +4,7 @@ memory the trace records, and their durations. The names of cuBLAS's Hopper kern
 tile, stages and cluster shape (e.g. nvjet_sm90_tst_256x128_64x4_1x2_...: a 256 x 128 tile, K
 stages of 64, four of them, clusters of 1 x 2).
 
-  PYTHONPATH=src python3 lab/cublas_kernels.py [--tf32] [--layout nt] SHAPE...
+  PYTHONPATH=src python3 lab/cublas_kernels.py [--tf32 | --dtype fp32] [--layout nt] SHAPE...
 
 SHAPE: 'MxNxK' or one size for a square. Writes $OUT/probe-cublas-kernels-<dtype>-<layout>-<time>.json."""
 import argparse
@@ -57,10 +57,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("shapes", nargs="+")
     p.add_argument("--tf32", action="store_true", help="float32 inputs with TF32 allowed (else bf16)")
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
+                   help="fp32: float32 with TF32 off (cuBLAS SGEMM)")
     p.add_argument("--layout", default="nn", choices=("nn", "nt"))
     args = p.parse_args()
-    dtype = torch.float32 if args.tf32 else {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    dtype = torch.float32 if args.tf32 else {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     dev = torch.device("cuda", 0)
     record = dict(name="cublas-kernels", dtype=str(dtype), tf32=args.tf32, layout=args.layout,

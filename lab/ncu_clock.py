@@ -21,9 +21,11 @@ def run(shape: str, requests: list[str]) -> None:
     from gemmlab.bench.run import parse_kernel_config
 
     M, N, K = (int(x) for x in shape.lower().split("x"))
-    # NCU_DTYPE=tf32: float32 operands multiplied as TF32 (tc08; cuBLAS with TF32 on); else bf16
+    # NCU_DTYPE=tf32: float32 operands multiplied as TF32 (tc08; cuBLAS with TF32 on); fp32: float32
+    # with FFMA math (the sgemm steps; cuBLAS SGEMM, TF32 off); else bf16
     tf32 = os.environ.get("NCU_DTYPE") == "tf32"
-    dtype = torch.float32 if tf32 else torch.bfloat16
+    fp32 = os.environ.get("NCU_DTYPE") == "fp32"
+    dtype = torch.float32 if tf32 or fp32 else torch.bfloat16
     torch.backends.cuda.matmul.allow_tf32 = tf32
     a = (torch.rand(M, K, device="cuda") * 2 - 1).to(dtype)
     # NCU_LAYOUT=nt: B a transposed view of an [N][K] matrix (x @ w.t()); else row-major
