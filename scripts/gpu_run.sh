@@ -18,6 +18,7 @@
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
 # "conv-sanitize" compute-sanitizer's memcheck, racecheck and synccheck over conv03 (scripts/conv_sanitize.py),
+# "bmm-sanitize" the same over tc07's batched build, both epilogues (scripts/bmm_sanitize.py),
 # "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000: 86 s on an H100; conv02, conv03 and im2col
 # in their risky regimes against float64 and cuDNN; CONV_FUZZ_SECONDS at most, default 420, after compiling the
 # builds the cases launch), failing on any wrong one or on fewer convolutions than that):
@@ -137,6 +138,20 @@ if want conv-sanitize; then
       | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
       | tee -a "$LOG"
     [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool conv03"
+  done
+fi
+
+# tc07's batched build (bmm in one launch): the same three tools, the staged epilogue (rank-3 map
+# over D) and the register one, every persistent block walking several tiles across batch entries
+# (scripts/bmm_sanitize.py)
+if want bmm-sanitize; then
+  step "compute-sanitizer: memcheck, racecheck and synccheck over tc07's batched build, several tiles a block"
+  for tool in memcheck racecheck synccheck; do
+    exitcode=(); [[ "$tool" == memcheck ]] || exitcode=(--error-exitcode 99)
+    compute-sanitizer --tool $tool "${exitcode[@]}" --print-limit 20 python3 scripts/bmm_sanitize.py 2>&1 \
+      | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
+      | tee -a "$LOG"
+    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool bmm one launch"
   done
 fi
 
