@@ -100,6 +100,10 @@ class KernelSpec:
     # Kernels that pass partial results between blocks (stream-K, split K) take a workspace after D:
     # fp32 elements and uint32 flags, their counts from the config and the grid launched.
     workspace: Callable[[GemmConfig, Dim3], tuple[int, int]] | None = field(default=None, repr=False)
+    # Kernels whose runs along K may leave their fp32 parts in the workspace for a second kernel to
+    # add and write D (step 12 with RED = 1): whether a config launched on this grid does. gemm() then
+    # launches that reduction (gemmlab.reduce) behind the kernel, on the same stream.
+    parts_reduced: Callable[[GemmConfig, Dim3], bool] | None = field(default=None, repr=False)
     # Kernels whose grid splits K into gridDim.y runs (tc10): how many, for a problem, config and
     # the device's SM count; the grid is spec.grid's with that many rows. None: gridDim.y as given.
     k_runs: Callable[[GemmProblem, GemmConfig, int], int] | None = field(default=None, repr=False)

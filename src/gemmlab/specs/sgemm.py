@@ -325,13 +325,37 @@ SGEMM_12 = KernelSpec(
     source="sgemm/12_split_k.cu",
     entry="sgemm_split_k",
     params=(*SGEMM_11.params, Param("SPLIT", 1, "1: K may be split into runs (gridDim.y); 0: one run, without the split code"),
-            Param("PV", 4, "floats a store or load of a split's fp32 parts moves: 4 (float4) or 1")),
+            Param("PV", 4, "floats a store or load of a split's fp32 parts moves: 4 (float4) or 1"),
+            Param("RED", 0, "0: the last run of a tile adds the parts; 1: the runs store their parts and a "
+                            "second kernel (SPLIT_K_REDUCE) adds them over the whole GPU (needs SPLIT = 1)")),
     block=SGEMM_11.block,
     grid=lambda M, N, c: (cdiv(N, c["BN"]) * cdiv(M, c["BM"]), 1, 1),
     check_config=lambda c: _first_failure((c["SPLIT"] in (0, 1), "SPLIT must be 0 or 1"),
-                                          (c["PV"] in (4, 1), "PV must be 4 or 1")) or _check_11(c),  # fmt: skip
+                                          (c["PV"] in (4, 1), "PV must be 4 or 1"),
+                                          (c["RED"] in (0, 1), "RED must be 0 or 1"),
+                                          (c["SPLIT"] == 1 or c["RED"] == 0, "RED = 1 needs SPLIT = 1 (K split into runs)"),
+                                          ) or _check_11(c),  # fmt: skip
     seeds="past the seeds: split-K (CUTLASS's parallel and serial split-K reductions); tc10's last-run sum",
     # a BM x BN fp32 part a block of a split grid, a counter a tile
     workspace=lambda c, grid: (grid[0] * grid[1] * c["BM"] * c["BN"], grid[0]) if grid[1] > 1 else (0, 0),
     k_runs=split_k_runs,
+    parts_reduced=lambda c, grid: c["RED"] == 1 and grid[1] > 1,
+)
+
+
+# Step 12's reduction pass (RED = 1). Not a GEMM: not in the registry; gemm() launches it behind every
+# split launch of a RED = 1 config (gemmlab.reduce).
+SPLIT_K_REDUCE = KernelSpec(
+    id="sgemm_12_split_k_reduce",
+    epilogues=True,
+    step=0,
+    title="split-K reduction",
+    idea="not a GEMM: each element's fp32 parts of step 12's runs added in run order, then the epilogue, a float4 of D a thread",
+    source="sgemm/12_split_k_reduce.cu",
+    entry="sgemm_split_k_reduce",
+    params=(Param("THREADS", 256, "threads a block; a thread adds and writes four consecutive elements of a row of D"),),
+    block=lambda c: (c["THREADS"], 1, 1),
+    grid=lambda M, N, c: (cdiv(M * cdiv(N, 4), c["THREADS"]), 1, 1),
+    check_config=lambda c: None if c["THREADS"] % 32 == 0 and 32 <= c["THREADS"] <= 1024 else "THREADS must be whole warps, 32..1024",
+    seeds="CUTLASS's parallel split-K reduction; cuBLAS's splitKreduce_kernel",
 )

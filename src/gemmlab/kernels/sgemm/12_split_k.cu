@@ -8,7 +8,9 @@
 // a block writes its tile through the epilogue as step 11 does. With several, each run writes its
 // fp32 part to a workspace and counts itself in; the last run of a tile to arrive adds every part
 // in run order -- its own too, read back from the workspace -- so the sum, and D, have the same
-// bits whichever run comes last and at every launch.
+// bits whichever run comes last and at every launch. With RED = 1 no run adds up: every run writes
+// its part and returns, and a second kernel (12_split_k_reduce.cu) adds the parts of each element in
+// run order, over the whole GPU, and writes D: the serial sum no longer caps the runs at few tiles.
 //
 // The main loop is step 11's, written out again: with it moved into a device function both kernels
 // shared, ptxas scheduled the same instructions otherwise and step 11 ran 10% slower at 2048^3 and
@@ -21,9 +23,12 @@
 // registers, an assignment whose main loop reads many FFMA operand pairs from one register bank;
 // one keeps step 11's assignment (docs/notes/split-k-register-banks.md). WS: fp32 parts, BM x BN a block of a split
 // grid; FLAGS: one counter a tile, zero between launches (the last run to arrive resets it).
+// RED: 0, the last run of a tile adds the parts up (above); 1, the parts are laid out as row-major
+// matrices, [gridDim.x * BM * BN] floats a run ([tiles down * BM][tiles across * BN]), for the
+// reduction kernel to add: every run stores its part there and is done (no counters).
 // The occupancy the runs model counts on (gemmlab.specs.sgemm.SPLIT_K_TILES): five 64 x 64 blocks an
 // SM, two 128 x 128, one 256 x 128.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT, int PV, int POST = 0>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT, int PV, int RED, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, BM * BN <= 64 * 64 ? 5 : BM * BN <= 128 * 128 ? 2 : 1)
 sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
               unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
@@ -44,6 +49,7 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
     static_assert(BK % 4 == 0 && BN % 4 == 0, "tile rows are read from global memory as float4");
     static_assert(PAD >= 0 && PAD % 4 == 0, "PAD must keep the rows of sA 16-byte aligned");
     static_assert(PV == 4 || PV == 1, "a part's accesses move a float4 or a float");
+    static_assert(RED == 0 || (RED == 1 && SPLIT == 1), "RED: 0, or 1 with SPLIT = 1");
     __shared__ __align__(16) float sA[2][BK][BM + PAD];  // [buffer][k][m]: slices of A, transposed
     __shared__ __align__(16) float sB[2][BK][BN];        // [buffer][k][n]: slices of B
 
@@ -106,6 +112,20 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
         buf ^= 1;
     }
     if (SPLIT && runs > 1) {
+        if constexpr (RED == 1) {  // row m, column n of run's part at run * gridDim.x * BM * BN + m * ldw + n
+            const int ldw = tiles_n * BN;
+            float* mine = WS + static_cast<size_t>(run) * gridDim.x * BM * BN;
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+#pragma unroll
+                for (int j = 0; j < TN; j += 4) {  // four consecutive columns: one float4 (ldw, n: multiples of 4)
+                    const int m = row0 + tm + i / 4 * TM_STRIDE + i % 4, n = col0 + tn + j / 4 * TN_STRIDE;
+                    __stcg(reinterpret_cast<float4*>(mine + gemmlab::offset(m, n, ldw)),
+                           make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+                }
+            }
+            return;  // the tiles overhanging M or N store their whole part too: nobody reads past M x N
+        }
         // Part of run s: float4 p of thread tid at part(s) + p * THREADS + tid (coalesced).
         auto part = [&](int s) {
             return reinterpret_cast<float4*>(WS) + (static_cast<size_t>(s) * gridDim.x + tile) * PART4 * THREADS;
