@@ -7,7 +7,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import jit, launch, registry, split, tma
+from . import jit, launch, reduce, registry, split, tma
 from .activations import apply_post, post_code
 from .configs import _choice_key, select
 from .configs.rules import problem_flags, wide_d
@@ -38,6 +38,9 @@ def compile_jobs(problems) -> list[tuple]:
         jobs.setdefault(spec.name_expression(cfg, *types), (spec, cfg, *types))
         for job in split.split_jobs(problem) if spec.split_operands else ():  # 3xTF32's pre-pass
             jobs.setdefault(job[0].name_expression(job[1]), job)
+        if spec.parts_reduced is not None and cfg.as_dict().get("RED"):  # step 12's reduction pass
+            job = reduce.reduce_job()
+            jobs.setdefault(job[0].name_expression(job[1]), job[:4])
     return list(jobs.values())
 
 
@@ -184,6 +187,7 @@ class _Plan(NamedTuple):
     wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (configs.rules.wide_d), 0: in place
     copy: tuple = ()  # the inputs ("a", "b") a staged kernel copies on every call, for TMA to read
     post: int = 0  # the fused epilogue the kernel was built with (activations.post_code); 0: none
+    reduction: reduce.Reduction | None = None  # the pass that adds the runs' parts and writes D (step 12, RED = 1)
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -230,7 +234,8 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, post: in
     if spec.k_runs is not None:  # K split into gridDim.y runs (tc10)
         grid = (grid[0], spec.k_runs(problem, cfg, sm_count(device_id)), grid[2])
     copy = operands_to_copy(problem) if spec.staged and spec.tma else ()
-    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy, post)
+    reduction = reduce.plan(spec, cfg, M, N, grid, device_id, post)
+    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy, post, reduction)
 
 
 _PLAN_MAPS_MAX = 64  # address triples remembered per plan
@@ -269,9 +274,13 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor 
             if len(plan.maps) >= _PLAN_MAPS_MAX:
                 plan.maps.clear()
             plan.maps[key] = maps
+    ws = _workspace(plan)
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
-                  d.data_ptr(), *_workspace_args(_workspace(plan)), *plan.tail, *_bias_args(plan, bias),
+                  d.data_ptr(), *_workspace_args(ws), *plan.tail, *_bias_args(plan, bias),
                   cluster=plan.cluster)  # fmt: skip
+    if plan.reduction is not None:  # the runs' parts, added up into D behind the split kernel
+        reduce.launch_reduction(plan.reduction, plan.device_id, ws[0].data_ptr(), plan.grid[1], c_ptr, d.data_ptr(),
+                                plan.tail, *_bias_args(plan, bias))  # fmt: skip
     if plan.wide_d:
         out.copy_(d[:, : problem.N])
     # Only now may the copies go back to torch's allocator: the kernel is queued behind them on this
@@ -437,6 +446,9 @@ def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, 
 
     def relaunch():
         launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)
+        if plan.reduction is not None:  # (step 12, RED = 1)
+            reduce.launch_reduction(plan.reduction, plan.device_id, ws[0].data_ptr(), plan.grid[1], c_ptr,
+                                    out.data_ptr(), plan.tail, 0)  # fmt: skip
 
     relaunch.held = held
     return relaunch

@@ -75,7 +75,7 @@ def _split_config(spec: KernelSpec, problem: GemmProblem, cfg: GemmConfig) -> Ge
 
 def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
     """Every config 'auto' can launch a kernel with: its default, those of its size rules and, for
-    tc07, its other tiles; step 12's candidate tiles, step 13's config for each row count MR and step
+    tc07, its other tiles; step 12's candidate tiles (each with RED = 0 and 1), step 13's config for each row count MR and step
     14's for each column count NC;
     for tc08 and tc09 their split instantiations, tc08's single blocks for narrow problems and its
     tiles for small ones (TC08_TILES)."""
@@ -89,7 +89,7 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), **TILE192_DEEP}.items()))) for c in out
                 if (c["BM"], c["BN"]) == (128, 192)]  # one tile a block: _tile192_deep
     if spec.id == "sgemm_12_split_k":
-        out = split_k_tiles(1) + split_k_tiles(0)
+        out = split_k_tiles(1) + split_k_tiles(1, 1) + split_k_tiles(0)
     if spec.id == "sgemm_13_few_rows":
         out = few_rows_configs()
     if spec.id == "sgemm_14_few_columns":  # one config a column count NC

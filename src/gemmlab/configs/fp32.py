@@ -14,25 +14,29 @@ from ..specs.sgemm_cols import FEW_COLUMNS_B_FLOATS, FEW_COLUMNS_MAX_N, FEW_COLU
 from .rules import _rule_config, _size_rule_config
 
 
-def split_k_tiles(split: int = 1) -> list[GemmConfig]:
-    """Step 12's candidate tiles (SPLIT_K_TILES), as configs that may split K (split = 1) or not."""
+def split_k_tiles(split: int = 1, red: int = 0) -> list[GemmConfig]:
+    """Step 12's candidate tiles (SPLIT_K_TILES), as configs that may split K (split = 1) or not, and
+    whose parts the last run adds (red = 0) or the reduction pass (red = 1, with split = 1)."""
     spec = registry.get("sgemm_12_split_k")
-    return [_rule_config(spec, tuple(sorted({**o, "SPLIT": split}.items()))) for o, _, _ in SPLIT_K_TILES.values()]
+    return [_rule_config(spec, tuple(sorted({**o, "SPLIT": split, "RED": red}.items())))
+            for o, _, _ in SPLIT_K_TILES.values()]  # fmt: skip
 
 
 def split_k_config(problem: GemmProblem) -> GemmConfig:
-    """The tile whose best run count split_k_time models fastest for the problem (the larger tile
-    on a tie); its SPLIT = 0 instantiation where that count is one."""
+    """The tile and reduction (RED = 0: the last run; 1: the pass) whose best run count
+    split_k_time models fastest for the problem (the larger tile, then RED = 0, on a tie); its
+    SPLIT = 0 instantiation where that count is one."""
     sms = sm_count_of(problem.device)
     M, N, K = problem.M, problem.N, problem.K
 
     def best(c: GemmConfig) -> float:
         return split_k_time(M, N, K, c, split_k_runs(problem, c, sms), sms)
 
-    cfg = min(split_k_tiles(), key=lambda c: (best(c), -c["BM"] * c["BN"]))
+    cfg = min(split_k_tiles() + split_k_tiles(1, 1), key=lambda c: (best(c), -c["BM"] * c["BN"], c["RED"]))
     if split_k_runs(problem, cfg, sms) > 1:
         return cfg
-    return _rule_config(registry.get("sgemm_12_split_k"), tuple(sorted({**cfg.as_dict(), "SPLIT": 0}.items())))
+    return _rule_config(registry.get("sgemm_12_split_k"),
+                        tuple(sorted({**cfg.as_dict(), "SPLIT": 0, "RED": 0}.items())))  # fmt: skip
 
 
 # Step 13's chunk of K (KC) by rows, from an H100 (gemmlab bench -k 'sgemm_13_few_rows[MR=..,KC=..]',

@@ -293,16 +293,38 @@ SPLIT_K_TILES: dict[tuple[int, int], tuple[dict[str, int], int, float]] = {
 SPLIT_K_MAX_RUNS = 64
 SPLIT_K_BLOCK_COST = 3.0  # K slices' worth of time a block spends outside its main loop
 SPLIT_K_PART_COST = 2.0  # K slices' worth of time to write, or to read back, one tile's part
+# RED = 1 (the runs store their parts, a second kernel adds them up): no tile waits on one block's
+# serial sum, so a tile may take many more runs, each of at least a few slices (a run is a block's
+# fixed cost plus its share of K). The reduction is a pass over bytes: every run's part (the padded
+# tiles, BM x BN a tile) written and read back once, D written once, at SPLIT_K_REDUCE_BYTES a unit of
+# the model's time, plus a fixed cost for its launch and a tail that is latency-bound where D is small
+# (one float4 of D a thread). The unit, one BK = 8 slice of a 256 x 128 tile on an SM of its own, is
+# 2,048 clocks of the SM's 128 FP32 lanes: about 1.5 us on an H100 at the ~80% of peak that steps 11
+# and 12 reach; 4 MB in 1.5 us is ~2.7 TB/s, about the H100's DRAM bandwidth (parts that stay in its
+# 50 MB L2 move faster). Not yet fitted to a timing: no RED = 1 launch has been timed.
+SPLIT_K_RED_MAX_RUNS = 256
+SPLIT_K_RED_MIN_SLICES = 4
+SPLIT_K_REDUCE_BYTES = 4e6
+SPLIT_K_REDUCE_FIXED = 2.0  # a second launch (~3 us with its latency-bound tail)
+
+
+def split_k_reduce_time(M: int, N: int, c: GemmConfig, runs: int) -> float:
+    """Modelled time of the RED = 1 reduction pass, in split_k_time's units."""
+    parts = runs * cdiv(M, c["BM"]) * c["BM"] * cdiv(N, c["BN"]) * c["BN"] * 4  # bytes, written then read
+    return SPLIT_K_REDUCE_FIXED + (2 * parts + 4 * M * N) / SPLIT_K_REDUCE_BYTES
 
 
 def split_k_time(M: int, N: int, K: int, c: GemmConfig, runs: int, sms: int) -> float:
     """Modelled time of step 12 with tile c and K cut into `runs` runs, in units of one BK slice of
     a 256 x 128 tile on an SM of its own: whole waves of blocks, each its share of K's slices plus a
-    block's fixed cost, plus the parts written and, by the last run of a tile, read back."""
+    block's fixed cost, plus the parts written and, by the last run of a tile, read back (RED = 0), or
+    plus the reduction pass (RED = 1: split_k_reduce_time)."""
     _, per_sm, speed = SPLIT_K_TILES.get((c["BM"], c["BN"]), ({}, 1, 0.5))
     tiles, kt = cdiv(M, c["BM"]) * cdiv(N, c["BN"]), max(1, cdiv(K, c["BK"]))
     waves = cdiv(tiles * runs, sms * per_sm)
     slice_time = c["BM"] * c["BN"] * per_sm / (256 * 128 * speed)  # a block's slice, per_sm blocks sharing an SM
+    if runs > 1 and c.as_dict().get("RED", 0):
+        return waves * slice_time * (cdiv(kt, runs) + SPLIT_K_BLOCK_COST) + split_k_reduce_time(M, N, c, runs)
     per_block = cdiv(kt, runs) + SPLIT_K_BLOCK_COST + (SPLIT_K_PART_COST if runs > 1 else 0.0)
     add_up = runs * SPLIT_K_PART_COST * slice_time / per_sm if runs > 1 else 0.0  # the last run, alone on its SM
     return waves * slice_time * per_block + add_up
@@ -310,9 +332,15 @@ def split_k_time(M: int, N: int, K: int, c: GemmConfig, runs: int, sms: int) -> 
 
 def split_k_runs(problem: GemmProblem, c: GemmConfig, sms: int) -> int:
     """The runs along K (gridDim.y) step 12 splits each tile into: the count split_k_time models
-    fastest, each run at least one BK slice; 1 for a SPLIT = 0 config."""
+    fastest, each run at least one BK slice (SPLIT_K_MAX_RUNS at most) or, with RED = 1,
+    SPLIT_K_RED_MIN_SLICES (SPLIT_K_RED_MAX_RUNS at most); 1 for a SPLIT = 0 config."""
     kt = cdiv(problem.K, c["BK"])
-    most = max(1, min(SPLIT_K_MAX_RUNS, kt, GRID_YZ_MAX)) if c["SPLIT"] else 1
+    if not c["SPLIT"]:
+        most = 1
+    elif c.as_dict().get("RED", 0):
+        most = max(1, min(SPLIT_K_RED_MAX_RUNS, kt // SPLIT_K_RED_MIN_SLICES, GRID_YZ_MAX))
+    else:
+        most = max(1, min(SPLIT_K_MAX_RUNS, kt, GRID_YZ_MAX))
     return min(range(1, most + 1), key=lambda r: (split_k_time(problem.M, problem.N, problem.K, c, r, sms), r))
 
 
@@ -321,7 +349,7 @@ SGEMM_12 = KernelSpec(
     epilogues=True,
     step=12,
     title="split K",
-    idea="step 11's tiles with K cut into runs that fill the SMs; the last run of a tile adds the fp32 parts in run order (deterministic)",
+    idea="step 11's tiles with K cut into runs that fill the SMs; the last run of a tile (RED = 0) or a second kernel over the whole GPU (RED = 1) adds the fp32 parts in run order (deterministic)",
     source="sgemm/12_split_k.cu",
     entry="sgemm_split_k",
     params=(*SGEMM_11.params, Param("SPLIT", 1, "1: K may be split into runs (gridDim.y); 0: one run, without the split code"),
