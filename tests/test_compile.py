@@ -264,3 +264,20 @@ def test_compile_many_in_threads_yields_what_one_at_a_time_gives(tmp_path, monke
     assert isinstance(threaded[1], jit.CompileError) and "refused by the test" in threaded[1].log
     for a, b in ((alone[0], threaded[0]), (alone[2], threaded[2])):
         assert not b.from_cache and (a.kernel_id, a.cubin, a.usage) == (b.kernel_id, b.cubin, b.usage)
+
+
+def test_split_k_reduction_builds_compile_without_spills():
+    """Step 12 with RED = 1 (the runs store row-major parts and return) for each candidate tile,
+    plain and with SiLU (the longest fused epilogue), and the reduction pass with each epilogue."""
+    from gemmlab.activations import post_code
+    from gemmlab.configs.fp32 import split_k_tiles
+    from gemmlab.specs.sgemm import SPLIT_K_REDUCE
+
+    split = registry.get("sgemm_12_split_k")
+    jobs = [(split, cfg, None, None, post) for cfg in split_k_tiles(1, 1) for post in (0, post_code(True, "silu"))]
+    jobs += [(SPLIT_K_REDUCE, SPLIT_K_REDUCE.default_config(), None, None, post)
+             for post in (0, *(post_code(True, a) for a in (None, "relu", "gelu", "gelu_tanh", "silu")))]  # fmt: skip
+    for job, ck in zip(jobs, jit.compile_many(jobs, ARCH, workers=os.cpu_count() or 1)):
+        assert not isinstance(ck, Exception), f"{job[0].id} {job[1].as_dict()}: {ck}"
+        u = ck.usage
+        assert u.spills == 0 and u.stack_frame == 0 and 1 <= u.registers <= 255, f"{ck.name_expression}: {u}"

@@ -10,7 +10,7 @@ import gemmlab
 from gemmlab import api, registry
 from gemmlab.configs import select
 from gemmlab.configs.fp32 import split_k_tiles
-from gemmlab.problem import problem_from_tensors
+from gemmlab.problem import fresh_problem, problem_from_tensors
 from gemmlab.reference import check_result
 from gemmlab.specs.sgemm import SPLIT_K_MAX_RUNS, split_k_runs
 from gemmlab.specs.sgemm_rows import few_rows_runs
@@ -129,6 +129,196 @@ def test_scalar_parts_give_the_same_bits_as_float4_parts(M, N, K):
             assert check_result(out, a, b, c, 0.5, -1.5).passed, (cfg.as_dict(), pv)
             outs.append(out)
         assert torch.equal(*outs), cfg.as_dict()
+
+
+# Step 12's reduction pass (RED = 1): the runs store their parts, a second kernel adds them up
+from gemmlab.specs.sgemm import SPLIT_K_RED_MAX_RUNS, SPLIT_K_RED_MIN_SLICES, SPLIT_K_REDUCE  # noqa: E402
+
+
+def cpu_problem(M, N, K):
+    """A problem of these sizes as 'auto' sees it on a GPU (the choice reads only shapes and strides)."""
+    return fresh_problem(M, N, K, torch.float32)
+
+
+def split_choice(M, N, K):
+    """(kernel id, config, runs) 'auto' launches for the problem."""
+    problem = cpu_problem(M, N, K)
+    spec, cfg = select(problem, device="cuda")
+    return spec.id, cfg, split_k_runs(problem, cfg, 132) if spec.id == SPLIT.id else 1
+
+
+# The shapes docs/notes/fp32-split-k-and-few-rows.md lists step 12 behind cuBLAS at (cuBLAS splits K
+# 128 and 64 ways at the first three, with a separate reduction kernel: an H100 torch.profiler run),
+# and shapes whose choice the reduction pass must leave alone. The runs are the model's picks.
+@pytest.mark.parametrize("M,N,K,kernel,red,least_runs", [
+    (64, 64, 131072, SPLIT.id, 1, 64),   # one tile: the last-run sum capped it at 64 runs
+    (256, 256, 65536, SPLIT.id, 1, 64),
+    (128, 512, 32768, SPLIT.id, 1, 64),
+    (1024, 1024, 16384, SPLIT.id, 0, 2),  # a few runs: the serial sum is short (cuBLAS splits 4 ways here)
+    (32, 8192, 8192, SPLIT.id, 0, 2),
+    (64, 4096, 4096, SPLIT.id, 0, 2),
+    (512, 512, 512, SPLIT.id, 0, 2),     # unchanged by the pass
+    (4096, 4096, 4096, "sgemm_11_warp_tile", None, 1),
+    (4096, 4096, 128, "sgemm_11_warp_tile", None, 1),
+])  # fmt: skip
+def test_auto_takes_the_reduction_pass_where_the_last_run_sum_caps_the_runs(M, N, K, kernel, red, least_runs):
+    kid, cfg, runs = split_choice(M, N, K)
+    assert kid == kernel, (M, N, K, kid)
+    if red is not None:
+        assert cfg["SPLIT"] == 1 and cfg["RED"] == red and runs >= least_runs, (M, N, K, cfg.as_dict(), runs)
+        assert SPLIT.parts_reduced(cfg, (1, runs, 1)) == bool(red)
+
+
+@pytest.mark.parametrize("K", [0, 1, 7, 8, 31, 32, 33, 100, 1000, 8191, 65537, 10**6])
+def test_reduction_runs_keep_a_few_slices_each_and_never_outnumber_them(K):
+    """RED = 1 runs: at most SPLIT_K_RED_MAX_RUNS, each at least SPLIT_K_RED_MIN_SLICES BK slices
+    (so never more runs than K slices); one run where K has too few (then no reduction at all)."""
+    for cfg in split_k_tiles(1, 1):
+        for M, N in ((1, 1), (64, 64), (1000, 17), (4096, 4096)):
+            r = split_k_runs(sizes(M, N, K), cfg, 132)
+            kt = -(-K // cfg["BK"])
+            assert 1 <= r <= max(1, min(SPLIT_K_RED_MAX_RUNS, kt // SPLIT_K_RED_MIN_SLICES)), (M, N, K, r)
+            assert r == 1 or r <= kt
+    spec, cfg = select(cpu_problem(64, 64, 24), "sgemm_12_split_k", device="cuda")
+    assert (cfg["SPLIT"], cfg["RED"]) == (0, 0)  # three slices: nothing to split
+
+
+def test_reduction_configs_are_checked():
+    assert SPLIT.default_config()["RED"] == 0
+    with pytest.raises(ValueError, match="RED = 1 needs SPLIT = 1"):
+        SPLIT.config(SPLIT=0, RED=1)
+    with pytest.raises(ValueError, match="RED must be 0 or 1"):
+        SPLIT.config(RED=2)
+    cfg = SPLIT.config(RED=1)
+    assert SPLIT.parts_reduced(cfg, (4, 8, 1)) and not SPLIT.parts_reduced(cfg, (4, 1, 1))
+    assert not SPLIT.parts_reduced(SPLIT.default_config(), (4, 8, 1))
+    assert SPLIT.workspace(cfg, (4, 8, 1))[0] == 4 * 8 * cfg["BM"] * cfg["BN"]  # a padded part a run
+    assert SPLIT_K_REDUCE.grid(7, 17, SPLIT_K_REDUCE.default_config()) == (1, 1, 1)  # 7 rows x 5 float4s
+    assert SPLIT_K_REDUCE.grid(4096, 4096, SPLIT_K_REDUCE.default_config()) == (4096 * 1024 // 256, 1, 1)
+    from gemmlab.configs import configs_in_use
+
+    used = configs_in_use(SPLIT)
+    assert all(c in used for c in split_k_tiles(1, 1)) and all(c in used for c in split_k_tiles(1, 0))
+
+
+def test_compile_jobs_include_the_reduction_where_auto_takes_it():
+    jobs = api.compile_jobs([cpu_problem(64, 64, 131072), cpu_problem(512, 512, 512)])
+    ids = [j[0].id for j in jobs]
+    assert ids.count(SPLIT.id) == 2 and ids.count(SPLIT_K_REDUCE.id) == 1
+
+
+def _red_config(cfg):
+    return SPLIT.config(**{**cfg.as_dict(), "RED": 1})
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("M,N,K", [(1, 1, 9000), (7, 17, 30001), (17, 127, 20011), (127, 129, 20000), (64, 64, 131072),
+                                   (1000, 1022, 4099), (3135, 61, 12345), (256, 256, 65536)])  # fmt: skip
+def test_reduction_pass_is_right_and_the_same_at_every_launch(M, N, K):
+    """Each candidate tile with RED = 1, on fresh inputs, out poisoned with NaN first: float64's
+    result, and the same bits at a second launch; then what auto launches for the problem."""
+    from gemmlab.api import prepare
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    c = torch.randn(M, N, device="cuda")
+    problem = problem_from_tensors(a, b, c, None, beta=-1.5)
+    for cfg in split_k_tiles(1, 1):
+        assert split_k_runs(problem, cfg, sms) > 1, (M, N, K, cfg.as_dict())  # the pass runs
+        first = None
+        for _ in range(2):
+            out = torch.full((M, N), float("nan"), device="cuda")
+            prepare(a, b, c, alpha=0.5, beta=-1.5, kernel=SPLIT.id, out=out, config=cfg)()
+            torch.cuda.synchronize()
+            rep = check_result(out, a, b, c, 0.5, -1.5)
+            assert rep.passed, f"M={M} N={N} K={K} kernel={SPLIT.id} {cfg.as_dict()}: {rep.summary()}"
+            first = out.clone() if first is None else first
+            assert torch.equal(out, first), f"M={M} N={N} K={K} {cfg.as_dict()}: other bits at another launch"
+    out = torch.full((M, N), float("nan"), device="cuda")
+    gemmlab.gemm(a, b, c, alpha=0.5, beta=-1.5, kernel=SPLIT.id, out=out)
+    torch.cuda.synchronize()
+    assert check_result(out, a, b, c, 0.5, -1.5).passed
+
+
+@gpu
+@needs_gpu
+def test_reduction_pass_with_nan_in_c_and_beta_zero_nan_and_inf_in_a_and_in_place():
+    M, N, K = 96, 80, 40000
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    spec, cfg = select(problem_from_tensors(a, b, None, None), SPLIT.id)
+    assert cfg["RED"] == 1  # (the model's pick: 250 runs of a 128 x 128 tile)
+    c = torch.full((M, N), float("nan"), device="cuda")
+    out = gemmlab.gemm(a, b, c, beta=0.0, kernel=SPLIT.id)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all() and check_result(out, a, b, None, 1.0, 0.0).passed
+    c = torch.randn(M, N, device="cuda")
+    c0 = c.clone()
+    gemmlab.gemm(a, b, c, alpha=2.0, beta=0.5, kernel=SPLIT.id, out=c)  # in place: C is D
+    torch.cuda.synchronize()
+    assert check_result(c, a, b, c0, 2.0, 0.5).passed
+    a[5, 31000] = float("nan")  # in one run's share of K only
+    a[9, 17] = float("inf")  # row 9: +-Inf or NaN in every column (Inf times b's signs)
+    out = gemmlab.gemm(a, b, kernel=SPLIT.id)
+    torch.cuda.synchronize()
+    rows = torch.arange(M, device="cuda")
+    assert torch.isnan(out[5]).all() and not torch.isfinite(out[9]).any()
+    assert torch.isfinite(out[(rows != 5) & (rows != 9)]).all()
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_reduction_pass_applies_the_bias_and_activation(activation):
+    for M, N, K in ((7, 17, 30001), (64, 64, 131072), (127, 1021, 9973)):
+        a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+        bias = torch.randn(N, device="cuda")
+        c = torch.randn(M, N, device="cuda")
+        cfg = _red_config(split_k_tiles(1, 1)[2])  # 64 x 64 tiles
+        assert split_k_runs(problem_from_tensors(a, b, None, None), cfg, 132) > 1
+        for cc, beta in ((None, 0.0), (c, -0.75)):
+            d = gemmlab.gemm(a, b, cc, alpha=1.5, beta=beta, kernel=SPLIT.id, bias=bias, activation=activation)
+            torch.cuda.synchronize()
+            rep = check_result(d, a, b, cc, 1.5, beta, bias=bias, activation=activation)
+            assert rep.passed, f"M={M} N={N} K={K} {activation} beta={beta}: {rep.summary()}"
+
+
+@gpu
+@needs_gpu
+def test_reduction_pass_stores_to_a_d_of_odd_stride_and_address():
+    """Rows of D not 16-byte aligned (row stride 1023, and an address 4 bytes past one): scalar stores."""
+    M, N, K = 129, 1021, 20000
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    for ld, off in ((1023, 0), (1024, 1)):
+        buf = torch.full((M * ld + 8,), float("nan"), device="cuda")
+        out = buf[off: off + M * ld].view(M, ld)[:, :N]
+        gemmlab.gemm(a, b, kernel=SPLIT.id, out=out)
+        torch.cuda.synchronize()
+        assert select(problem_from_tensors(a, b, None, out), SPLIT.id)[1]["RED"] == 1
+        assert check_result(out, a, b).passed, (ld, off)
+        assert torch.isnan(buf[:off]).all() and torch.isnan(out.as_strided((M, ld - N), (ld, 1), out.storage_offset() + N)).all()
+
+
+@gpu
+@needs_gpu
+def test_reduction_pass_in_a_cuda_graph():
+    """Captured on a side stream (both launches, and a workspace of the capture's own), replayed on
+    new inputs: float64's result and the bits of an eager call."""
+    M, N, K = 64, 64, 131072
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    out = torch.empty(M, N, device="cuda")
+    gemmlab.gemm(a, b, kernel=SPLIT.id, out=out)  # compiled and loaded before the capture
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        gemmlab.gemm(a, b, kernel=SPLIT.id, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    a.copy_(torch.randn(M, K, device="cuda"))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert check_result(out, a, b).passed
+    assert torch.equal(out, gemmlab.gemm(a, b, kernel=SPLIT.id))
 
 
 # Step 13, few rows

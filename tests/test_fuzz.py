@@ -182,6 +182,26 @@ def test_the_cases_reach_every_gpu_kernel_and_every_tc07_tile():
     assert {(128, 256), (128, 192), (128, 128), (64, 128), (192, 256)} <= set(tiles), f"tc07 tiles through auto: {tiles}"
 
 
+def test_the_cases_reach_both_of_step_12s_reductions():
+    """Step 12 as 'auto' or a named kernel launches it: among the first 3,000 cases, some whose
+    parts the last run adds (RED = 0) and some whose parts the reduction pass adds (RED = 1)."""
+    from collections import Counter
+
+    from gemmlab.configs import select
+
+    red = Counter()
+    for seed in range(3000):
+        case = fuzz.draw(seed)
+        if case.dtype != "fp32":
+            continue
+        problem = fuzz.build(case, device="cpu").problem
+        kernel = fuzz.pick_kernel(case, problem, None) if case.kernel == "any" else "auto"
+        spec, cfg = select(problem, kernel, device="cuda")
+        if spec.id == "sgemm_12_split_k" and cfg["SPLIT"]:
+            red[cfg["RED"]] += 1
+    assert red[0] >= 10 and red[1] >= 10, red
+
+
 @pytest.fixture
 def batched_share(monkeypatch):
     monkeypatch.setattr(fuzz, "BATCHED_SHARE", fuzz.BATCHED_SHARE_ON)

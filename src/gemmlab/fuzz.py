@@ -418,7 +418,7 @@ def _chosen(problem, kernel: str, batch: int = 0) -> str:
         cfg = config_for(problem.N, int(problem.a.trans), int(problem.b.trans))
         return f"{SPEC.id} BM={cfg['BM']},BN={cfg['BN']}"
     spec, cfg = select(problem, kernel)
-    tile = {k: v for k, v in cfg.as_dict().items() if k in ("BM", "BN", "CM", "NT", "BW", "SPLIT", "SK")}
+    tile = {k: v for k, v in cfg.as_dict().items() if k in ("BM", "BN", "CM", "NT", "BW", "SPLIT", "SK", "RED")}
     return spec.id + ("" if not tile else " " + ",".join(f"{k}={v}" for k, v in tile.items()))
 
 
@@ -492,6 +492,7 @@ def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
     from .configs import configs_in_use
     from .jit import compile_many, device_arch
     from .split import split_jobs
+    from .reduce import reduce_job
 
     fused = post_code(True, activation)
     jobs = {}
@@ -508,6 +509,9 @@ def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
                     jobs.setdefault(spec.name_expression(cfg, *types, post), (spec, cfg, *types, post))
             for job in split_jobs() if spec.split_operands else ():  # tc11's pre-pass
                 jobs.setdefault(job[0].name_expression(job[1]), job)
+            for post in (0, fused) if spec.parts_reduced is not None else ():  # step 12's reduction pass (RED = 1)
+                job = reduce_job(post)
+                jobs.setdefault(job[0].name_expression(job[1], None, None, post), job)
         if dtype != torch.float32 and BATCHED_SHARE and not kernels:  # bmm's one-launch path: tc07's batched build
             from .batched_tc07 import SPEC, config_for
 
