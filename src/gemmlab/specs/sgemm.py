@@ -285,6 +285,8 @@ SGEMM_11 = KernelSpec(
 # the model's picks reach a geometric mean of 0.711x cuBLAS SGEMM there, the best candidates 0.730x;
 # its worst pick is 15% slower than that shape's best. 128 x 128 ran as fast as 256 x 128 at the
 # large squares once split (the 256 x 128 size rule of step 11 is an H200 measurement).
+# RED = 1 builds (parts stored row-major, no last-run sum) take 213, 127 and 96 registers for sm_90a:
+# the same blocks an SM, which the launch bounds hold.
 SPLIT_K_TILES: dict[tuple[int, int], tuple[dict[str, int], int, float]] = {
     (256, 128): (dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8), 1, 1.0),
     (128, 128): (dict(), 2, 1.0),

@@ -9,7 +9,7 @@
 // cuBLAS's split K (cutlass's parallel split, then splitKreduce_kernel) works the same way.
 #include "common/gemm_common.cuh"
 
-// THREADS: threads a block. UNROLL: parts a thread loads before adding them (loads in flight).
+// THREADS: threads a block; UNROLL (below): the parts a thread loads before it adds them, its loads in flight.
 // WS holds `runs` row-major parts of row stride ldw, run_stride floats apart (ldw, run_stride and WS
 // 16-byte aligned: the split kernel's RED = 1 layout). POST and bias: the fused epilogue, as
 // gemmlab::store_if_inside applies it. beta == 0 never reads C.
