@@ -7,12 +7,12 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import jit, launch, reduce, registry, split, tma
+from . import calls, jit, launch, reduce, registry, split, tma
 from .activations import apply_post, post_code
 from .configs import _choice_key, select
 from .configs.rules import problem_flags, wide_d
 from .device import sm_count
-from .problem import GemmProblem, problem_from_tensors
+from .problem import GemmProblem, Operand, problem_from_tensors
 from .specs.base import GemmConfig, KernelSpec, operands_to_copy
 
 __all__ = ["gemm", "kernels", "select", "prepare", "compile_jobs"]
@@ -91,24 +91,80 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         if post:
             apply_post(torch.as_tensor(d), None if bias is None else torch.as_tensor(bias, dtype=torch.float32), activation)
         return d
-    problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision, out_dtype=out_dtype)
+    kind = calls.key(a, b, c, out, alpha, beta, kernel, precision, out_dtype, bias, activation) if calls.FAST_PATH else None
+    if kind is not None:
+        call = calls._CALLS.get(kind)
+        if call is not None:
+            d = _call_again(call, a, b, c, out, bias, activation)
+            if d is not None:
+                return d
+    given = problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision,
+                                           out_dtype=out_dtype)  # fmt: skip
+    bias_given = bias
     if bias is not None:
         bias = _bias_for(problem, bias)
+    copies = (False, False)
     if problem.layout != "nn":
         spec, cfg = select(problem, kernel)
         if not spec.reads_in_place(problem, cfg):  # row-major copies of the operands stored transposed
+            copies = (problem.a.trans, problem.b.trans)
             a, b = _row_major(problem, a, b)
             problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision,
                                            out_dtype=out_dtype)  # fmt: skip
     plan = _plan(problem, kernel, post)
     if out is None:
         out = torch.empty((problem.M, problem.N), dtype=problem.result_dtype, device=problem.device)
-    if problem.is_empty:
-        return out
-    _launch(plan, problem, a, b, c, out, bias)
-    if post and not plan.post:  # a kernel without the fused epilogue: torch applies it
-        apply_post(out, bias, activation)
+    if not problem.is_empty:
+        _launch(plan, problem, a, b, c, out, bias)
+        if post and not plan.post:  # a kernel without the fused epilogue: torch applies it
+            apply_post(out, bias, activation)
+    if kind is not None:  # (only now: a call that raised leaves no entry)
+        extents = tuple(0 if o is None else o.end - o.ptr for o in (given.a, given.b, given.c, given.d))
+        calls.remember(kind, calls.Call(plan, problem, copies, extents, bias is bias_given, bool(post and not plan.post)))
     return out
+
+
+def _call_again(call: calls.Call, a, b, c, out, bias, activation) -> torch.Tensor | None:
+    """A call of a kind gemm() has served before (calls.key): D, launched from the first call's plan
+    with this call's addresses put into its problem; None where out overlaps an input, for the full
+    path to raise its error."""
+    p, (ea, eb, ec, ed) = call.problem, call.extents
+    if out is not None:  # the checks of problem_from_tensors that look at addresses
+        pa, pb, pd = a.data_ptr(), b.data_ptr(), out.data_ptr()
+        if _meet(pd, ed, pa, ea) or _meet(pd, ed, pb, eb):
+            return None
+        if c is not None:
+            pc = c.data_ptr()
+            if _meet(pd, ed, pc, ec) and (pd != pc or p.c.ld != p.d.ld):  # (out=c exactly: in place)
+                return None
+    if call.copies[0] or call.copies[1]:  # as gemm() copies them: row-major, on the current stream
+        a = a.contiguous() if call.copies[0] else a
+        b = b.contiguous() if call.copies[1] else b
+    plan = call.plan
+    problem = GemmProblem(p.M, p.N, p.K, p.dtype, p.device, _at(p.a, a), _at(p.b, b), _at(p.c, c), _at(p.d, out),
+                          p.alpha, p.beta, p.precision, p.out_dtype)  # fmt: skip
+    if bias is not None and not call.bias_direct:
+        bias = bias.to(problem.result_dtype).contiguous()
+    if out is None:
+        out = torch.empty((p.M, p.N), dtype=problem.result_dtype, device=p.device)
+    if not problem.is_empty:
+        _launch(plan, problem, a, b, c, out, bias)
+        if call.torch_post:  # a kernel without the fused epilogue: torch applies it
+            apply_post(out, bias, activation)
+    return out
+
+
+def _at(o: Operand | None, t) -> Operand | None:
+    """The operand o (its shape and strides) at t's address."""
+    if o is None:
+        return None
+    ptr = t.data_ptr()
+    return o._replace(ptr=ptr, end=ptr + (o.end - o.ptr))
+
+
+def _meet(p: int, n: int, q: int, m: int) -> bool:
+    """Whether n bytes from p and m bytes from q intersect (empty ranges never do)."""
+    return p < q + m and q < p + n
 
 
 def _bias_for(problem: GemmProblem, bias) -> torch.Tensor:
