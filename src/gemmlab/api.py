@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Callable, NamedTuple
 
@@ -252,7 +253,9 @@ _PLANS: dict[tuple, _Plan] = {}
 def _plan(problem: GemmProblem, kernel: str, post: int = 0) -> _Plan:
     """The launch plan for a problem, memoised on what the choice and the scalars depend on. post:
     the fused epilogue asked for; the plan's own post is 0 where its kernel cannot fuse it."""
-    key = (_choice_key(problem, kernel), problem.device, problem.alpha, problem.beta, post)
+    # (alpha and beta with the sign of a zero: alpha = -0.0 writes -0.0, and f32(-0.0) == f32(0.0))
+    key = (_choice_key(problem, kernel), problem.device, problem.alpha, math.copysign(1.0, problem.alpha), problem.beta,
+           math.copysign(1.0, problem.beta), post)  # fmt: skip
     plan = _PLANS.get(key)
     if plan is None:
         spec, cfg = select(problem, kernel)
