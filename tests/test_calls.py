@@ -120,8 +120,7 @@ def _stored(a, b, c=None, out=None, **kw):
     store one), the kind of gemm(a, b, c, out=out, **kw), its plan a stand-in that the patched
     launch records."""
     problem = problem_from_tensors(a, b, c, out, device_type="cpu", **kw)
-    extents = tuple(0 if o is None else o.end - o.ptr for o in (problem.a, problem.b, problem.c, problem.d))
-    calls.remember(key_of(a, b, c=c, out=out, **kw), calls.Call("plan", problem, (False, False), extents, True, False))
+    calls.remember(key_of(a, b, c=c, out=out, **kw), calls.Call("plan", problem, problem, True, False))
 
 
 @pytest.fixture
@@ -179,6 +178,31 @@ def test_out_equal_to_c_is_an_in_place_update_on_a_hit(launches):
     assert gemmlab.gemm(a, b, c, beta=1.0, out=c) is c
     ((_, problem),) = launches
     assert problem.c.ptr == problem.d.ptr == c.data_ptr()
+
+
+def test_a_hit_copies_the_operands_the_first_call_copied(launches, monkeypatch):
+    """Where the kernel reads row-major operands only, gemm() hands it row-major copies of those
+    stored transposed: a hit copies them again (through api._row_major, as the full path)."""
+    copied, row_major = [], api._row_major
+    monkeypatch.setattr(api, "_row_major", lambda *args: copied.append(1) or row_major(*args))
+    given = problem_from_tensors(r(5, 8), r(4, 8).t(), device_type="cpu")
+    calls.remember(key_of(r(5, 8), r(4, 8).t()), calls.Call("plan", given.row_major(), given, True, False))
+    a, b = r(5, 8), r(4, 8).t()
+    gemmlab.gemm(a, b)
+    ((_, problem),) = launches
+    assert copied and not problem.b.trans and problem.b.ld == 4 and problem.b.ptr != b.data_ptr()
+    assert problem.a.ptr == a.data_ptr()
+
+
+def test_a_hit_converts_the_bias_and_applies_an_unfused_epilogue(launches):
+    """A bias of another dtype is converted on every call; a kernel without the fused epilogue
+    leaves it to torch after the launch, on a hit as on the first call."""
+    a, b, out = r(5, 8), r(8, 4), torch.zeros(5, 4)
+    bias = torch.tensor([-1.0, 2.0, -3.0, 4.0], dtype=torch.float64)
+    problem = problem_from_tensors(a, b, out=out, device_type="cpu")
+    calls.remember(key_of(a, b, out=out, bias=bias, activation="relu"), calls.Call("plan", problem, problem, False, True))
+    gemmlab.gemm(a, b, out=out, bias=bias, activation="relu")
+    assert len(launches) == 1 and torch.equal(out, torch.relu(bias.float()).expand(5, 4))
 
 
 # ---- on a GPU: the fast path against the full path -------------------------------------------------

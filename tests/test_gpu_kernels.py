@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gemmlab
-from gemmlab import api, configs, registry
+from gemmlab import api, calls, configs, registry
 from gemmlab.problem import problem_from_tensors
 from gemmlab.check import precision_of
 from gemmlab.configs import auto_skip, config_for, configs_in_use, select
@@ -481,6 +481,7 @@ def test_staged_copies_outlive_the_launch(dtype, monkeypatch):
     operands mid-run (NaN in 19% of D, found by the benchmark)."""
     monkeypatch.setattr(api, "_WORKSPACES", {})
     monkeypatch.setattr(api, "_PLANS", {})
+    monkeypatch.setattr(calls, "_CALLS", {})  # (and no kind of call served from an earlier plan)
     M = N = K = 3135
     a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
@@ -495,6 +496,7 @@ def test_tf32_reads_16_byte_padded_operands_in_place(M, N, K, monkeypatch):
     copies, staged = [], api._staged
     monkeypatch.setattr(api, "_staged", lambda *args: copies.append(staged(*args)) or copies[-1])
     monkeypatch.setattr(api, "_PLANS", {})  # fresh plans: no maps remembered from earlier tests
+    monkeypatch.setattr(calls, "_CALLS", {})  # (nor kept by the table of kinds of call)
 
     def padded(rows, cols, fill=None):
         full = rand(rows, -(-cols // 4) * 4) if fill is None else torch.full((rows, -(-cols // 4) * 4), fill, device="cuda")

@@ -13,7 +13,7 @@ from .activations import apply_post, post_code
 from .configs import _choice_key, select
 from .configs.rules import problem_flags, wide_d
 from .device import sm_count
-from .problem import GemmProblem, Operand, problem_from_tensors
+from .problem import GemmProblem, Operand, _overlaps, problem_from_tensors
 from .specs.base import GemmConfig, KernelSpec, operands_to_copy
 
 __all__ = ["gemm", "kernels", "select", "prepare", "compile_jobs"]
@@ -104,11 +104,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     bias_given = bias
     if bias is not None:
         bias = _bias_for(problem, bias)
-    copies = (False, False)
     if problem.layout != "nn":
         spec, cfg = select(problem, kernel)
         if not spec.reads_in_place(problem, cfg):  # row-major copies of the operands stored transposed
-            copies = (problem.a.trans, problem.b.trans)
             a, b = _row_major(problem, a, b)
             problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision,
                                            out_dtype=out_dtype)  # fmt: skip
@@ -120,8 +118,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         if post and not plan.post:  # a kernel without the fused epilogue: torch applies it
             apply_post(out, bias, activation)
     if kind is not None:  # (only now: a call that raised leaves no entry)
-        extents = tuple(0 if o is None else o.end - o.ptr for o in (given.a, given.b, given.c, given.d))
-        calls.remember(kind, calls.Call(plan, problem, copies, extents, bias is bias_given, bool(post and not plan.post)))
+        calls.remember(kind, calls.Call(plan, problem, given, bias is bias_given, bool(post and not plan.post)))
     return out
 
 
@@ -129,18 +126,17 @@ def _call_again(call: calls.Call, a, b, c, out, bias, activation) -> torch.Tenso
     """A call of a kind gemm() has served before (calls.key): D, launched from the first call's plan
     with this call's addresses put into its problem; None where out overlaps an input, for the full
     path to raise its error."""
-    p, (ea, eb, ec, ed) = call.problem, call.extents
+    p, g = call.problem, call.given
     if out is not None:  # the checks of problem_from_tensors that look at addresses
-        pa, pb, pd = a.data_ptr(), b.data_ptr(), out.data_ptr()
-        if _meet(pd, ed, pa, ea) or _meet(pd, ed, pb, eb):
+        od = _at(g.d, out)
+        if _overlaps(od, _at(g.a, a)) or _overlaps(od, _at(g.b, b)):
             return None
         if c is not None:
-            pc = c.data_ptr()
-            if _meet(pd, ed, pc, ec) and (pd != pc or p.c.ld != p.d.ld):  # (out=c exactly: in place)
+            oc = _at(g.c, c)
+            if _overlaps(od, oc) and (od.ptr, od.ld) != (oc.ptr, oc.ld):  # (out=c exactly: in place)
                 return None
-    if call.copies[0] or call.copies[1]:  # as gemm() copies them: row-major, on the current stream
-        a = a.contiguous() if call.copies[0] else a
-        b = b.contiguous() if call.copies[1] else b
+    if p is not g:  # as the first call: row-major copies of the operands stored transposed
+        a, b = _row_major(g, a, b)
     plan = call.plan
     problem = GemmProblem(p.M, p.N, p.K, p.dtype, p.device, _at(p.a, a), _at(p.b, b), _at(p.c, c), _at(p.d, out),
                           p.alpha, p.beta, p.precision, p.out_dtype)  # fmt: skip
@@ -161,11 +157,6 @@ def _at(o: Operand | None, t) -> Operand | None:
         return None
     ptr = t.data_ptr()
     return tuple.__new__(Operand, (o.rows, o.cols, o.ld, ptr, ptr + (o.end - o.ptr), o.trans))  # (_replace: 3x slower)
-
-
-def _meet(p: int, n: int, q: int, m: int) -> bool:
-    """Whether n bytes from p and m bytes from q intersect (empty ranges never do)."""
-    return p < q + m and q < p + n
 
 
 def _bias_for(problem: GemmProblem, bias) -> torch.Tensor:

@@ -43,15 +43,15 @@ def fast_path(on: bool = True):
 
 class Call(NamedTuple):
     """What the first call of a kind worked out. problem: the GemmProblem the kernel was launched
-    for (its addresses are that call's: api puts each call's own in); copies: whether a and b were
-    given to the kernel as row-major copies; extents: the bytes a, b, c and out span from their
-    addresses, as given (for the overlap checks); bias_direct: the bias is read as given (contiguous,
-    of the result's type); torch_post: torch applies the epilogue after the launch."""
+    for, given: the one the arguments described (the same object unless gemm() handed the kernel
+    row-major copies of operands stored transposed); their addresses are the first call's, and
+    api puts each call's own in, keeping the shapes, strides and extents. bias_direct: the bias is
+    read as given (contiguous, of the result's type); torch_post: torch applies the epilogue after
+    the launch."""
 
     plan: object  # api._Plan
     problem: object  # problem.GemmProblem
-    copies: tuple[bool, bool]
-    extents: tuple[int, int, int, int]
+    given: object  # problem.GemmProblem
     bias_direct: bool
     torch_post: bool  # the kernel does not fuse the bias and activation asked for: torch applies them after
 
