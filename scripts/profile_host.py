@@ -10,7 +10,8 @@ given (no allocation) and without.
 Host time a call at 64 x 64 x 64, in bf16 and float32: torch.mm, gemmlab.gemm with its table of
 kinds of call on and off (gemmlab.calls.fast_path), F.linear and gemmlab.linear with a bias (on
 and off). Each call is made `calls` times in a loop with the GPU kept busy behind it (its kernels
-are shorter than the host's time a call), and the loops of every variant alternate over `rounds`
+are shorter than the host's time a call; grad mode on, as in an eager program, on tensors that
+need no gradient), and the loops of every variant alternate over `rounds`
 rounds, so drift of the host's speed falls on all of them; the median round is reported. Writes a
 record, <out>/<gpu>/host-<UTC stamp>.json (out: --out, else $OUT/results, else the user's results
 folder), with the environment and every round's time."""
@@ -70,7 +71,6 @@ def record(argv: list[str]) -> None:
     out = args.out or (Path(os.environ["OUT"]) / "results" if os.environ.get("OUT") else user_results_dir())
     meta = dict(environment.describe(), kind="host", M=64, N=64, K=64, calls=args.calls, rounds=args.rounds)
     records = []
-    torch.set_grad_enabled(False)
     for dtype in (torch.bfloat16, torch.float32):
         variants = _variants(dtype)
         for fn, on in variants.values():  # warm-up: compiles, plans, the table's entries

@@ -181,7 +181,12 @@ def _plain(*tensors) -> bool:
 def wants_grad(*tensors) -> bool:
     """Whether autograd would record a call on these tensors (grad mode on, one of them requiring
     grad): where gemmlab.linear and conv2d leave the activation to torch, to keep its input."""
-    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:  # (a loop: any() over a generator cost about a microsecond a gemm() call)
+        if isinstance(t, Tensor) and t.requires_grad:
+            return True
+    return False
 
 
 def _needs_operator(*tensors) -> bool:
