@@ -19,6 +19,7 @@
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
 # "conv-sanitize" compute-sanitizer's memcheck, racecheck and synccheck over conv03 (scripts/conv_sanitize.py),
 # "bmm-sanitize" the same over tc07's batched build, both epilogues (scripts/bmm_sanitize.py),
+# "host" host time a call at 64^3 with gemm()'s table of kinds of call on and off, against torch (scripts/profile_host.py record),
 # "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000: 86 s on an H100; conv02, conv03 and im2col
 # in their risky regimes against float64 and cuDNN; CONV_FUZZ_SECONDS at most, default 420, after compiling the
 # builds the cases launch), failing on any wrong one or on fewer convolutions than that):
@@ -209,6 +210,11 @@ fi
 if want overhead; then
   step "overhead"
   python3 -m gemmlab overhead --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "overhead"
+fi
+
+if want host; then
+  step "host time a call at 64^3: torch.mm, gemmlab.gemm and gemmlab.linear with gemm()'s table of kinds of call on and off"
+  python3 scripts/profile_host.py record --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "host"
 fi
 
 if want bench; then
