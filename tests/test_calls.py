@@ -205,6 +205,32 @@ def test_a_hit_converts_the_bias_and_applies_an_unfused_epilogue(launches):
     assert len(launches) == 1 and torch.equal(out, torch.relu(bias.float()).expand(5, 4))
 
 
+def test_threads_hitting_one_kind_launch_each_with_its_own_addresses(launches, monkeypatch):
+    """Entries are never changed once stored: threads that hit one kind at once each launch on
+    their own tensors."""
+    import threading
+
+    wrong, count = [], []
+
+    def launch(plan, problem, a, b, c, out, bias):
+        count.append(1)
+        if (problem.a.ptr, problem.b.ptr, problem.d.ptr) != (a.data_ptr(), b.data_ptr(), out.data_ptr()):
+            wrong.append(problem)
+
+    def run():
+        for _ in range(200):
+            gemmlab.gemm(r(5, 8), r(8, 4), out=r(5, 4))
+
+    monkeypatch.setattr(api, "_launch", launch)
+    _stored(r(5, 8), r(8, 4), out=r(5, 4))
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong and len(count) == 800
+
+
 # ---- on a GPU: the fast path against the full path -------------------------------------------------
 
 CASES = [
