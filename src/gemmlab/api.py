@@ -76,7 +76,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     device="cpu" runs the CPU ladder instead (numba; numpy arrays or CPU tensors, result of the
     same kind as a); the default is the GPU, which rejects CPU tensors.
 
-    Raises TypeError/ValueError before any launch if the arguments cannot be served.
+    Raises TypeError/ValueError before any launch if the arguments cannot be served. A call of a
+    kind served before (gemmlab.calls.key) launches from what that call worked out, checking again
+    only what addresses decide; calls.fast_path(False) turns that off.
     """
     post = post_code(bias is not None, activation)  # (and the activation's name checked)
     if device is not None and device != "cuda":
