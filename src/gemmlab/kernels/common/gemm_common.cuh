@@ -81,4 +81,30 @@ __device__ __forceinline__ void store_if_inside(float* D, const float* C, int m,
     }
 }
 
+// store_if_inside for the four columns n..n+3 of row m (acc.x..acc.w): one 128-bit store of D,
+// and where beta != 0 one 128-bit load of C, when all four lie inside the output and `vec` holds
+// (the caller's promise that n is a multiple of 4 and that D's rows, and C's where beta != 0, are
+// rows_16b_aligned); else element by element. Each value goes through the same epilogue and POST.
+template <int POST = 0>
+__device__ __forceinline__ void store4_if_inside(float* D, const float* C, int m, int n, int M, int N,
+                                                 int ldc, int ldd, float4 acc, float alpha, float beta,
+                                                 bool vec, const float* bias = nullptr) {
+    if (vec && m < M && n + 3 < N) {
+        float4 v = make_float4(alpha * acc.x, alpha * acc.y, alpha * acc.z, alpha * acc.w);
+        if (beta != 0.0f) {  // C is read only here: with beta == 0 a NaN in C cannot reach D
+            const float4 c = *reinterpret_cast<const float4*>(C + offset(m, n, ldc));
+            v = make_float4(alpha * acc.x + beta * c.x, alpha * acc.y + beta * c.y,
+                            alpha * acc.z + beta * c.z, alpha * acc.w + beta * c.w);
+        }
+        v = make_float4(post<POST>(v.x, bias, n, N), post<POST>(v.y, bias, n + 1, N),
+                        post<POST>(v.z, bias, n + 2, N), post<POST>(v.w, bias, n + 3, N));
+        *reinterpret_cast<float4*>(D + offset(m, n, ldd)) = v;
+    } else {
+        store_if_inside<POST>(D, C, m, n + 0, M, N, ldc, ldd, acc.x, alpha, beta, bias);
+        store_if_inside<POST>(D, C, m, n + 1, M, N, ldc, ldd, acc.y, alpha, beta, bias);
+        store_if_inside<POST>(D, C, m, n + 2, M, N, ldc, ldd, acc.z, alpha, beta, bias);
+        store_if_inside<POST>(D, C, m, n + 3, M, N, ldc, ldd, acc.w, alpha, beta, bias);
+    }
+}
+
 }  // namespace gemmlab

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/cp_async.cuh"
 #include "common/gemm_common.cuh"
 
 namespace gemmlab {
@@ -33,10 +34,6 @@ __device__ __forceinline__ T epilogue16(float acc, float alpha, float beta, cons
 }
 
 // ---- PTX wrappers: ldmatrix and mma.sync (sm_80 and later) ----------------------------------
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // Four 8 x 8 matrices of 16-bit elements from shared memory; lanes 8i..8i+7 give the row
 // addresses of matrix i (16-byte aligned). Thread t receives row t/4, elements 2(t%4), 2(t%4)+1
@@ -90,17 +87,7 @@ __device__ __forceinline__ int swizzled(int r, int k) {
     return r * W + ((k / 8) ^ x) * 8 + k % 8;
 }
 
-// ---- cp.async (sm_80 and later): global -> shared without passing through registers -----------
-
-// Copy 16 bytes from global src to shared dst asynchronously; only the first src_bytes (0..16) are
-// read, the rest of the 16 are zero-filled -- the edge of a matrix costs no branch.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// cp.async (smem_addr, cp_async_16, cp_async_commit, cp_async_wait): common/cp_async.cuh.
 
 // True when every row of a 16-bit matrix starts on a 16-byte boundary, so any 8-element chunk at a
 // column that is a multiple of 8 can be moved with one 16-byte copy.

@@ -1,0 +1,43 @@
+"""FP32 step 15, a cp.async multistage pipeline: step 11's warp tiles and thread layout, their slices
+of A and B copied by cp.async into a ring of STAGES shared slices (cuBLAS SGEMM's sm_80 recipe)."""
+
+from __future__ import annotations
+
+from .base import GemmConfig, KernelSpec, Param, _first_failure
+from .sgemm import SGEMM_11, _float4_tiles, _pad_ok, _smem_ok
+
+
+def ring_floats(c: GemmConfig) -> int:
+    """Floats of the ring: STAGES slices of A transposed ([BK][BM + PAD]) and of B ([BK][BN])."""
+    return c["STAGES"] * (c["BK"] * (c["BM"] + c["PAD"]) + c["BK"] * c["BN"])
+
+
+def _check_15(c: GemmConfig) -> str | None:
+    """The kernel's static_asserts, in its order. The copies need no even split over the threads
+    (a thread past the slice's last element or chunk issues none), so none is asked for."""
+    wm, wn, tm, tn = c["WM"], c["WN"], c["TM"], c["TN"]
+    return _first_failure(
+        (wm >= 1 and wn >= 1 and c["BM"] % wm == 0 and c["BN"] % wn == 0, "WM must divide BM and WN must divide BN"),
+        *_float4_tiles(c),
+        (min(tm, tn) >= 4 and wm % tm == 0 and wn % tn == 0 and (wm // tm) * (wn // tn) == 32,
+         f"a warp's 32 threads must cover its {wm}x{wn} tile with {tm}x{tn} results each: (WM/TM) * (WN/TN) == 32"),
+        _pad_ok(c),
+        (c["STAGES"] >= 2, f"STAGES must be at least 2 (a slice computed while the next lands), not {c['STAGES']}"),
+        _smem_ok(ring_floats(c)),
+    )
+
+
+SGEMM_15 = KernelSpec(
+    id="sgemm_15_multistage",
+    epilogues=True,
+    step=15,
+    title="multistage cp.async",
+    idea="step 11's warp tiles fed by cp.async straight into a ring of STAGES shared slices: no register staging, one barrier a slice",
+    source="sgemm/15_multistage.cu",
+    entry="sgemm_multistage",
+    params=(*SGEMM_11.params, Param("STAGES", 3, "K slices in the shared ring; STAGES - 1 in flight while one is computed")),
+    block=SGEMM_11.block,
+    grid=SGEMM_11.grid,
+    check_config=_check_15,
+    seeds="past the seeds: cuBLAS's sm80 SGEMM (256x128x8, three cp.async stages; Nsight Compute on an H100); tc03's ring",
+)
