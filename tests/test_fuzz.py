@@ -246,3 +246,15 @@ def test_a_batched_case_with_a_bias_builds_one_vector_over_the_columns(batched_s
 
     why = batched_tc07.refusal(t.a, t.b, t.c, beta=case.beta, out_dtype=None, bias=t.bias, activation=case.activation)
     assert why is None or "bias" not in why, why
+
+
+def test_a_pending_kernel_is_drawn_when_named():
+    """`gemmlab fuzz -k sgemm_15_multistage`: a kernel not yet on the ladder (registry.PENDING) is
+    drawn for every fp32 problem it serves (warm() compiles its builds too: registry.kernels(pending=True)
+    when kernels are named)."""
+    ms = ("sgemm_15_multistage",)
+    picked = set()
+    for seed in range(200):
+        case = fuzz.draw(seed, dtypes=("fp32",), kernels=ms)
+        picked.add(fuzz.pick_kernel(case, fuzz.build(case, device="cpu").problem, ms))
+    assert picked == {"sgemm_15_multistage"}

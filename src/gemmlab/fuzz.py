@@ -498,7 +498,7 @@ def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
     jobs = {}
     for dt in dtypes or DTYPES:
         dtype, result, precision = DTYPES[dt]
-        for spec in registry.kernels(dtype):
+        for spec in registry.kernels(dtype, pending=bool(kernels)):  # a pending kernel only when named
             if (kernels and spec.id not in kernels) or (dtype == torch.float32 and spec.math != precision):
                 continue
             types = (dtype, result) if spec.type_param else (None, None)

@@ -4,7 +4,7 @@ of A and B copied by cp.async into a ring of STAGES shared slices (cuBLAS SGEMM'
 from __future__ import annotations
 
 from .base import GemmConfig, KernelSpec, Param, _first_failure
-from .sgemm import SGEMM_11, _float4_tiles, _pad_ok, _smem_ok
+from .sgemm import SGEMM_11, _float4_tiles, _pad_ok, _smem_ok, _threads_warp
 
 
 def ring_floats(c: GemmConfig) -> int:
@@ -12,9 +12,18 @@ def ring_floats(c: GemmConfig) -> int:
     return c["STAGES"] * (c["BK"] * (c["BM"] + c["PAD"]) + c["BK"] * c["BN"])
 
 
+def _a_copy_ok(c: GemmConfig) -> tuple[bool, str]:
+    """Each thread copies one column k of A's slice, THREADS / BK rows apart (B's chunks need no even
+    split: a thread past the slice's last chunk copies none)."""
+    threads, bk = _threads_warp(c), c["BK"]
+    rows = threads // bk if bk > 0 and threads % bk == 0 else 0
+    return (rows > 0 and c["BM"] % rows == 0,
+            f"the {threads} threads copy A's {c['BM']}x{bk} slice one column each: BK must divide {threads} "
+            f"and the {threads // max(bk, 1)} rows a pass must divide BM")
+
+
 def _check_15(c: GemmConfig) -> str | None:
-    """The kernel's static_asserts, in its order. The copies need no even split over the threads
-    (a thread past the slice's last element or chunk issues none), so none is asked for."""
+    """The kernel's static_asserts, in its order."""
     wm, wn, tm, tn = c["WM"], c["WN"], c["TM"], c["TN"]
     return _first_failure(
         (wm >= 1 and wn >= 1 and c["BM"] % wm == 0 and c["BN"] % wn == 0, "WM must divide BM and WN must divide BN"),
@@ -24,6 +33,7 @@ def _check_15(c: GemmConfig) -> str | None:
         _pad_ok(c),
         (c["STAGES"] >= 2, f"STAGES must be at least 2 (a slice computed while the next lands), not {c['STAGES']}"),
         _smem_ok(ring_floats(c)),
+        _a_copy_ok(c),
     )
 
 

@@ -15,26 +15,28 @@ namespace gemmlab {
 // sA [BK][BM + PAD] (A transposed) and sB [BK][BN]. Elements outside A or B are zero-filled by
 // cp.async (src-size 0, from the matrix's base address: nothing is read outside it).
 //
-// A: 4-byte copies, element e = tid + i * THREADS at (m, k) = (e / BK, e % BK): a warp reads
-// 32 / BK rows of BK consecutive floats (whole 32-byte sectors for BK = 8) and writes
-// sA[k][m], at bank (k * (BM + PAD) + m) % 32; with BM % 32 == 0 and PAD = 4 that is 4k + m % 4 + const,
-// 32 distinct banks for BK = 8.
+// A: 4-byte copies. Thread tid copies column k = tid % BK of the slice, rows m = tid / BK + p * A_ROWS
+// (A_ROWS = THREADS / BK rows a pass, BM / A_ROWS passes): a warp reads 32 / BK rows of BK consecutive
+// floats (whole 32-byte sectors for BK = 8) and writes sA[k][m], at bank (k * (BM + PAD) + m) % 32;
+// with BM % 32 == 0 and PAD = 4 that is (4k + m) % 32, 32 distinct banks for BK = 8.
 // B: 16-byte copies (b_vec: B's rows are 16-byte aligned) or four 4-byte ones, chunk
 // c = tid + i * THREADS at row c / (BN / 4), columns 4 (c % (BN / 4)) + 0..3: a warp writes 512
-// consecutive bytes of shared memory.
+// consecutive bytes of shared memory. Threads past the slice's last chunk copy none.
 template <int BM, int BN, int BK, int PAD, int THREADS>
 __device__ __forceinline__ void issue_slice(float* sA, float* sB, const float* __restrict__ A,
                                             const float* __restrict__ B, int lda, int ldb, int row0, int col0,
                                             int k0, int M, int N, int K, bool b_vec, int tid) {
-    constexpr int A_ELEMS = BM * BK, B_CHUNKS = BK * BN / 4;
+    constexpr int A_ROWS = THREADS / BK, B_CHUNKS = BK * BN / 4;
+    static_assert(THREADS % BK == 0 && BM % A_ROWS == 0,
+                  "each thread copies one column of A's slice: BK must divide the threads, THREADS / BK rows BM");
+    const int ka = tid % BK, ma = tid / BK;     // the thread's column of the slice, its first row
+    const bool k_inside = k0 + ka < K;          // the same for all of its rows
+    const float* a = A + offset(row0 + ma, k0 + ka, lda);  // row ma's element (read only where inside)
 #pragma unroll
-    for (int i = 0; i < ceil_div(A_ELEMS, THREADS); ++i) {
-        const int e = tid + i * THREADS;
-        if (A_ELEMS % THREADS == 0 || e < A_ELEMS) {
-            const int m = e / BK, k = e % BK;
-            const bool inside = row0 + m < M && k0 + k < K;
-            cp_async_4(sA + k * (BM + PAD) + m, inside ? A + offset(row0 + m, k0 + k, lda) : A, inside ? 4 : 0);
-        }
+    for (int p = 0; p < BM / A_ROWS; ++p) {
+        const int m = ma + p * A_ROWS;
+        const bool inside = k_inside && row0 + m < M;
+        cp_async_4(sA + ka * (BM + PAD) + m, inside ? a + offset(p * A_ROWS, 0, lda) : A, inside ? 4 : 0);
     }
 #pragma unroll
     for (int i = 0; i < ceil_div(B_CHUNKS, THREADS); ++i) {
@@ -63,8 +65,10 @@ __device__ __forceinline__ void issue_slice(float* sA, float* sB, const float* _
 // TM x TN: the results of one thread, (TM / 4) x (TN / 4) blocks of 4 x 4 spread over the warp tile.
 // PAD: floats added to each row of the transposed A tile to shift its banks.
 // STAGES: shared slices in the ring; STAGES - 1 are in flight while one is computed.
+// Launch bounds: two blocks an SM up to 128 x 128 tiles (at most 128 registers a thread for 256
+// threads: step 11's occupancy at that tile), one above.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int STAGES, int POST = 0>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, BM * BN <= 128 * 128 ? 2 : 1)
 sgemm_multistage(const float* __restrict__ A, const float* __restrict__ B,
                  const float* C, float* D,
                  int M, int N, int K, int lda, int ldb, int ldc, int ldd,
