@@ -72,6 +72,24 @@ def test_configs_python_accepts_the_kernel_compiles(overrides):
     assert ck.usage.spills == 0
 
 
+@pytest.mark.parametrize("name", TILES)
+def test_a_warps_copies_of_a_hit_32_banks_and_whole_sectors(name):
+    """issue_slice's layout for A, as its comment states it: thread tid copies column k = tid % BK,
+    rows tid / BK + p * THREADS / BK. For BK = 8 and PAD = 4 each warp's 32 shared writes of a pass
+    land in 32 distinct banks, and its global reads are 4 rows of 8 consecutive floats (32 bytes)."""
+    cfg = SPEC.config(**TILES[name])
+    bm, bk, pad, threads = cfg["BM"], cfg["BK"], cfg["PAD"], SPEC.block(cfg)[0]
+    rows = threads // bk
+    covered = set()
+    for p in range(bm // rows):
+        for warp in range(threads // 32):
+            lanes = [(tid % bk, tid // bk + p * rows) for tid in range(32 * warp, 32 * warp + 32)]  # (k, m)
+            assert len({(k * (bm + pad) + m) % 32 for k, m in lanes}) == 32
+            assert {m for _, m in lanes} == {lanes[0][1] + i for i in range(32 // bk)}  # 4 whole rows of k
+            covered |= set(lanes)
+    assert covered == {(k, m) for k in range(bk) for m in range(bm)} and bm // rows * threads == bm * bk  # each once
+
+
 def test_the_shared_ring_is_what_ptxas_reports():
     for overrides in TILES.values():
         cfg = SPEC.config(**overrides)
@@ -153,7 +171,7 @@ def test_misaligned_rows(tile, M, N, K, odd):
 def test_nan_and_inf_reach_exactly_their_rows_and_columns(tile):
     M, N, K = 300, 200, 77
     a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
-    a[5, 70] = math.nan  # K's last, partial slice
+    a[5, 75] = math.nan  # in K's last, partial slice (72..76)
     b[3, 150] = math.inf
     out = _run(a, b, None, 1.0, 0.0, tile, _poisoned(M, N))
     rows, cols = torch.arange(M, device="cuda"), torch.arange(N, device="cuda")
