@@ -12,7 +12,8 @@ import torch
 import gemmlab
 from gemmlab import jit, registry
 from gemmlab.activations import post_code
-from gemmlab.configs import config_for
+from gemmlab.configs import auto_skip, config_for, configs_in_use, select
+from gemmlab.configs.fp32 import multistage_config, multistage_configs
 from gemmlab.problem import problem_from_tensors
 from gemmlab.reference import check_result
 from gemmlab.specs.sgemm_multistage import ring_floats
@@ -32,10 +33,40 @@ TILES = {
 }
 
 
-def test_step_15_is_pending_and_never_auto():
-    assert SPEC in registry.PENDING and SPEC not in registry.KERNELS
-    assert SPEC not in registry.kernels(torch.float32) and SPEC in registry.kernels(torch.float32, pending=True)
+def test_step_15_is_on_the_ladder_after_step_14():
+    assert SPEC in registry.KERNELS and SPEC not in registry.PENDING
+    assert SPEC in registry.kernels(torch.float32)
     assert SPEC.epilogues and SPEC.spill_free and SPEC.step == 15 and SPEC.math == "fp32"
+
+
+def _problem(M, N, K):
+    return problem_from_tensors(torch.empty((M, K)), torch.empty((K, N)), device_type="cpu")
+
+
+@pytest.mark.parametrize("M,N,K,kernel,tile", [
+    (4096, 4096, 128, "sgemm_15_multistage", (128, 128)),   # short K: 128 x 128, two blocks an SM
+    (2048, 2048, 100, "sgemm_15_multistage", (128, 128)),
+    (6144, 4096, 300, "sgemm_15_multistage", (256, 128)),   # past MULTISTAGE_SHORT_K on a large output
+    (2039, 4099, 1021, "sgemm_15_multistage", (256, 128)),
+    (4096, 4096, 1024, "sgemm_11_warp_tile", (256, 128)),   # from MULTISTAGE_K_MAX on: step 11's loop
+    (4096, 4096, 4096, "sgemm_11_warp_tile", (256, 128)),
+    (16, 4096, 256, "sgemm_13_few_rows", None),             # few rows and columns keep their steps
+    (4096, 16, 256, "sgemm_14_few_columns", None),
+    (64, 64, 131072, "sgemm_12_split_k", (64, 64)),          # splits keep step 12
+])  # fmt: skip
+def test_auto_takes_step_15_for_whole_tiles_of_a_short_k(M, N, K, kernel, tile):
+    spec, cfg = select(_problem(M, N, K), device="cuda")
+    assert spec.id == kernel
+    if tile is not None:
+        assert (cfg["BM"], cfg["BN"]) == tile
+    skip = auto_skip(SPEC, _problem(M, N, K), multistage_config(_problem(M, N, K)))
+    assert (skip is None) == (kernel == "sgemm_15_multistage")
+
+
+def test_auto_launches_only_configs_in_use():
+    assert set(configs_in_use(SPEC)) == set(multistage_configs())
+    for K in (100, 300, 1000):
+        assert multistage_config(_problem(4096, 4096, K)) in multistage_configs()
 
 
 @pytest.mark.parametrize("name", TILES)

@@ -161,7 +161,7 @@ def test_auto_takes_the_latest_step_that_serves():
     spec, cfg = select(P(r(4, 3), r(3, 20)), device="cuda")
     assert spec.id == "sgemm_13_few_rows" and cfg["MR"] == 4  # a few rows: the rows rounded up
     spec, cfg = select(P(r(17, 3), r(3, 20)), device="cuda")
-    assert spec.id == "sgemm_11_warp_tile"  # one K slice: nothing to split, step 11 serves it
+    assert spec.id == "sgemm_15_multistage"  # one K slice: nothing to split, whole tiles of a short K
     # a long K and few tiles: split, from the wave model
     tall = P(torch.empty((256, 65536)), torch.empty((65536, 256)))
     spec, cfg = select(tall, device="cuda")

@@ -173,10 +173,14 @@ def all_sections(results_root: Path) -> dict[str, str]:
             | notes_sections(results_root) | lab_sections(results_root, listing))
 
 
+# A step that builds on an earlier step than the one before it is diffed against that one.
+DIFF_BASE = {"sgemm_15_multistage": "sgemm_11_warp_tile"}  # step 11's loop fed by cp.async
+
+
 def step_diff_sections(device: str = "cuda") -> dict[str, str]:
     """For every ladder step after a ladder's first, the unified diff of its source against the
-    previous step's (the header comments left out), folded in <details>: what a reader diffing the
-    two files sees. One section a step, named diff-<kernel id>."""
+    previous step's (or the step DIFF_BASE names; the header comments left out), folded in
+    <details>: what a reader diffing the two files sees. One section a step, named diff-<kernel id>."""
     import difflib
 
     sections = {}
@@ -184,6 +188,7 @@ def step_diff_sections(device: str = "cuda") -> dict[str, str]:
     for prev, cur in zip(specs, specs[1:]):
         if _ladder(prev.id) != _ladder(cur.id):
             continue
+        prev = registry.get(DIFF_BASE[cur.id]) if cur.id in DIFF_BASE else prev
         a = _code_lines(prev.source_path().read_text())
         b = _code_lines(cur.source_path().read_text())
         diff = list(difflib.unified_diff(a, b, prev.source, cur.source, n=1, lineterm=""))

@@ -7,7 +7,7 @@ takes the latest ladder step that can serve the problem -- the benchmark records
 fastest registered step at the default shapes -- except where the step's spec says it does not
 pay for this problem (auto_skip: tc09's stream-K only where tc07's last wave idles). Each
 family's rules and models are in its own module: persistent (tc07, tc09), tf32 (tc08), skinny
-(tc10), fp32 (FP32 steps 12-14); rules holds what they share."""
+(tc10), fp32 (FP32 steps 12-15); rules holds what they share."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..problem import GemmProblem
 from ..specs.base import GemmConfig, KernelSpec
 from .fp32 import (
     few_columns_config, few_columns_configs, few_columns_pays, few_rows_config, few_rows_configs, few_rows_pays,
-    split_k_config, split_k_pays, split_k_tiles,
+    multistage_config, multistage_configs, multistage_pays, split_k_config, split_k_pays, split_k_tiles,
 )
 from .persistent import TC07_TILES, TILE192_DEEP, copies_pay, stream_k_pays, tc07_tile
 from .rules import SIZE_RULES, _problem_config, _rule_config, _size_rule_config
@@ -38,6 +38,8 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
         cfg = few_rows_config(problem)
     elif spec.id == "sgemm_14_few_columns":
         cfg = few_columns_config(problem)
+    elif spec.id == "sgemm_15_multistage":
+        cfg = multistage_config(problem)
     else:
         cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
         cfg = _tf32_small_tile(spec, problem, _tf32_stream_k_config(spec, problem, cfg))
@@ -53,6 +55,7 @@ AUTO_SKIP = {
     "sgemm_12_split_k": split_k_pays,
     "sgemm_13_few_rows": few_rows_pays,
     "sgemm_14_few_columns": few_columns_pays,
+    "sgemm_15_multistage": multistage_pays,
 }
 
 
@@ -94,6 +97,8 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out = few_rows_configs()
     if spec.id == "sgemm_14_few_columns":  # one config a column count NC
         out = few_columns_configs()
+    if spec.id == "sgemm_15_multistage":
+        out = multistage_configs()
     if spec.id == "tc10_skinny":
         out += [_rule_config(spec, (("NT", nt), ("STAGES", st))) for nt, st in SKINNY_STAGES.items()
                 if 16 < nt <= SKINNY_M_MAX]  # fmt: skip

@@ -119,3 +119,42 @@ def few_columns_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     if problem.N > FEW_COLUMNS_MAX_N:
         return f"N={problem.N}: sgemm_14_few_columns serves D of at most {FEW_COLUMNS_MAX_N} columns"
     return None
+
+
+# Step 15 (cp.async multistage) against step 11's 256 x 128 tile, H100, ratios to cuBLAS SGEMM in the
+# same rounds (results/nvidia-h100-80gb-hbm3/tune-fp32-ms-20261127T202436Z.json.gz and -202617Z.json.gz):
+# - K of 100-300: 0.91x-1.02x against 0.62x-0.79x (4096 x 4096 x 128 0.98x against 0.64x);
+# - K = 512: 0.86x against 0.79x-0.82x; K = 1024: 0.85x against 0.84x-0.86x, a tie;
+# - K >= 2048: behind (0.84x against 0.88x at 4096 x 4096 x 2048, 0.84x against 0.91x at 8192^3).
+# Its tile: 128 x 128 (two blocks an SM) ahead of 256 x 128 at K <= 256 (0.98x against 0.93x at
+# 4096 x 4096 x 128, 1.02x against 0.93x at 2048 x 2048 x 100), behind it at K = 512 (0.84x against
+# 0.86x). Below 2048^2 results 128 x 128 (0.58x at 1024 x 1024 x 256 against 0.34x for 256 x 128).
+MULTISTAGE_K_MAX = 1024  # K from which step 11 serves whole tiles instead
+MULTISTAGE_SHORT_K = 256  # K up to which the 128 x 128 tile serves at any size
+MULTISTAGE_WIDE = dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8)
+
+
+def multistage_configs() -> list[GemmConfig]:
+    """Step 15's tiles 'auto' launches: the default 128 x 128 and 256 x 128 (MULTISTAGE_WIDE)."""
+    spec = registry.get("sgemm_15_multistage")
+    return [spec.default_config(), _rule_config(spec, tuple(sorted(MULTISTAGE_WIDE.items())))]
+
+
+def multistage_config(problem: GemmProblem) -> GemmConfig:
+    """128 x 128 where K is short (MULTISTAGE_SHORT_K) or the output small (below 2048^2), else
+    256 x 128."""
+    small, wide = multistage_configs()
+    return small if problem.K <= MULTISTAGE_SHORT_K or problem.M * problem.N < 2048 * 2048 else wide
+
+
+def multistage_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
+    """'auto' takes step 15 for whole tiles where K is short of MULTISTAGE_K_MAX, and leaves few rows
+    and columns to steps 13 and 14 and the splits step 12 is modelled to serve to it."""
+    if problem.K >= MULTISTAGE_K_MAX:
+        return f"K={problem.K}: step 11's main loop serves whole tiles from K = {MULTISTAGE_K_MAX}"
+    if problem.M <= FEW_ROWS_MAX or problem.N <= FEW_COLUMNS_MAX_N:
+        return "a few rows or columns: steps 13 and 14 stream the large operand once"
+    split = split_k_config(problem)
+    if split_k_pays(problem, split) is None:
+        return "step 12 splits K for this problem"
+    return None
