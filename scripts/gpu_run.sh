@@ -147,9 +147,10 @@ fi
 # (scripts/bmm_sanitize.py)
 if want bmm-sanitize; then
   step "compute-sanitizer: memcheck, racecheck and synccheck over tc07's batched build, several tiles a block"
+  # (--report-api-errors no: memcheck then counts device errors only, not torch's host-side probes,
+  # and can fail the step on one)
   for tool in memcheck racecheck synccheck; do
-    exitcode=(); [[ "$tool" == memcheck ]] || exitcode=(--error-exitcode 99)
-    compute-sanitizer --tool $tool "${exitcode[@]}" --print-limit 20 python3 scripts/bmm_sanitize.py 2>&1 \
+    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 --print-limit 20 python3 scripts/bmm_sanitize.py 2>&1 \
       | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
       | tee -a "$LOG"
     [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool bmm one launch"

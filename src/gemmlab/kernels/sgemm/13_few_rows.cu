@@ -21,7 +21,7 @@ template <int MR, int KC, int POST = 0>
 // rows, one past them. Registers for two are asked for wherever MR x KC <= 512 fits them unspilled:
 // at 16 rows and KC = 32 a grid of two waves of one block an SM (16 x 14336 x 4096: 224 blocks) then
 // runs in one, and 130 registers a thread without the bound ran it 0.45x cuBLAS SGEMM against 0.80x
-// in 128 (H100, fp32-shapes-20261127T210726Z.json, fp32-shapes-20261125T185740Z.json.gz).
+// in 128 (H100, fp32-shapes-20261127T210726Z.json.gz, fp32-shapes-20261125T185740Z.json.gz).
 __global__ void __launch_bounds__(256, MR <= 4 || MR * KC <= 512 ? 2 : 1)
 sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
                unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
