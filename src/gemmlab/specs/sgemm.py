@@ -240,14 +240,21 @@ SGEMM_10 = KernelSpec(
 )
 
 
-def _check_11(c: GemmConfig) -> str | None:
+def _warp_tile_checks(c: GemmConfig) -> list[tuple[bool, str]]:
+    """The warp-tile layout's checks, as step 11's kernel and those built on its tiles (12, 15) make them."""
     wm, wn, tm, tn = c["WM"], c["WN"], c["TM"], c["TN"]
-    return _first_failure(
+    return [
         (wm >= 1 and wn >= 1 and c["BM"] % wm == 0 and c["BN"] % wn == 0, "WM must divide BM and WN must divide BN"),
         *_float4_tiles(c),
         (min(tm, tn) >= 4 and wm % tm == 0 and wn % tn == 0 and (wm // tm) * (wn // tn) == 32,
          f"a warp's 32 threads must cover its {wm}x{wn} tile with {tm}x{tn} results each: (WM/TM) * (WN/TN) == 32"),
         _pad_ok(c),
+    ]
+
+
+def _check_11(c: GemmConfig) -> str | None:
+    return _first_failure(
+        *_warp_tile_checks(c),
         _tiles_split(c, _threads_warp(c), 4),
         _smem_ok(2 * (c["BK"] * (c["BM"] + c["PAD"]) + c["BK"] * c["BN"])),
     )

@@ -4,7 +4,7 @@ of A and B copied by cp.async into a ring of STAGES shared slices (cuBLAS SGEMM'
 from __future__ import annotations
 
 from .base import GemmConfig, KernelSpec, Param, _first_failure
-from .sgemm import SGEMM_11, _float4_tiles, _pad_ok, _smem_ok, _threads_warp
+from .sgemm import SGEMM_11, _smem_ok, _threads_warp, _warp_tile_checks
 
 
 def ring_floats(c: GemmConfig) -> int:
@@ -24,13 +24,8 @@ def _a_copy_ok(c: GemmConfig) -> tuple[bool, str]:
 
 def _check_15(c: GemmConfig) -> str | None:
     """The kernel's static_asserts, in its order."""
-    wm, wn, tm, tn = c["WM"], c["WN"], c["TM"], c["TN"]
     return _first_failure(
-        (wm >= 1 and wn >= 1 and c["BM"] % wm == 0 and c["BN"] % wn == 0, "WM must divide BM and WN must divide BN"),
-        *_float4_tiles(c),
-        (min(tm, tn) >= 4 and wm % tm == 0 and wn % tn == 0 and (wm // tm) * (wn // tn) == 32,
-         f"a warp's 32 threads must cover its {wm}x{wn} tile with {tm}x{tn} results each: (WM/TM) * (WN/TN) == 32"),
-        _pad_ok(c),
+        *_warp_tile_checks(c),
         (c["STAGES"] >= 2, f"STAGES must be at least 2 (a slice computed while the next lands), not {c['STAGES']}"),
         _smem_ok(ring_floats(c)),
         _a_copy_ok(c),
