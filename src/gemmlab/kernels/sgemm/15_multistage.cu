@@ -5,8 +5,9 @@
 // copy costs registers (its float4s), issue slots, and a wait on global memory inside the loop.
 // Here cp.async writes shared memory directly, STAGES - 1 slices ahead, with one barrier a slice.
 // Nsight Compute on an H100 at 4096^3: cuBLAS's 256x128x8 three-stage cp.async kernel issued on
-// 87% of cycles against step 11's 77% at the same instruction count. Step 15 is not yet measured
-// (docs/ladder/sgemm-15-multistage.md).
+// 87% of cycles against step 11's 77% at the same instruction count. On an H100 step 15 runs short K
+// at 0.86x-1.02x cuBLAS SGEMM where step 11 ran 0.62x-0.82x, and long K 6-8% behind step 11, so
+// `auto` gives it whole tiles with K below 1024 (docs/ladder/sgemm-15-multistage.md).
 #include "common/cp_async.cuh"
 #include "common/tile_copy.cuh"
 
