@@ -39,7 +39,7 @@ def compile_jobs(problems) -> list[tuple]:
         jobs.setdefault(spec.name_expression(cfg, *types), (spec, cfg, *types))
         for job in split.split_jobs(problem) if spec.split_operands else ():  # 3xTF32's pre-pass
             jobs.setdefault(job[0].name_expression(job[1]), job)
-        if spec.parts_reduced is not None and cfg.as_dict().get("RED"):  # step 12's reduction pass
+        if spec.parts_reduced is not None and spec.parts_reduced(cfg, (1, 2, 1)):  # step 12's reduction pass, if split
             job = reduce.reduce_job()
             jobs.setdefault(job[0].name_expression(job[1]), job[:4])
     return list(jobs.values())
@@ -237,7 +237,7 @@ class _Plan(NamedTuple):
     wide_d: int = 0  # a staged kernel's D is written to a buffer this wide (configs.rules.wide_d), 0: in place
     copy: tuple = ()  # the inputs ("a", "b") a staged kernel copies on every call, for TMA to read
     post: int = 0  # the fused epilogue the kernel was built with (activations.post_code); 0: none
-    reduction: reduce.Reduction | None = None  # the pass that adds the runs' parts and writes D (step 12, RED = 1)
+    reduction: reduce.Reduction | None = None  # the pass that adds the runs' parts and writes D (step 12, RED = 1; step 15, SPLIT = 1)
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -283,8 +283,9 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, post: in
         resident = launch.resident_blocks(loaded, device_id, spec.block(cfg), cluster)
         split = spec.splits_k is not None and spec.splits_k(problem, cfg, resident)  # every SM takes a run
         grid = (resident if split else min(grid[0], resident), grid[1], grid[2])
-    if spec.k_runs is not None:  # K split into gridDim.y runs (tc10)
-        grid = (grid[0], spec.k_runs(problem, cfg, sm_count(device_id)), grid[2])
+    runs = spec.k_runs(problem, cfg, sm_count(device_id)) if spec.k_runs is not None else None
+    if runs is not None:  # K split into gridDim.y runs (tc10)
+        grid = (grid[0], runs, grid[2])
     copy = operands_to_copy(problem) if spec.staged and spec.tma else ()
     reduction = reduce.plan(spec, cfg, M, N, grid, device_id, post)
     return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy, post, reduction)
@@ -327,8 +328,9 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor 
                 plan.maps.clear()
             plan.maps[key] = maps
     ws = _workspace(plan)
+    ws_mid, ws_last = _workspace_args(plan, ws)
     launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
-                  d.data_ptr(), *_workspace_args(ws), *plan.tail, *_bias_args(plan, bias),
+                  d.data_ptr(), *ws_mid, *plan.tail, *_bias_args(plan, bias), *ws_last,
                   cluster=plan.cluster)  # fmt: skip
     if plan.reduction is not None:  # the runs' parts, added up into D behind the split kernel
         reduce.launch_reduction(plan.reduction, plan.device_id, ws[0].data_ptr(), plan.grid[1], c_ptr, d.data_ptr(),
@@ -379,9 +381,10 @@ _WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 def _workspace(plan: _Plan) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The workspace (fp32 parts, flags) a kernel that takes one (stream-K, split K) needs, on the
     current stream; None for the others."""
-    if plan.spec.workspace is None:
+    need = plan.spec.workspace(plan.config, plan.grid) if plan.spec.workspace is not None else None
+    if need is None:
         return None
-    floats, flags = plan.spec.workspace(plan.config, plan.grid)
+    floats, flags = need
     key = (plan.device_id, launch.current_stream_handle(plan.device_id))
     ws = _WORKSPACES.get(key)
     fits = ws is not None and ws[0].numel() >= floats and ws[1].numel() >= flags
@@ -402,9 +405,12 @@ def _workspace(plan: _Plan) -> tuple[torch.Tensor, torch.Tensor] | None:
     return ws
 
 
-def _workspace_args(ws: tuple[torch.Tensor, torch.Tensor] | None) -> tuple:
-    """The pointers a kernel that takes a workspace is passed; none for the others."""
-    return () if ws is None else (ws[0].data_ptr(), ws[1].data_ptr())
+def _workspace_args(plan: _Plan, ws: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[tuple, tuple]:
+    """The workspace pointers a kernel is passed, (after D, after the bias): none for a kernel that
+    takes no workspace; null ones where its config needs none but the kernel has the parameters
+    (spec.workspace_last)."""
+    ptrs = (ws[0].data_ptr(), ws[1].data_ptr()) if ws is not None else (0, 0) if plan.spec.workspace_last else ()
+    return ((), ptrs) if plan.spec.workspace_last else (ptrs, ())
 
 
 def _row_major(problem: GemmProblem, a, b) -> tuple:
@@ -492,13 +498,14 @@ def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, 
     c_ptr = problem.c.ptr if problem.c is not None else 0
     maps = _tensor_maps(plan, problem, _operands(problem, a, b, out)) if spec.tma else ()
     ws = _workspace(plan)
-    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *_workspace_args(ws), *plan.tail,
-            *_bias_args(plan, None))
+    ws_mid, ws_last = _workspace_args(plan, ws)
+    args = (*maps, problem.a.ptr, problem.b.ptr, c_ptr, out.data_ptr(), *ws_mid, *plan.tail, *_bias_args(plan, None),
+            *ws_last)  # fmt: skip
     held = (a, b, c, out, ws)  # the addresses in args stay these tensors' while the launch lives
 
     def relaunch():
         launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)
-        if plan.reduction is not None:  # (step 12, RED = 1)
+        if plan.reduction is not None:  # (step 12, RED = 1; step 15, SPLIT = 1)
             reduce.launch_reduction(plan.reduction, plan.device_id, ws[0].data_ptr(), plan.grid[1], c_ptr,
                                     out.data_ptr(), plan.tail, 0)  # fmt: skip
 

@@ -1,6 +1,7 @@
 """Selection for the FP32 steps past the seeds: step 12's tile for a problem (split_k_config; its K
-runs are the spec's split_k_runs, by the same model), step 13's rows (few_rows_config) and step
-14's config for a few columns (few_columns_config), with the problems 'auto' gives each."""
+runs are the spec's split_k_runs, by the same model), step 13's rows (few_rows_config), step 14's
+config for a few columns (few_columns_config) and step 15's tile (multistage_config; its split of K
+behind MULTISTAGE_SPLIT, off), with the problems 'auto' gives each."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from ..device import sm_count_of
 from ..problem import GemmProblem
 from ..specs.base import GemmConfig
 from ..specs.sgemm_rows import FEW_ROWS_MAX
-from ..specs.sgemm import SPLIT_K_TILES, split_k_runs, split_k_time
+from ..specs.sgemm import SPLIT_K_RED_MIN_SLICES, SPLIT_K_TILES, split_k_runs, split_k_time
 from ..specs.sgemm_cols import FEW_COLUMNS_B_FLOATS, FEW_COLUMNS_MAX_N, FEW_COLUMNS_NC
+from ..specs.sgemm_multistage_split import MULTISTAGE_SPLIT_TILES, multistage_runs, multistage_split_time
 from .rules import _rule_config, _size_rule_config
 
 
@@ -134,22 +136,73 @@ MULTISTAGE_SHORT_K = 256  # K up to which the 128 x 128 tile serves at any size
 MULTISTAGE_WIDE = dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8)
 
 
+# Step 15 split along K (SPLIT = 1: cuBLAS's recipe at the shapes step 12 still runs below 0.8x
+# cuBLAS SGEMM -- 64 x 128 tiles of 128 threads split 4-8 ways at 32-64 rows, 64 x 64 at 512^3,
+# 128 x 128 at 1024 x 1024 x 16384 -- its parts added by step 12's reduction pass). Built and tested,
+# not yet timed, so 'auto' does not take it: with MULTISTAGE_SPLIT on, step 15 would split K for
+# every problem (past a few rows and columns) whose best split multistage_split_time models at most
+# MULTISTAGE_SPLIT_GAIN_MIN of step 11's one run of the whole tile (split_k_pays's test, with step
+# 15's tiles and model); tests/test_fp32_multistage_split.py states what it would pick.
+MULTISTAGE_SPLIT = False
+MULTISTAGE_SPLIT_GAIN_MIN = SPLIT_K_GAIN_MIN
+
+
 def multistage_configs() -> list[GemmConfig]:
-    """Step 15's tiles 'auto' launches: the default 128 x 128 and 256 x 128 (MULTISTAGE_WIDE)."""
+    """Step 15's tiles 'auto' launches: the default 128 x 128 and 256 x 128 (MULTISTAGE_WIDE), and
+    with MULTISTAGE_SPLIT its split tiles (multistage_split_configs)."""
     spec = registry.get("sgemm_15_multistage")
-    return [spec.default_config(), _rule_config(spec, tuple(sorted(MULTISTAGE_WIDE.items())))]
+    whole = [spec.default_config(), _rule_config(spec, tuple(sorted(MULTISTAGE_WIDE.items())))]
+    return whole + (multistage_split_configs() if MULTISTAGE_SPLIT else [])
+
+
+def multistage_split_configs() -> list[GemmConfig]:
+    """Step 15's split tiles (MULTISTAGE_SPLIT_TILES), SPLIT = 1."""
+    spec = registry.get("sgemm_15_multistage")
+    return [_rule_config(spec, tuple(sorted({**o, "SPLIT": 1}.items()))) for o, _, _ in MULTISTAGE_SPLIT_TILES.values()]
+
+
+def multistage_split_config(problem: GemmProblem) -> tuple[GemmConfig, int, float] | None:
+    """The split tile, its runs and its modelled time, fastest by multistage_split_time among those
+    whose best run count is above one (the larger tile on a tie); None where no tile splits K."""
+    sms = sm_count_of(problem.device)
+    M, N, K = problem.M, problem.N, problem.K
+    picks = [(c, r, multistage_split_time(M, N, K, c, r, sms))
+             for c in multistage_split_configs() for r in [multistage_runs(problem, c, sms)] if r > 1]  # fmt: skip
+    return min(picks, key=lambda p: (p[2], -p[0]["BM"] * p[0]["BN"]), default=None)
+
+
+def multistage_split_pays(problem: GemmProblem) -> str | None:
+    """None where step 15 would split K for the problem (MULTISTAGE_SPLIT aside): past a few rows and
+    columns, its best split modelled at most MULTISTAGE_SPLIT_GAIN_MIN of step 11's one run of the
+    whole tile; else why not."""
+    if problem.M <= FEW_ROWS_MAX or problem.N <= FEW_COLUMNS_MAX_N:
+        return "a few rows or columns: steps 13 and 14 stream the large operand once"
+    pick = multistage_split_config(problem)
+    if pick is None:
+        return f"K={problem.K} is too short to split into runs of {SPLIT_K_RED_MIN_SLICES} slices that pay"
+    sms = sm_count_of(problem.device)
+    whole = _size_rule_config(registry.get("sgemm_11_warp_tile"), problem)
+    t_whole = split_k_time(problem.M, problem.N, problem.K, whole, 1, sms)
+    if pick[2] > MULTISTAGE_SPLIT_GAIN_MIN * t_whole:
+        return f"step 15's split is modelled at {pick[2] / t_whole:.2f} of step 11's time (it pays below {MULTISTAGE_SPLIT_GAIN_MIN})"
+    return None
 
 
 def multistage_config(problem: GemmProblem) -> GemmConfig:
-    """128 x 128 where K is short (MULTISTAGE_SHORT_K) or the output small (below 2048^2), else
-    256 x 128."""
-    small, wide = multistage_configs()
+    """With MULTISTAGE_SPLIT, the split tile where splitting K pays (multistage_split_pays); else 128 x
+    128 where K is short (MULTISTAGE_SHORT_K) or the output small (below 2048^2), 256 x 128 past that."""
+    if MULTISTAGE_SPLIT and multistage_split_pays(problem) is None:
+        return multistage_split_config(problem)[0]
+    small, wide = multistage_configs()[:2]
     return small if problem.K <= MULTISTAGE_SHORT_K or problem.M * problem.N < 2048 * 2048 else wide
 
 
 def multistage_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     """'auto' takes step 15 for whole tiles where K is short of MULTISTAGE_K_MAX, and leaves few rows
-    and columns to steps 13 and 14 and the splits step 12 is modelled to serve to it."""
+    and columns to steps 13 and 14 and the splits step 12 is modelled to serve to it; a split config
+    (multistage_config gives one only with MULTISTAGE_SPLIT, where it pays) it takes."""
+    if c["SPLIT"]:
+        return None
     if problem.K >= MULTISTAGE_K_MAX:
         return f"K={problem.K}: step 11's main loop serves whole tiles from K = {MULTISTAGE_K_MAX}"
     if problem.M <= FEW_ROWS_MAX or problem.N <= FEW_COLUMNS_MAX_N:

@@ -99,14 +99,20 @@ class KernelSpec:
     staged: bool = False
     # Kernels that pass partial results between blocks (stream-K, split K) take a workspace after D:
     # fp32 elements and uint32 flags, their counts from the config and the grid launched.
-    workspace: Callable[[GemmConfig, Dim3], tuple[int, int]] | None = field(default=None, repr=False)
+    # None from the callable: this config takes no workspace (nothing allocated; null pointers where
+    # the kernel has the parameters, none where it has not).
+    workspace: Callable[[GemmConfig, Dim3], tuple[int, int] | None] | None = field(default=None, repr=False)
+    # The workspace pointers come last, after the bias, instead of after D: step 15, whose one-run
+    # builds thus keep the parameter offsets, and the SASS, they had before it could split K.
+    workspace_last: bool = False
     # Kernels whose runs along K may leave their fp32 parts in the workspace for a second kernel to
     # add and write D (step 12 with RED = 1): whether a config launched on this grid does. gemm() then
     # launches that reduction (gemmlab.reduce) behind the kernel, on the same stream.
     parts_reduced: Callable[[GemmConfig, Dim3], bool] | None = field(default=None, repr=False)
     # Kernels whose grid splits K into gridDim.y runs (tc10): how many, for a problem, config and
-    # the device's SM count; the grid is spec.grid's with that many rows. None: gridDim.y as given.
-    k_runs: Callable[[GemmProblem, GemmConfig, int], int] | None = field(default=None, repr=False)
+    # the device's SM count; the grid is spec.grid's with that many rows. None (as the field, or as
+    # what it returns for a config that does not split, step 15's SPLIT = 0): gridDim.y as given.
+    k_runs: Callable[[GemmProblem, GemmConfig, int], int | None] | None = field(default=None, repr=False)
     # Persistent kernels that split few tall-K tiles along K over every SM: whether they would for
     # this problem, config and number of resident blocks. gemm() then launches every resident block
     # (the kernel reads its slots from the grid), and otherwise no more blocks than there are tiles.

@@ -8,6 +8,9 @@
 // 87% of cycles against step 11's 77% at the same instruction count. On an H100 step 15 runs short K
 // at 0.86x-1.02x cuBLAS SGEMM where step 11 ran 0.62x-0.82x, and long K 6-8% behind step 11, so
 // `auto` gives it whole tiles with K below 1024 (docs/ladder/sgemm-15-multistage.md).
+// SPLIT = 1 cuts K into runs as step 12 does and leaves each run's fp32 part for step 12's reduction
+// kernel: cuBLAS's recipe where step 12 stays below 0.8x of it (4-warp tiles split 4-8 ways at 32-64
+// rows). Built and tested, not yet timed; `auto` does not take it (configs.fp32.MULTISTAGE_SPLIT).
 #include "common/cp_async.cuh"
 #include "common/tile_copy.cuh"
 
@@ -67,14 +70,22 @@ __device__ __forceinline__ void issue_slice(float* sA, float* sB, const float* _
 // TM x TN: the results of one thread, (TM / 4) x (TN / 4) blocks of 4 x 4 spread over the warp tile.
 // PAD: floats added to each row of the transposed A tile to shift its banks.
 // STAGES: shared slices in the ring; STAGES - 1 are in flight while one is computed.
+// SPLIT: 0, one run: block (x, y) computes tile (y, x) over the whole of K. 1, runs along K: block
+// (tile, run) computes tile `tile` (row-major over the tiles) over run's share of K, gridDim.y runs
+// of whole BK slices cut as step 12 cuts them; with several runs each stores its fp32 part as step
+// 12's RED = 1 does -- [gridDim.x * BM * BN] floats a run, row-major with rows of tiles across x BN
+// floats -- and step 12's reduction kernel adds the parts and writes D (gemmlab.reduce). WS: the
+// parts (SPLIT = 1 only; null for SPLIT = 0).
 // Launch bounds: two blocks an SM up to 128 x 128 tiles (at most 128 registers a thread for 256
-// threads: step 11's occupancy at that tile), one above.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int STAGES, int POST = 0>
+// threads: step 11's occupancy at that tile), one above. WS and FLAGS come last, so that a SPLIT = 0
+// build compiles to the kernel it was before they existed; FLAGS is unused (no counters: the parts
+// are added by a kernel of their own), there for gemmlab's workspace convention (parts, then flags).
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int STAGES, int SPLIT, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, BM * BN <= 128 * 128 ? 2 : 1)
 sgemm_multistage(const float* __restrict__ A, const float* __restrict__ B,
                  const float* C, float* D,
                  int M, int N, int K, int lda, int ldb, int ldc, int ldd,
-                 float alpha, float beta, const float* __restrict__ bias) {
+                 float alpha, float beta, const float* __restrict__ bias, float* WS, unsigned* /* FLAGS */) {
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
     constexpr int TM_STRIDE = WM / (TM / 4);  // rows between a thread's float4s of A
     constexpr int TN_STRIDE = WN / (TN / 4);  // columns between a thread's float4s of B
@@ -87,16 +98,30 @@ sgemm_multistage(const float* __restrict__ A, const float* __restrict__ B,
     static_assert(PAD >= 0 && PAD % 4 == 0, "PAD must keep the rows of sA 16-byte aligned");
     static_assert(STAGES >= 2, "a ring of at least two slices: one computed while the next lands");
     static_assert(STAGES * (BK * (BM + PAD) + BK * BN) * 4 <= 48 * 1024, "the ring exceeds 48 KB of static shared memory");
+    static_assert(SPLIT == 0 || SPLIT == 1, "SPLIT: 0 (one run) or 1 (runs along gridDim.y)");
     __shared__ __align__(16) float sA[STAGES][BK][BM + PAD];  // [stage][k][m]: slices of A, transposed
     __shared__ __align__(16) float sB[STAGES][BK][BN];        // [stage][k][n]: slices of B
 
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;  // the block's tile of C
+    // The block's tile of C: SPLIT = 0, (blockIdx.y, blockIdx.x); 1, tile blockIdx.x of the tiles taken row by row
+    const int tiles_n = SPLIT ? gemmlab::ceil_div(N, BN) : 0;
+    const int row0 = SPLIT ? blockIdx.x / tiles_n * BM : blockIdx.y * BM;
+    const int col0 = SPLIT ? blockIdx.x % tiles_n * BN : blockIdx.x * BN;
     const int tm = warp / (BN / WN) * WM + lane / (WN / TN) * 4;  // first row; others TM_STRIDE apart
     const int tn = warp % (BN / WN) * WN + lane % (WN / TN) * 4;  // first column; others TN_STRIDE apart
     const bool b_vec = gemmlab::rows_16b_aligned(B, ldb);  // else 4-byte copies (same for all threads)
-    const int slices = gemmlab::ceil_div(K, BK);
+    // The block's slices of K: kt0 .. kt0 + slices - 1, none at or past k_end. SPLIT = 1: run blockIdx.y of
+    // gridDim.y, step 12's cut of K into whole BK slices, the runs' lengths differing by one slice at most.
+    // (Global k indices, A and B left where they are: shifted pointers and K cost the 128 x 128 tile
+    // registers it lacks at two blocks an SM.)
+    int kt0 = 0, slices = gemmlab::ceil_div(K, BK), k_end = K;
+    if constexpr (SPLIT == 1) {
+        const int run = blockIdx.y, runs = gridDim.y, q = slices / runs, r = slices % runs;
+        kt0 = run * q + min(run, r);
+        slices = q + (run < r);
+        k_end = min(K, (kt0 + slices) * BK);
+    }
 
     // Prologue: slices 0 .. STAGES - 2 in flight, one commit group each (empty past the last slice,
     // so that the wait below always counts STAGES - 2 younger groups).
@@ -104,7 +129,7 @@ sgemm_multistage(const float* __restrict__ A, const float* __restrict__ B,
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < slices) {
             gemmlab::issue_slice<BM, BN, BK, PAD, THREADS>(&sA[s][0][0], &sB[s][0][0], A, B, lda, ldb, row0, col0,
-                                                           s * BK, M, N, K, b_vec, tid);
+                                                           (kt0 + s) * BK, M, N, k_end, b_vec, tid);
         }
         gemmlab::cp_async_commit();
     }
@@ -118,7 +143,7 @@ sgemm_multistage(const float* __restrict__ A, const float* __restrict__ B,
         __syncthreads();  // everyone's have, and nobody still reads slice kt - 1's stage
         if (kt + STAGES - 1 < slices) {
             gemmlab::issue_slice<BM, BN, BK, PAD, THREADS>(&sA[next][0][0], &sB[next][0][0], A, B, lda, ldb, row0,
-                                                           col0, (kt + STAGES - 1) * BK, M, N, K, b_vec, tid);
+                                                           col0, (kt0 + kt + STAGES - 1) * BK, M, N, k_end, b_vec, tid);
         }
         gemmlab::cp_async_commit();
         gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[stage][0][tm]);
@@ -142,6 +167,22 @@ sgemm_multistage(const float* __restrict__ A, const float* __restrict__ B,
     }
     gemmlab::cp_async_wait<0>();  // only empty groups remain; no copy outlives the block
 
+    if constexpr (SPLIT == 1) {
+        if (gridDim.y > 1) {  // row m, column n of run's part at run * gridDim.x * BM * BN + m * ldw + n
+            const int ldw = tiles_n * BN;
+            float* mine = WS + static_cast<size_t>(blockIdx.y) * gridDim.x * BM * BN;
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+#pragma unroll
+                for (int q = 0; q < TN / 4; ++q) {  // four consecutive columns: one float4 (ldw, n: multiples of 4)
+                    const int m = row0 + tm + i / 4 * TM_STRIDE + i % 4, n = col0 + tn + q * TN_STRIDE;
+                    __stcg(reinterpret_cast<float4*>(mine + gemmlab::offset(m, n, ldw)),
+                           make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]));
+                }
+            }
+            return;  // the tiles overhanging M or N store their whole part too: the pass reads M x N only
+        }
+    }
     // float4 stores where D's rows (and C's, where read) are 16-byte aligned and the quad is inside.
     const bool vec = gemmlab::rows_16b_aligned(D, ldd) && (beta == 0.0f || gemmlab::rows_16b_aligned(C, ldc));
 #pragma unroll
