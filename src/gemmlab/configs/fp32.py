@@ -1,7 +1,7 @@
 """Selection for the FP32 steps past the seeds: step 12's tile for a problem (split_k_config; its K
 runs are the spec's split_k_runs, by the same model), step 13's rows (few_rows_config), step 14's
-config for a few columns (few_columns_config) and step 15's tile (multistage_config; its split of K
-behind MULTISTAGE_SPLIT, off), with the problems 'auto' gives each."""
+config for a few columns (few_columns_config) and step 15's tile (multistage_config, split along K
+where that pays), with the problems 'auto' gives each."""
 
 from __future__ import annotations
 
@@ -136,14 +136,19 @@ MULTISTAGE_SHORT_K = 256  # K up to which the 128 x 128 tile serves at any size
 MULTISTAGE_WIDE = dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8)
 
 
-# Step 15 split along K (SPLIT = 1: cuBLAS's recipe at the shapes step 12 still runs below 0.8x
-# cuBLAS SGEMM -- 64 x 128 tiles of 128 threads split 4-8 ways at 32-64 rows, 64 x 64 at 512^3,
-# 128 x 128 at 1024 x 1024 x 16384 -- its parts added by step 12's reduction pass). Built and tested,
-# not yet timed, so 'auto' does not take it: with MULTISTAGE_SPLIT on, step 15 would split K for
-# every problem (past a few rows and columns) whose best split multistage_split_time models at most
-# MULTISTAGE_SPLIT_GAIN_MIN of step 11's one run of the whole tile (split_k_pays's test, with step
-# 15's tiles and model); tests/test_fp32_multistage_split.py states what it would pick.
-MULTISTAGE_SPLIT = False
+# Step 15 split along K (SPLIT = 1: cuBLAS's recipe at the shapes step 12 ran below 0.8x cuBLAS
+# SGEMM -- 64 x 128 tiles of 128 threads split 4-8 ways at 32-64 rows, 64 x 64 at 512^3, 128 x 128
+# at 1024 x 1024 x 16384 -- its parts added by step 12's reduction pass). On an H100, against cuBLAS
+# SGEMM in the same rounds (results/nvidia-h100-80gb-hbm3/tune-fp32-ms-split-*), the tile and runs
+# multistage_split_config picks against step 12 as 'auto' ran it:
+# - 32-64 rows: 0.86x-0.91x against 0.74x-0.81x (64 x 128 tiles); 64 columns: 0.88x against 0.79x;
+# - squares: 512^3 0.94x against 0.68x, 768^3 1.05x against 0.79x, 1024^3 0.95x against 0.81x,
+#   1031^3 0.77x against 0.74x;
+# - 1024 x 1024 x 16384: 0.78x against 0.78x, a tie.
+# So 'auto' splits K on step 15 for every problem (past a few rows and columns) whose best split
+# multistage_split_time models at most MULTISTAGE_SPLIT_GAIN_MIN of step 11's one run of the whole
+# tile (split_k_pays's test, with step 15's tiles and model), and step 12 keeps what is left.
+MULTISTAGE_SPLIT = True
 MULTISTAGE_SPLIT_GAIN_MIN = SPLIT_K_GAIN_MIN
 
 
