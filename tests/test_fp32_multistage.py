@@ -237,15 +237,26 @@ def test_fused_bias_and_activation(activation, M, N, K):
 @gpu
 @needs_gpu
 def test_in_place_and_the_same_bits_as_step_11():
-    """out = C in place; and, both summing k in order with one FMA a step, the default tile gives
-    step 11's default tile's bits (the same 128 x 128 warp layout)."""
+    """out = C in place, on the tile 'auto' picks (a split of K here) and on the default tile; and,
+    both summing k in order with one FMA a step, the default tile gives step 11's default tile's
+    bits (the same 128 x 128 warp layout)."""
+    from gemmlab.api import prepare
+
     M, N, K = 1000, 1022, 1023
     a, b, c = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda"), torch.randn(M, N, device="cuda")
-    c0 = c.clone()
-    gemmlab.gemm(a, b, c, alpha=0.75, beta=-1.5, kernel=SPEC.id, out=c)
+    picked = select(problem_from_tensors(a, b, c, None), SPEC.id)[1]
+    for cfg in (picked, SPEC.default_config()):
+        d = c.clone()
+        prepare(a, b, d, alpha=0.75, beta=-1.5, kernel=SPEC.id, out=d, config=cfg)()
+        torch.cuda.synchronize()
+        rep = check_result(d, a, b, c, 0.75, -1.5)
+        assert rep.passed, f"in place, {cfg.as_dict()}: {rep.summary()}"
+    d = c.clone()
+    gemmlab.gemm(a, b, d, alpha=0.75, beta=-1.5, kernel=SPEC.id, out=d)
     torch.cuda.synchronize()
-    assert check_result(c, a, b, c0, 0.75, -1.5).passed
-    ours = gemmlab.gemm(a, b, kernel=SPEC.id)
+    assert check_result(d, a, b, c, 0.75, -1.5).passed
+    ours = torch.empty(M, N, device="cuda")
+    prepare(a, b, kernel=SPEC.id, out=ours, config=SPEC.default_config())()
     theirs = gemmlab.gemm(a, b, kernel="sgemm_11_warp_tile")
     torch.cuda.synchronize()
     assert config_for(registry.SGEMM_11, problem_from_tensors(a, b, None, None)) == registry.SGEMM_11.default_config()

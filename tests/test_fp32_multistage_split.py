@@ -171,7 +171,6 @@ WOULD_PICK = {
     (64, 4096, 4096): (64, 128, 12),
     (64, 28672, 8192): (64, 128, 7),
     (8192, 64, 8192): (128, 64, 6),
-    (1024, 1024, 16384): (128, 128, 4),
     (512, 512, 512): (64, 128, 11),
     (640, 640, 640): (64, 128, 7),
     (768, 768, 768): (64, 128, 5),
@@ -195,6 +194,12 @@ def test_with_the_switch_on_auto_would_split_on_step_15(split_on, M, N, K):
     (4096, 4096, 128, "sgemm_15_multistage"),   # short K: step 15's whole tiles, as before
     (16, 4096, 4096, "sgemm_13_few_rows"),       # few rows and columns keep their steps
     (4096, 16, 4096, "sgemm_14_few_columns"),
+    (1024, 1024, 16384, "sgemm_12_split_k"),    # past MULTISTAGE_SPLIT_K_MAX
+    (64, 64, 131072, "sgemm_12_split_k"),
+    (512, 512, 4096, "sgemm_12_split_k"),       # 128 x 128 from MULTISTAGE_SPLIT_LONG_K
+    (256, 256, 65536, "sgemm_12_split_k"),
+    (64, 64, 64, "sgemm_12_split_k"),           # below MULTISTAGE_SPLIT_MIN_FLOPS: one launch
+    (256, 256, 256, "sgemm_12_split_k"),
 ])  # fmt: skip
 def test_with_the_switch_on_the_rest_is_as_before(split_on, M, N, K, kernel):
     spec, cfg = select(problem(M, N, K))

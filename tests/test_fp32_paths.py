@@ -155,9 +155,10 @@ def split_choice(M, N, K):
     (256, 256, 65536, SPLIT.id, 1, 64),
     (128, 512, 32768, SPLIT.id, 1, 64),
     (1024, 1024, 16384, SPLIT.id, 0, 2),  # a few runs: the serial sum is short (cuBLAS splits 4 ways here)
-    (32, 8192, 8192, SPLIT.id, 0, 2),
-    (64, 4096, 4096, SPLIT.id, 0, 2),
-    (512, 512, 512, SPLIT.id, 0, 2),     # unchanged by the pass
+    (32, 8192, 8192, "sgemm_15_multistage", None, 1),  # step 15 splits these (configs.fp32.MULTISTAGE_SPLIT)
+    (64, 4096, 4096, "sgemm_15_multistage", None, 1),
+    (512, 512, 512, "sgemm_15_multistage", None, 1),
+    (256, 256, 256, SPLIT.id, 1, 2),      # below step 15's split's least flops
     (4096, 4096, 4096, "sgemm_11_warp_tile", None, 1),
     (4096, 4096, 128, "sgemm_15_multistage", None, 1),  # whole tiles of a short K: step 15
 ])  # fmt: skip
@@ -202,7 +203,7 @@ def test_reduction_configs_are_checked():
 
 
 def test_compile_jobs_include_the_reduction_where_auto_takes_it():
-    jobs = api.compile_jobs([cpu_problem(64, 64, 131072), cpu_problem(512, 512, 512)])
+    jobs = api.compile_jobs([cpu_problem(64, 64, 131072), cpu_problem(1024, 1024, 8192)])
     ids = [j[0].id for j in jobs]
     assert ids.count(SPLIT.id) == 2 and ids.count(SPLIT_K_REDUCE.id) == 1
 

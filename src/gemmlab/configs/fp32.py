@@ -145,9 +145,22 @@ MULTISTAGE_WIDE = dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8)
 # - squares: 512^3 0.94x against 0.68x, 768^3 1.05x against 0.79x, 1024^3 0.95x against 0.81x,
 #   1031^3 0.77x against 0.74x;
 # - 1024 x 1024 x 16384: 0.78x against 0.78x, a tie.
-# So 'auto' splits K on step 15 for every problem (past a few rows and columns) whose best split
-# multistage_split_time models at most MULTISTAGE_SPLIT_GAIN_MIN of step 11's one run of the whole
-# tile (split_k_pays's test, with step 15's tiles and model), and step 12 keeps what is left.
+# Where it stops paying (results/nvidia-h100-80gb-hbm3/tune-fp32-ms-split-small-*, fp32-shapes-*):
+# - at long K on the 128 x 128 tile, step 12's 256 x 128 RED = 1 split is ahead: 512 x 512 x 4096
+#   0.88x against 0.91x, 512 x 512 x 16384 0.82x against 0.88x, 256 x 256 x 65536 0.82x against
+#   0.89x, 1024 x 1024 x 12288 0.78x against 0.81x (1024 x 1024 x 8192 a tie): from K =
+#   MULTISTAGE_SPLIT_LONG_K only the 4-warp tiles split on step 15, and only up to
+#   MULTISTAGE_SPLIT_K_MAX (64 x 64 x 131072 on 64 x 128: 0.71x against 0.75x);
+# - below MULTISTAGE_SPLIT_MIN_FLOPS a second launch costs more than the tile gains: 64^3 10.0 us
+#   against 9.0, 128^3 10.4 against 9.7, 64 x 64 x 1024 12.2 against 11.6; 256^3 a tie; 384^3
+#   13.9 us against 14.5.
+# So 'auto' splits K on step 15 for every problem between those bounds (past a few rows and
+# columns) whose best split multistage_split_time models at most MULTISTAGE_SPLIT_GAIN_MIN of step
+# 11's one run of the whole tile (split_k_pays's test, with step 15's tiles and model), and step 12
+# keeps what is left.
+MULTISTAGE_SPLIT_LONG_K = 4096
+MULTISTAGE_SPLIT_K_MAX = 8192
+MULTISTAGE_SPLIT_MIN_FLOPS = 1 << 26  # 2 x 323^3
 MULTISTAGE_SPLIT = True
 MULTISTAGE_SPLIT_GAIN_MIN = SPLIT_K_GAIN_MIN
 
@@ -178,13 +191,20 @@ def multistage_split_config(problem: GemmProblem) -> tuple[GemmConfig, int, floa
 
 def multistage_split_pays(problem: GemmProblem) -> str | None:
     """None where step 15 would split K for the problem (MULTISTAGE_SPLIT aside): past a few rows and
-    columns, its best split modelled at most MULTISTAGE_SPLIT_GAIN_MIN of step 11's one run of the
-    whole tile; else why not."""
+    columns, between the bounds measured (MULTISTAGE_SPLIT_MIN_FLOPS, MULTISTAGE_SPLIT_K_MAX, and
+    4-warp tiles only from MULTISTAGE_SPLIT_LONG_K), its best split modelled at most
+    MULTISTAGE_SPLIT_GAIN_MIN of step 11's one run of the whole tile; else why not."""
     if problem.M <= FEW_ROWS_MAX or problem.N <= FEW_COLUMNS_MAX_N:
         return "a few rows or columns: steps 13 and 14 stream the large operand once"
+    if problem.flops < MULTISTAGE_SPLIT_MIN_FLOPS:
+        return f"{problem.flops} flops: below {MULTISTAGE_SPLIT_MIN_FLOPS}, step 12's one launch is ahead"
+    if problem.K > MULTISTAGE_SPLIT_K_MAX:
+        return f"K={problem.K}: step 12 splits K past {MULTISTAGE_SPLIT_K_MAX}"
     pick = multistage_split_config(problem)
     if pick is None:
         return f"K={problem.K} is too short to split into runs of {SPLIT_K_RED_MIN_SLICES} slices that pay"
+    if problem.K >= MULTISTAGE_SPLIT_LONG_K and pick[0]["BM"] * pick[0]["BN"] >= 128 * 128:
+        return f"K={problem.K}: step 12's 256 x 128 split is ahead of step 15's 128 x 128 from K = {MULTISTAGE_SPLIT_LONG_K}"
     sms = sm_count_of(problem.device)
     whole = _size_rule_config(registry.get("sgemm_11_warp_tile"), problem)
     t_whole = split_k_time(problem.M, problem.N, problem.K, whole, 1, sms)

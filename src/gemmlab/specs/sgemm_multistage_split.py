@@ -3,8 +3,9 @@
 
 Every split of step 15 ends in step 12's reduction pass (its parts are step 12's RED = 1 layout), so
 its runs are chosen as step 12's RED = 1 runs are: at least SPLIT_K_RED_MIN_SLICES slices each, at
-most SPLIT_K_RED_MAX_RUNS, the count the model gives the least time. Nothing here is fitted to a
-timing yet: no step 15 split has run on a GPU (docs/ladder/sgemm-15-multistage.md)."""
+most SPLIT_K_RED_MAX_RUNS, the count the model gives the least time. The throughputs below are not
+fitted; on an H100 the model's pick was within 4% of the best split tile at every shape timed
+(docs/ladder/sgemm-15-multistage.md)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from .sgemm import SPLIT_K_BLOCK_COST, SPLIT_K_RED_MAX_RUNS, SPLIT_K_RED_MIN_SLI
 # threads) is step 15's default, cuBLAS's tile split 4 ways at 1024 x 1024 x 16384. Blocks an SM:
 # from the registers ptxas gives the SPLIT = 1 builds for sm_90a (122, 153, 149 and 91 a thread,
 # tests/test_fp32_multistage_split.py) and the 64K registers of an SM, allocated 256 a warp: 64 x 128
-# and 128 x 64 fit three blocks (four would need 128 a thread). Throughputs: guesses until timed -- 1.0 for the tiles
-# step 15 already runs at 0.86x-1.02x cuBLAS, less for 64 results a thread (more shared-memory reads
-# a FMA) and step 12's fitted 0.7 for 32.
+# and 128 x 64 fit three blocks (four would need 128 a thread). Throughputs, set before any timing
+# and kept since their picks held up on an H100: 1.0 for the tiles step 15 already ran at
+# 0.86x-1.02x cuBLAS, less for 64 results a thread (more shared-memory reads a FMA) and step 12's
+# fitted 0.7 for 32.
 MULTISTAGE_SPLIT_TILES: dict[tuple[int, int], tuple[dict[str, int], int, float]] = {
     (128, 128): (dict(), 2, 1.0),
     (64, 128): (dict(BM=64, BN=128, WM=32, WN=64, TM=8, TN=8), 3, 0.9),
