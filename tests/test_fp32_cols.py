@@ -88,7 +88,7 @@ def test_auto_takes_it_for_few_fp32_columns_once_it_joins_the_ladder(monkeypatch
     monkeypatch.setattr(configs, "_CHOICES", {})
     for M, N, K in [(4096, 1, 4096), (8192, 1, 8192), (4096, 16, 4096), (7, 3, 5), (5, 7, 0)]:
         assert select(P(M, N, K), device="cuda")[0] is COLS, (M, N, K)
-    assert select(P(4096, 17, 4096), device="cuda")[0].id in ("sgemm_11_warp_tile", "sgemm_12_split_k")  # tiles past 16 columns
+    assert select(P(4096, 17, 4096), device="cuda")[0].id in ("sgemm_11_warp_tile", "sgemm_12_split_k", "sgemm_15_multistage")  # tiles past 16 columns
     assert select(P(4096, 1, 4096, precision="tf32"), device="cuda")[0].id == "tc08_tf32"
     assert auto_skip(COLS, P(64, 17, 64), COLS.default_config()) and not auto_skip(COLS, P(64, 16, 64), COLS.default_config())
 
