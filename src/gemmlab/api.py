@@ -120,7 +120,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         if post and not plan.post:  # a kernel without the fused epilogue: torch applies it
             apply_post(out, bias, activation)
     if kind is not None:  # (only now: a call that raised leaves no entry)
-        calls.remember(kind, calls.Call(plan, problem, given, bias is bias_given, bool(post and not plan.post)))
+        direct = problem is given and not (plan.copy or plan.wide_d or plan.spec.tma or plan.spec.split_operands)
+        calls.remember(kind, calls.Call(plan, problem, given, bias is bias_given, bool(post and not plan.post), direct))
     return out
 
 
@@ -137,9 +138,19 @@ def _call_again(call: calls.Call, a, b, c, out, bias, activation) -> torch.Tenso
             oc = _at(g.c, c)
             if _overlaps(od, oc) and (od.ptr, od.ld) != (oc.ptr, oc.ld):  # (out=c exactly: in place)
                 return None
+    plan = call.plan
+    if call.direct:  # the caller's own tensors, where they are: their addresses are all the launch needs
+        if bias is not None and not call.bias_direct:
+            bias = bias.to(p.result_dtype).contiguous()
+        if out is None:
+            out = torch.empty((p.M, p.N), dtype=p.result_dtype, device=p.device)
+        if not p.is_empty:
+            _launch_kernel(plan, (), a.data_ptr(), b.data_ptr(), 0 if p.c is None else c.data_ptr(), out.data_ptr(), bias)
+            if call.torch_post:
+                apply_post(out, bias, activation)
+        return out
     if p is not g:  # as the first call: row-major copies of the operands stored transposed
         a, b = _row_major(g, a, b)
-    plan = call.plan
     problem = GemmProblem(p.M, p.N, p.K, p.dtype, p.device, _at(p.a, a), _at(p.b, b), _at(p.c, c), _at(p.d, out),
                           p.alpha, p.beta, p.precision, p.out_dtype)  # fmt: skip
     if bias is not None and not call.bias_direct:
@@ -238,6 +249,7 @@ class _Plan(NamedTuple):
     copy: tuple = ()  # the inputs ("a", "b") a staged kernel copies on every call, for TMA to read
     post: int = 0  # the fused epilogue the kernel was built with (activations.post_code); 0: none
     reduction: reduce.Reduction | None = None  # the pass that adds the runs' parts and writes D (step 12, RED = 1; step 15, SPLIT = 1)
+    ws_need: tuple | None = None  # (fp32 parts, flags) of workspace a launch needs (spec.workspace); None: none
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -288,7 +300,9 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, post: in
         grid = (grid[0], runs, grid[2])
     copy = operands_to_copy(problem) if spec.staged and spec.tma else ()
     reduction = reduce.plan(spec, cfg, M, N, grid, device_id, post)
-    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy, post, reduction)
+    ws_need = spec.workspace(cfg, grid) if spec.workspace is not None else None
+    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy, post, reduction,
+                 ws_need)  # fmt: skip
 
 
 _PLAN_MAPS_MAX = 64  # address triples remembered per plan
@@ -327,20 +341,28 @@ def _launch(plan: _Plan, problem: GemmProblem, a, b, c, out, bias: torch.Tensor 
             if len(plan.maps) >= _PLAN_MAPS_MAX:
                 plan.maps.clear()
             plan.maps[key] = maps
-    ws = _workspace(plan)
-    ws_mid, ws_last = _workspace_args(plan, ws)
-    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, problem.a.ptr, problem.b.ptr, c_ptr,
-                  d.data_ptr(), *ws_mid, *plan.tail, *_bias_args(plan, bias), *ws_last,
-                  cluster=plan.cluster)  # fmt: skip
-    if plan.reduction is not None:  # the runs' parts, added up into D behind the split kernel
-        reduce.launch_reduction(plan.reduction, plan.device_id, ws[0].data_ptr(), plan.grid[1], c_ptr, d.data_ptr(),
-                                plan.tail, *_bias_args(plan, bias))  # fmt: skip
+    _launch_kernel(plan, maps, problem.a.ptr, problem.b.ptr, c_ptr, d.data_ptr(), bias)
     if plan.wide_d:
         out.copy_(d[:, : problem.N])
     # Only now may the copies go back to torch's allocator: the kernel is queued behind them on this
     # stream. Freed before the launch, a block allocated in between (a stream-K workspace, created or
     # grown on first use) could take their memory and be written while the kernel reads it.
     del copies, d
+
+
+def _launch_kernel(plan: _Plan, maps: tuple, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int,
+                   bias: torch.Tensor | None) -> None:  # fmt: skip
+    """The planned kernel on these addresses (its tensor maps first, where it takes them), its
+    workspace, and the reduction pass behind it where its runs leave parts (step 12, RED = 1; step
+    15, SPLIT = 1)."""
+    ws = _workspace(plan)
+    ws_mid, ws_last = _workspace_args(plan, ws)
+    bias_args = _bias_args(plan, bias)
+    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, a_ptr, b_ptr, c_ptr, d_ptr, *ws_mid,
+                  *plan.tail, *bias_args, *ws_last, cluster=plan.cluster)  # fmt: skip
+    if plan.reduction is not None:  # the runs' parts, added up into D behind the split kernel
+        reduce.launch_reduction(plan.reduction, plan.device_id, ws[0].data_ptr(), plan.grid[1], c_ptr, d_ptr,
+                                plan.tail, *bias_args)  # fmt: skip
 
 
 def _launch_split(plan: _Plan, problem: GemmProblem, out) -> None:
@@ -381,7 +403,7 @@ _WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 def _workspace(plan: _Plan) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The workspace (fp32 parts, flags) a kernel that takes one (stream-K, split K) needs, on the
     current stream; None for the others."""
-    need = plan.spec.workspace(plan.config, plan.grid) if plan.spec.workspace is not None else None
+    need = plan.ws_need
     if need is None:
         return None
     floats, flags = need

@@ -54,6 +54,10 @@ class Call(NamedTuple):
     given: object  # problem.GemmProblem
     bias_direct: bool
     torch_post: bool  # the kernel does not fuse the bias and activation asked for: torch applies them after
+    # the kernel reads the caller's tensors where they are and writes out itself (no copies, no
+    # padded D, no tensor maps, no split operands): a hit passes their addresses straight to the
+    # launch (api._launch_kernel) without a GemmProblem of its own
+    direct: bool = False
 
 
 def _tensor(t) -> tuple:
