@@ -17,7 +17,7 @@ from gemmlab.activations import post_code
 from gemmlab.configs import configs_in_use, select
 from gemmlab.configs import fp32
 from gemmlab.problem import fresh_problem, problem_from_tensors
-from gemmlab.reference import check_result
+from gemmlab.reference import check_result, fused_epilogue_failures
 from gemmlab.specs.sgemm import SPLIT_K_RED_MAX_RUNS, SPLIT_K_RED_MIN_SLICES
 from gemmlab.specs.sgemm_multistage_split import MULTISTAGE_SPLIT_TILES, multistage_runs
 
@@ -316,12 +316,7 @@ def test_split_applies_the_bias_and_activation(split_on, activation):
     for M, N, K in ((64, 4096, 4096), (1024, 1024, 1024), (127, 1021, 3001)):
         a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
         assert select(problem_from_tensors(a, b, None, None), SPEC.id)[1]["SPLIT"] == 1
-        bias, c = torch.randn(N, device="cuda"), torch.randn(M, N, device="cuda")
-        for cc, beta in ((None, 0.0), (c, -0.75)):
-            d = gemmlab.gemm(a, b, cc, alpha=1.5, beta=beta, kernel=SPEC.id, bias=bias, activation=activation)
-            torch.cuda.synchronize()
-            rep = check_result(d, a, b, cc, 1.5, beta, bias=bias, activation=activation)
-            assert rep.passed, f"M={M} N={N} K={K} {activation} beta={beta}: {rep.summary()}"
+        assert not fused_epilogue_failures(a, b, SPEC.id, torch.randn(N, device="cuda"), activation)
 
 
 @gpu

@@ -11,7 +11,7 @@ from gemmlab import api, registry
 from gemmlab.configs import select
 from gemmlab.configs.fp32 import split_k_tiles
 from gemmlab.problem import fresh_problem, problem_from_tensors
-from gemmlab.reference import check_result
+from gemmlab.reference import check_result, fused_epilogue_failures
 from gemmlab.specs.sgemm import SPLIT_K_MAX_RUNS, split_k_runs
 from gemmlab.specs.sgemm_rows import few_rows_runs
 
@@ -269,14 +269,8 @@ def test_reduction_pass_with_nan_in_c_and_beta_zero_nan_and_inf_in_a_and_in_plac
 def test_reduction_pass_applies_the_bias_and_activation(activation):
     for M, N, K in ((7, 17, 30001), (64, 64, 131072), (127, 1021, 9973)):
         a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
-        bias = torch.randn(N, device="cuda")
-        c = torch.randn(M, N, device="cuda")
         assert select(problem_from_tensors(a, b, None, None), SPLIT.id)[1]["RED"] == 1  # the pass serves these
-        for cc, beta in ((None, 0.0), (c, -0.75)):
-            d = gemmlab.gemm(a, b, cc, alpha=1.5, beta=beta, kernel=SPLIT.id, bias=bias, activation=activation)
-            torch.cuda.synchronize()
-            rep = check_result(d, a, b, cc, 1.5, beta, bias=bias, activation=activation)
-            assert rep.passed, f"M={M} N={N} K={K} {activation} beta={beta}: {rep.summary()}"
+        assert not fused_epilogue_failures(a, b, SPLIT.id, torch.randn(N, device="cuda"), activation)
 
 
 @gpu

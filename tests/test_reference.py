@@ -117,3 +117,17 @@ def test_a_cancelling_dot_product_is_judged_against_its_terms():
     assert float((off - exact).abs() / exact.abs()) > 1e-5  # the old rel_fro (over ||D||) failed this
     assert check_result(off.float(), a, b).passed
     assert not check_result((exact + 1e-3 * tnorm).float(), a, b).passed
+
+
+def test_fused_epilogue_failures_passes_the_cpu_ladder_and_catches_a_missing_bias(monkeypatch):
+    import gemmlab
+    from gemmlab.reference import fused_epilogue_failures
+
+    a, b, bias = torch.randn(17, 33), torch.randn(33, 9), torch.randn(9)
+    for activation in (None, "relu", "gelu"):
+        assert fused_epilogue_failures(a, b, "auto", bias, activation, device="cpu") == []
+    gemm = gemmlab.gemm
+    monkeypatch.setattr(gemmlab, "gemm", lambda *args, bias=None, **kw: gemm(*args, **kw))  # drops the bias
+    failed = fused_epilogue_failures(a, b, "auto", bias, None, device="cpu")
+    assert len(failed) == 2 and all("beta=" in f for f in failed)
+

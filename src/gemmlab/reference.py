@@ -204,6 +204,23 @@ def check_result(d, a, b, c=None, alpha=1.0, beta=0.0, precision: str = "fp32", 
     return compare(d, ref, scale, tolerance(d.dtype, precision, a.dtype, a.shape[1]), ref_norm)
 
 
+def fused_epilogue_failures(a, b, kernel: str, bias, activation, alpha: float = 1.5, beta: float = -0.75,
+                            device: str | None = None) -> list[str]:  # fmt: skip
+    """gemmlab.gemm(a, b, kernel=kernel, device=device) with the bias and activation fused, once
+    without C and once with a fresh random C and beta, each held to float64 (check_result): what
+    failed, as summaries."""
+    import gemmlab
+
+    c = torch.randn(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+    failed = []
+    for cc, bt in ((None, 0.0), (c, beta)):
+        d = gemmlab.gemm(a, b, cc, alpha=alpha, beta=bt, kernel=kernel, bias=bias, activation=activation, device=device)
+        rep = check_result(d, a, b, cc, alpha, bt, bias=bias, activation=activation)
+        if not rep.passed:
+            failed.append(f"{kernel} {tuple(a.shape)} x {tuple(b.shape)} {activation} beta={bt}: {rep.summary()}")
+    return failed
+
+
 def reference_norm(ref, a, b, c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
     """What rel_fro is taken against, as a 0-d tensor (no wait for the GPU): the larger of ||D_ref||
     over its finite elements and terms_norm."""
