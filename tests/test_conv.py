@@ -442,10 +442,10 @@ def test_auto_runs_conv03_wherever_it_can():
     assert pick(R=1, padding=0, stride=2) == "tma"
     assert pick(R=1, padding=1) == "tma"
     assert pick() == "tma" and pick(dtype=torch.float16, R=5, padding="same") == "tma"
-    assert pick(C=3, R=7, stride=2, padding=3) == "im2col"  # C not a multiple of 8: neither conv02 nor conv03
+    assert pick(C=3, R=7, stride=2, padding=3) == "gather"  # C not a multiple of 8: neither conv02 nor conv03, conv04
     assert pick(dtype=torch.float32) == "im2col"
     assert pick(device="cpu") == "im2col"
-    with pytest.raises(ValueError, match="'auto', 'im2col', 'implicit', 'tma'"):
+    with pytest.raises(ValueError, match="'auto', 'im2col', 'implicit', 'tma', 'gather'"):
         gemmlab.conv2d(torch.randn(1, 8, 5, 5), torch.randn(2, 8, 3, 3), algorithm="fastest")
 
 

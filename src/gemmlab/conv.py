@@ -29,7 +29,7 @@ from .activations import ACTIVATIONS
 from .ops import gemm, wants_grad
 
 
-ALGORITHMS = ("im2col", "implicit", "tma")  # conv01 (on gemm()), conv02, conv03
+ALGORITHMS = ("im2col", "implicit", "tma", "gather")  # conv01 (on gemm()), conv02, conv03, conv04
 CHOICES = ("auto", *ALGORITHMS)  # conv2d's algorithm=: "auto" picks one of the steps a call (choose_algorithm)
 
 
@@ -256,19 +256,55 @@ def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, 
     return conv03.run(plan, xs, wm, b)
 
 
+def gather_why_not(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0, dilation=1) -> str | None:
+    """Why conv04 (few channels: the fields gathered from an input tile staged in shared memory)
+    cannot serve a convolution, or None (gemmlab.conv04.why_not)."""
+    from . import conv04
+
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+    return conv04.why_not(x, weight, bias, g)
+
+
+def gather(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, activation: str | None) -> Tensor:
+    """The convolution as conv04 computes it (kernels/conv/04_few_channels.cu): the [N, K, P, Q]
+    result (NHWC memory where torch's would be channels_last), each block staging the input its
+    output pixels reach in shared memory and gathering the GEMM's A fragments from it (x is copied
+    into NHWC memory first unless it is channels_last), the filter held whole in shared memory, the
+    bias and the activation in its epilogue. Raises ValueError where conv04 cannot serve the call
+    (gather_why_not). A kind of call is worked out once (gemmlab.conv04.Plan): later ones launch."""
+    from . import conv04
+
+    g_args = tuple(map(_hashable, (stride, padding, dilation)))
+    plan = conv04.cached_plan(x, weight, bias, g_args, activation)
+    if plan is None or wants_grad(x, weight, bias):
+        why = gather_why_not(x, weight, bias, stride, padding, dilation)
+        if why:
+            raise ValueError(f"algorithm='gather' cannot serve this convolution: {why}; use algorithm='im2col'")
+        g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+        plan = conv04.plan_for(x, weight, bias, g, activation, g_args,
+                               _suggests_channels_last(x) or _suggests_channels_last(weight))  # fmt: skip
+    xs = x if plan.x_nhwc else x.contiguous(memory_format=torch.channels_last)
+    wm = weight if plan.w_krsc else filter_matrix(weight)
+    b = bias if plan.bias_direct else bias.to(x.dtype).contiguous()
+    return conv04.run(plan, xs, wm, b)
+
+
 def choose_algorithm(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0, dilation=1) -> str:
     """The step algorithm="auto" runs a convolution on: conv03 ("tma") where it can serve the call
-    (tma_why_not), else conv02 ("implicit"), else "im2col". With its staged TMA-store epilogue
-    conv03 ran ResNet-50's 1x1 layers at stride 1 at 0.83-1.14x cuDNN on an H100, as fast as one
-    gemm() on x's own memory or faster (docs/ladder/conv03-tma-im2col.md). CPU tensors and
-    torch.compile traces take "im2col" (the only step that traces: the others launch through
-    ctypes). conv2d asks once a kind of call (_kind remembers the answer)."""
+    (tma_why_not), else conv02 ("implicit"), else conv04 ("gather": input channels no multiple of
+    8, such as a CNN's first layer), else "im2col". With its staged TMA-store epilogue conv03 ran
+    ResNet-50's 1x1 layers at stride 1 at 0.83-1.14x cuDNN on an H100, as fast as one gemm() on
+    x's own memory or faster (docs/ladder/conv03-tma-im2col.md). CPU tensors and torch.compile
+    traces take "im2col" (the only step that traces: the others launch through ctypes). conv2d
+    asks once a kind of call (_kind remembers the answer)."""
     if x.device.type != "cuda" or torch.compiler.is_compiling():
         return "im2col"
     if tma_why_not(x, weight, bias, stride, padding, dilation) is None:
         return "tma"
     if implicit_gemm_why_not(x, weight, bias) is None:
         return "implicit"
+    if gather_why_not(x, weight, bias, stride, padding, dilation) is None:
+        return "gather"
     return "im2col"
 
 
@@ -282,9 +318,11 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
     matrix of receptive fields, then gemm()), "implicit" (conv02, implicit GEMM: bf16/fp16 CUDA
-    tensors with C a multiple of 8; 0.30x cuDNN on ResNet-50's layers) or "tma" (conv03, TMA im2col
-    feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not).
-    conv02 and conv03 take gradients through _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad)."""
+    tensors with C a multiple of 8; 0.30x cuDNN on ResNet-50's layers), "tma" (conv03, TMA im2col
+    feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not)
+    or "gather" (conv04: bf16/fp16 CUDA tensors of any C, at most 256 output channels and 1024
+    filter entries R*S*C, gather_why_not). conv02, conv03 and conv04 take gradients through
+    _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad)."""
     kind = _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
     algorithm = kind.algorithm
     if algorithm != "im2col" and wants_grad(x, weight, bias):
@@ -360,9 +398,12 @@ def _hashable(value):
 
 def _implicit(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, activation: str | None,
               algorithm: str) -> Tensor:  # fmt: skip
-    """conv2d on conv02 ("implicit") or conv03 ("tma"), or the ValueError saying why it cannot."""
-    if algorithm == "tma":  # (its plans skip the geometry's working out)
+    """conv2d on conv02 ("implicit"), conv03 ("tma") or conv04 ("gather"), or the ValueError saying
+    why it cannot."""
+    if algorithm == "tma":  # (their plans skip the geometry's working out)
         return tma_im2col(x, weight, bias, stride, padding, dilation, activation)
+    if algorithm == "gather":
+        return gather(x, weight, bias, stride, padding, dilation, activation)
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
     why = implicit_gemm_why_not(x, weight, bias)
     if why:
@@ -375,13 +416,18 @@ def conv_dgrad(dy: Tensor, weight: Tensor, g: dict, algorithm: str = "im2col", p
     """The input's gradient of a convolution of geometry g (conv_geometry's), dY [N, K, P, Q] ->
     dX [N, C, H, W]: one forward convolution of the spread dY by the flipped filter
     (gemmlab.conv_grad), on the algorithm asked for where it serves those operands, else the next
-    (tma, implicit, im2col)."""
+    (tma, implicit, gather, im2col; a forward pass on gather starts the chain at tma: dY's
+    channels are the forward pass's output channels)."""
     from .conv_grad import dgrad_operands
 
     z, w2, pad = dgrad_operands(dy, weight, g)
+    if algorithm == "gather":
+        algorithm = "tma"
     if algorithm == "tma" and tma_why_not(z, w2, None, 1, pad, g["dilation"]) is not None:
         algorithm = "implicit"
     if algorithm == "implicit" and implicit_gemm_why_not(z, w2, None) is not None:
+        algorithm = "gather"
+    if algorithm == "gather" and gather_why_not(z, w2, None, 1, pad, g["dilation"]) is not None:
         algorithm = "im2col"
     return conv2d(z, w2, None, 1, pad, g["dilation"], precision=precision, algorithm=algorithm)
 
@@ -396,7 +442,7 @@ def conv_wgrad(x: Tensor, dy: Tensor, g: dict, precision: str = "fp32") -> Tenso
 
 
 class _ImplicitConv(torch.autograd.Function):
-    """conv2d on conv02 or conv03 with autograd: the forward pass as
+    """conv2d on conv02, conv03 or conv04 with autograd: the forward pass as
     _implicit runs it (no activation: conv2d applies it after, through torch, so that its input is
     kept), the backward pass as conv_dgrad, conv_wgrad and a sum over dY for the bias."""
 

@@ -142,6 +142,25 @@ def resident_blocks(loaded, device_id: int, block: tuple, cluster: tuple | None)
     return _CLUSTERS[key]
 
 
+def resident_blocks_all(loaded, device_id: int, block: tuple) -> int:
+    """How many blocks of this kernel (no clusters) the device holds at once, every SM as many as
+    its registers and shared memory allow (the driver's occupancy): the grid of a persistent
+    kernel whose blocks never wait on each other, so that several share an SM (conv04's)."""
+    key = (loaded.spec.id, loaded.config, loaded.compiled.name_expression, device_id, block, "all")
+    if key in _CLUSTERS:
+        return _CLUSTERS[key]
+    from cuda.bindings import driver
+
+    ensure_current(device_id)
+    raise_dynamic_smem(loaded, device_id)
+    err, per_sm = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        function_handle(loaded, device_id), math.prod(block), loaded.compiled.usage.dynamic_smem)
+    if err != driver.CUresult.CUDA_SUCCESS or per_sm < 1:
+        raise RuntimeError(f"cannot place a block of {loaded.spec.id} {loaded.config.as_dict()} on device {device_id}: {err}")
+    _CLUSTERS[key] = per_sm * sm_count(device_id)
+    return _CLUSTERS[key]
+
+
 
 def raise_dynamic_smem(loaded, device_id: int) -> None:
     """Allow a kernel more than 48 KB of dynamic shared memory (cuda.core has no setter)."""

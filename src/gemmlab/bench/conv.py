@@ -21,7 +21,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..conv import choose_algorithm, conv2d, conv_geometry, im2col, implicit_gemm_why_not, tma_why_not
+from ..conv import (choose_algorithm, conv2d, conv_geometry, gather_why_not, im2col, implicit_gemm_why_not,
+                    tma_why_not)  # fmt: skip
 from . import environment
 from .run import DTYPES, PRECISIONS, REPS, record_cases, results_path
 from .timing import L2Flusher, interleaved, median
@@ -122,6 +123,8 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
         algorithm = "im2col"
     if algorithm == "tma" and tma_why_not(x, w, None, **kw) is not None:
         algorithm = "im2col"
+    if algorithm == "gather" and gather_why_not(x, w, None, **kw) is not None:
+        algorithm = "im2col"
     kw_ours = dict(kw, precision=precision, algorithm=algorithm)
     copies = algorithm == "im2col" and im2col(x, g).untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
     fns = {"ours": lambda: conv2d(x, w, **kw_ours), "cudnn": lambda: F.conv2d(x, w, **kw)}
@@ -142,6 +145,10 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
             from .. import conv03
 
             extra["conv03"] = conv03.describe(conv03.cached_plan(x, w, None, (layer.stride, layer.padding, 1), None))
+        if algorithm == "gather":
+            from .. import conv04
+
+            extra["conv04"] = conv04.describe(conv04.cached_plan(x, w, None, (layer.stride, layer.padding, 1), None))
         if tiles and algorithm == "tma":
             extra["tile_ms"] = _tile_times(x, w, kw, ref, dtype_name, reps, warmup, flusher)
     ms = {k: median(v) for k, v in times.items()}

@@ -13,7 +13,7 @@ def _im2col_share(r: dict) -> str:
     operand was a view of the input), or, in records written before that step existed, the unfold."""
     if "unfold_ms" in r:
         return f"{r['unfold_ms'] / r['ms']:.0%}"
-    if r.get("algorithm") in ("implicit", "tma"):
+    if r.get("algorithm") in ("implicit", "tma", "gather"):
         return f"none ({r['algorithm']})"
     return "none (view)" if r["im2col_ms"] is None else f"{r['im2col_ms'] / r['ms']:.0%}"
 
@@ -44,13 +44,17 @@ def conv_table(run: dict) -> str:
         what = ("algorithm='auto': the step conv2d picks for the layer (choose_algorithm, as of the run's commit: "
                 "the ran column says which)")  # fmt: skip
         note = ("ran: the step that ran the layer (conv03 with its tile and, in the persistent build, the most tiles one "
-                "block walks; im2col with its im2col share, view where A is the input itself).")  # fmt: skip
+                "block walks; conv04 with its tile of output pixels and the most tiles one block walks; im2col with its "
+                "im2col share, view where A is the input itself).")  # fmt: skip
     elif old:
         what = "im2col by torch's unfold, then gemm()"
         note = "unfold share: torch's unfold alone against conv2d's time."
     elif run["meta"].get("algorithm") == "implicit":
         what = "conv02, implicit GEMM, where C is a multiple of 8; NHWC im2col, then gemm(), elsewhere"
         note = "none (implicit): no im2col matrix is built."
+    elif run["meta"].get("algorithm") == "gather":
+        what = "conv04, the fields gathered from a staged input tile, where it can serve (gather_why_not); NHWC im2col, then gemm(), elsewhere"
+        note = "none (gather): no im2col matrix is built."
     elif run["meta"].get("algorithm") == "tma":
         what = "conv03, TMA im2col and wgmma, where it can serve (tma_why_not); NHWC im2col, then gemm(), elsewhere"
         note = "none (tma): no im2col matrix is built; the TMA gathers the receptive fields." if not tiles else (
@@ -74,6 +78,9 @@ def _ran_cell(r: dict) -> str:
         return f"conv03 {_tile_cells(r, False)}"
     if r.get("algorithm") == "implicit":
         return "conv02"
+    if r.get("algorithm") == "gather":
+        c = r.get("conv04")
+        return "conv04" + (f" {c['TP']}x{c['TQ']}, {-(-c['tiles'] // c['grid'])} a block" if c else "")
     share = _im2col_share(r)
     return "im2col (view)" if share == "none (view)" else f"im2col ({share} im2col)"
 

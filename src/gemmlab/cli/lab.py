@@ -464,7 +464,7 @@ def conv_bench_cmd(
     sweep: Path = typer.Option(Path("sweeps/conv/resnet50.toml"), help="a conv sweep file: layers, batches, dtypes"),
     dtype: Optional[list[str]] = typer.Option(None, help="float32, tf32, bf16 or fp16 (repeatable); default the sweep's"),
     batch: Optional[list[int]] = typer.Option(None, help="batch sizes (repeatable); default the sweep's"),
-    algorithm: str = typer.Option("auto", help="conv2d's: auto (the step conv2d picks a layer, the default), im2col, implicit (conv02, implicit GEMM) or tma (conv03, TMA im2col + wgmma, Hopper); the last two bf16/fp16 with C a multiple of 8, im2col elsewhere"),
+    algorithm: str = typer.Option("auto", help="conv2d's: auto (the step conv2d picks a layer, the default), im2col, implicit (conv02, implicit GEMM), tma (conv03, TMA im2col + wgmma, Hopper) or gather (conv04, few channels); implicit and tma bf16/fp16 with C a multiple of 8, gather bf16/fp16, im2col elsewhere"),
     tiles: bool = typer.Option(False, "--tiles", help="with --algorithm tma: time conv03 on every tile too (the record's tile_ms)"),
     tma_store: Optional[bool] = typer.Option(None, "--tma-store/--register-store", help="with --algorithm tma or auto: conv03 with its staged TMA-store epilogue (the default) or its register one (conv03.TMA_STORE)"),
     out: Path = _out_option("conv"),

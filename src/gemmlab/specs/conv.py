@@ -168,4 +168,93 @@ def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, pe
     return conv03_tile_config(min(CONV03_TILES if persistent else CONV03_ONE_TILE_A_BLOCK, key=cost), persistent, tma_store)
 
 
-CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03)
+# conv04: a block stages the input its TP x TQ output pixels reach (with the halo) in shared memory
+# and builds mma.sync's A fragments from it, for layers whose C is no multiple of 8 (conv02's and
+# conv03's 16-byte loads need one): ResNet's stem, C = 3. The geometry is compiled in.
+def _conv04_layout(c: GemmConfig) -> dict[str, int]:
+    """The kernel's shared-memory layout (conv04::Layout in kernels/conv/04_few_channels.cu), in
+    16-bit elements, and its bytes."""
+    C, R, S = c["C"], c["R"], c["S"]
+    kr = R * S * C
+    krp = -(-kr // 16) * 16
+    ph = (c["TP"] - 1) * c["SH"] + (R - 1) * c["DH"] + 1
+    pw = (c["TQ"] - 1) * c["SW"] + (S - 1) * c["DW"] + 1
+    row = -(-pw * C // 2) * 2
+    patch = ph * row
+    zeros_at = -(-patch // 8) * 8
+    row_max = (c["TP"] - 1) * c["SH"] * row + (c["TQ"] - 1) * c["SW"] * C
+    pbuf = -(-(zeros_at + row_max + 1) // 8) * 8
+    w_elems, out_elems = c["KT"] * 64 * (krp + 8), 4 * 32 * 72
+    return dict(KR=kr, KRP=krp, PATCH=patch, PBUF=pbuf, BYTES=2 * (w_elems + pbuf + out_elems) + 4 * krp)
+
+
+# The tiles of output pixels conv04 is built for (TP x TQ = 128, four warps of 32 pixels)
+CONV04_TILES = ((8, 16), (4, 32), (16, 8))
+# The most filter entries a build holds (R*S*C), and the most output channels (KT <= 4)
+CONV04_MAX_ENTRIES = 1024
+CONV04_MAX_K = 256
+
+
+def _conv04_check(c: GemmConfig) -> str | None:
+    if (c["TP"], c["TQ"]) not in CONV04_TILES:
+        return f"TP x TQ must be one of {', '.join(f'{p}x{q}' for p, q in CONV04_TILES)}"
+    if min(c["C"], c["R"], c["S"], c["SH"], c["SW"], c["DH"], c["DW"]) < 1:
+        return "C, R, S, the stride and the dilation must be positive"
+    if not 1 <= c["KT"] <= CONV04_MAX_K // 64:
+        return f"KT (output channels held, in 64s) must be 1..{CONV04_MAX_K // 64}"
+    if c["R"] * c["S"] * c["C"] > CONV04_MAX_ENTRIES:
+        return f"R*S*C must be at most {CONV04_MAX_ENTRIES}"
+    return _smem_fits(_conv04_layout(c)["BYTES"], 227 * 1024)
+
+
+CONV_04 = KernelSpec(
+    id="conv04_few_channels",
+    step=4,
+    title="few channels",
+    idea="a block stages its pixels' input tile with the halo in shared memory and gathers A's fragments "
+    "from it through a table of filter-entry offsets: any C, no 16-byte loads, no im2col matrix",
+    source="conv/04_few_channels.cu",
+    entry="conv_few_channels",
+    params=(
+        Param("C", 3, "input channels (compiled in)"),
+        Param("R", 7, "filter rows"),
+        Param("S", 7, "filter columns"),
+        Param("SH", 2, "stride along rows"),
+        Param("SW", 2, "stride along columns"),
+        Param("DH", 1, "dilation along rows"),
+        Param("DW", 1, "dilation along columns"),
+        Param("KT", 1, "output channels held in shared memory, in 64s"),
+        Param("TP", 8, "output rows a tile"),
+        Param("TQ", 16, "output columns a tile (TP x TQ = 128)"),
+    ),
+    block=lambda c: (128, 1, 1),
+    grid=lambda M, N, c: (cdiv(M, 128), 1, 1),  # an upper bound: the host launches the resident blocks, no more than tiles
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=lambda c: _conv04_layout(c)["BYTES"],
+    check_config=_conv04_check,
+    seeds="seed 000's im2col, the gather done in shared memory from a staged input tile",
+    type_param=True,
+    epilogues=True,
+    persistent=True,
+    min_capability=(8, 0),
+)
+
+
+def conv04_config(g: dict) -> GemmConfig:
+    """conv04's config for a convolution of geometry g (gemmlab.conv.conv_geometry's): its C, R, S,
+    stride and dilation, the output channels it holds, and the tile of CONV04_TILES that computes
+    fewest pixels past the output's edges (the first of equals). Raises ValueError where no build
+    serves g (too many filter entries or output channels, or the shared memory)."""
+    if g["K"] > CONV04_MAX_K:
+        raise ValueError(f"K = {g['K']} output channels: conv04 holds at most {CONV04_MAX_K}")
+    (sh, sw), (dh, dw) = g["stride"], g["dilation"]
+
+    def waste(tile):
+        tp, tq = tile
+        return -(-g["P"] // tp) * tp * -(-g["Q"] // tq) * tq
+
+    tp, tq = min(CONV04_TILES, key=waste)
+    return CONV_04.config(C=g["C"], R=g["R"], S=g["S"], SH=sh, SW=sw, DH=dh, DW=dw, KT=-(-g["K"] // 64), TP=tp, TQ=tq)
+
+
+CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04)
