@@ -92,8 +92,20 @@ def test_conv_bars_draw_a_bar_per_layer_algorithm_and_batch(tmp_path):
     assert legend[4:] == ["cuDNN (same run)", "im2col ran: the step cannot serve the layer"]
     assert not same_color(bars[0].get_facecolor(), bars[len(LAYERS)].get_facecolor())  # the batches apart
     title = ax.get_title()
-    assert "NVIDIA H200" in title and "bf16" in title and "cd34cd34cd34, ab12ab12ab12" in title
+    assert "NVIDIA H200" in title and "bf16" in title and "cd34cd3, ab12ab1" in title
     assert "cuDNN time / gemmlab.conv2d's" in ax.get_xlabel()
+    plt.close(fig)
+
+
+def test_conv_bars_stop_a_bar_past_the_axis_and_say_its_ratio():
+    """A layer far past parity (conv04's stem, 3.8-4.5x) would squeeze the others: its bars stop at
+    CONV_AXIS_MAX and its row is labelled with every ratio past it, in the series' order."""
+    ratios = {(name, n): (4.5 if n == 32 else 3.25) if name == "stem" else 0.9 for name in LAYERS for n in (32, 256)}
+    fig = plots.conv_bars([conv_run("auto", ratios, "ab12")])
+    ax = fig.axes[0]
+    assert max(b.get_width() for b in ax.patches if b.get_y() < 1) == plots.CONV_AXIS_MAX
+    assert [t.get_text().strip() for t in ax.texts] == ["4.50x, 3.25x"]
+    assert plots.CONV_AXIS_MAX < ax.get_xlim()[1] < plots.CONV_AXIS_MAX + 1
     plt.close(fig)
 
 
