@@ -63,6 +63,19 @@ def test_config_for_picks_the_epilogue():
     assert pick(staged=False) == pick(staged=False, beta=0.5) == (0, 1, 1, 0)
 
 
+@pytest.mark.parametrize("batch,M,N,bn", [
+    (8, 512, 512, 128),    # 64 tiles of 128 x 256 for 132 SMs: 128 of 128 x 128
+    (16, 512, 512, 256),   # 128 wide tiles: most SMs busy
+    (8, 1024, 1024, 256),
+    (1, 4096, 256, 128),   # 32 wide tiles: 64 narrow ones
+    (64, 64, 100, 128),    # D at most 128 wide: the narrow tile whatever the count
+    (1, 128, 4096, 128),   # 16 wide tiles on one row
+])
+def test_config_for_takes_the_narrow_tile_where_wide_ones_leave_half_the_sms_idle(batch, M, N, bn):
+    assert batched_tc07.config_for(N, 0, 0, M=M, batch=batch, sms=132)["BN"] == bn
+    assert batched_tc07.config_for(N, 0, 0)["BN"] == (256 if N > 128 else 128)  # without the count: by N alone
+
+
 @pytest.mark.parametrize("shape,dtype,staged", [
     ((3, 127, 64), torch.bfloat16, True),    # rows of 128 bytes; M crosses a tile
     ((3, 127, 8), torch.bfloat16, True),     # rows of one 16-byte unit

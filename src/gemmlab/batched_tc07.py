@@ -52,15 +52,20 @@ def staged_stores(on: bool = True):
     return setting(sys.modules[__name__], "TMA_STORE", on)
 
 
-def config_for(N: int, ta: int, tb: int, *, staged: bool = False, beta: float = 0.0) -> GemmConfig:
+def config_for(N: int, ta: int, tb: int, *, staged: bool = False, beta: float = 0.0, M: int | None = None,
+               batch: int = 1, sms: int | None = None) -> GemmConfig:  # fmt: skip
     """The batched build's config: the 128 x 256 tile, or 128 x 128 where D is at most 128 wide (a
-    256-wide tile would be half empty); TA, TB from the operands' storage. staged: D takes TMA stores
+    256-wide tile would be half empty) or where the batch's 128 x 256 tiles would leave at least half
+    of the sms SMs idle (given M, batch and sms: twice the tiles of half the work each, so every SM
+    that would have waited takes one; B = 8 products of 512^3 are 64 such tiles); TA, TB from the
+    operands' storage. staged: D takes TMA stores
     (stores_staged), so the staged epilogue (TMA_STORE = 1), with EPI = 0 -- that epilogue alone --
     where beta is 0, as configs.rules.epilogue_for chooses it for gemm(), and EPI = 1 (C read into the
     staged chunks) where it is not; otherwise the register build (TMA_STORE = 0, EPI = 1)."""
     tma_store = int(staged)
     epi = 0 if staged and beta == 0 else 1
-    return SPEC.config(BN=256 if N > 128 else 128, TA=ta, TB=tb, TMA_STORE=tma_store, EPI=epi)
+    few = M is not None and sms is not None and 2 * batch * cdiv(M, 128) * cdiv(N, 256) <= sms
+    return SPEC.config(BN=256 if N > 128 and not few else 128, TA=ta, TB=tb, TMA_STORE=tma_store, EPI=epi)
 
 
 def stores_staged(d: Tensor) -> bool:
@@ -226,8 +231,10 @@ def _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation) -> Tenso
     d = _new_d((batch, M, N), result, a.device)
     ldd, sd = _d_strides(d)
     staged = stores_staged(d)
-    cfg = config_for(N, ta=sa[6], tb=sb[6], staged=staged, beta=beta)
     device_id = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    from .device import sm_count_of
+
+    cfg = config_for(N, ta=sa[6], tb=sb[6], staged=staged, beta=beta, M=M, batch=batch, sms=sm_count_of(a.device))
     post = post_code(bias is not None, activation)
     bias = bias.to(result).contiguous() if bias is not None else None
     loaded = jit.load_kernel(SPEC, cfg, device_id, a.dtype, result, post=post)
