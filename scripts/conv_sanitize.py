@@ -1,7 +1,10 @@
-"""conv03 under compute-sanitizer: a few small convolutions through algorithm="tma", with the
-staged TMA-store epilogue and the register one, the persistent grid forced down to 3 blocks so
-that every block walks several tiles (where a hand-over of the staging buffers between tiles
-would race), each checked against float64. Run by scripts/gpu_run.sh's "conv-sanitize" step:
+"""conv03 and conv04 under compute-sanitizer: a few small convolutions, each checked against
+float64, with the persistent grid forced down to 3 blocks so that every block walks several tiles
+(where a hand-over of shared memory between tiles would race). conv03 through algorithm="tma",
+with the staged TMA-store epilogue and the register one; conv04 through algorithm="gather" (few
+input channels: the stem, a dilated 3x3, a 5x5 over one channel), its input tile staged in shared
+memory while the last tile's fragments are gathered. Run by scripts/gpu_run.sh's "conv-sanitize"
+step:
   compute-sanitizer --tool racecheck python3 scripts/conv_sanitize.py
 Exit 1 on a wrong result; the sanitizer's own exit code reports hazards."""
 
@@ -11,17 +14,25 @@ import torch
 import torch.nn.functional as F
 
 import gemmlab
-from gemmlab import conv03, launch
+from gemmlab import conv03, conv04, launch
 
 # (N, C, H, W, K, R, stride, padding): a 1x1 (short reduction: one stage a tile), a 3x3, a strided
 # 3x3 with an odd output-channel count (the register fallback of the staged build), a 1x1/2
 CASES = [(2, 64, 20, 20, 128, 1, 1, 0), (2, 32, 13, 11, 192, 3, 1, 1), (1, 16, 17, 17, 130, 3, 2, 1),
          (2, 128, 14, 14, 256, 1, 2, 0)]  # fmt: skip
+# conv04's (N, C, H, W, K, R, stride, padding, dilation): the stem on a small odd image, a 3x3 over 5
+# channels dilated 2 into 130 output channels (three 64-channel parts held), a 5x5 over one channel
+GATHER_CASES = [(2, 3, 37, 45, 64, 7, 2, 3, 1), (1, 5, 29, 23, 130, 3, 1, 2, 2), (2, 1, 31, 33, 24, 5, 1, 2, 1)]
+
+
+def _error(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
 def main() -> int:
     torch.manual_seed(0)
     launch.resident_blocks = lambda *args, **kw: 3  # (conv03 asks it for the persistent grid)
+    launch.resident_blocks_all = lambda *args, **kw: 3  # (conv04 asks this one)
     wrong = 0
     for staged in (True, False):
         with conv03.staged_stores(staged), torch.no_grad():
@@ -32,13 +43,31 @@ def main() -> int:
                 bias = torch.randn(K, device="cuda").bfloat16()
                 y = gemmlab.conv2d(x, w, bias, stride=stride, padding=padding, activation="relu", algorithm="tma")
                 ref = F.relu(F.conv2d(x.double(), w.double(), bias.double(), stride=stride, padding=padding))
-                err = float((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+                err = _error(y, ref)
                 plan = conv03.cached_plan(x, w, bias, (stride, padding, 1), "relu")
                 what = conv03.describe(plan) if plan is not None else {}
                 ok = err < 2e-2 and not y.isnan().any()
                 wrong += not ok
                 print(f"{'passed' if ok else 'FAIL'} staged={staged} x={N}x{C}x{H}x{W} w={K}x{C}x{R}x{R} stride={stride} "
                       f"error {err:.1e} {what}", flush=True)  # fmt: skip
+    conv04._PLANS.clear()
+    with torch.no_grad():
+        for (N, C, H, W, K, R, stride, padding, dilation), dtype in zip(GATHER_CASES, (torch.bfloat16, torch.float16,
+                                                                                       torch.bfloat16)):  # fmt: skip
+            x = torch.randn(N, C, H, W, device="cuda").to(dtype)
+            w = (torch.randn(K, C, R, R, device="cuda") / (C * R * R) ** 0.5).to(dtype)
+            bias = torch.randn(K, device="cuda").to(dtype)
+            kw = dict(stride=stride, padding=padding, dilation=dilation)
+            y = gemmlab.conv2d(x, w, bias, **kw, activation="gelu", algorithm="gather")
+            ref = F.gelu(F.conv2d(x.double(), w.double(), bias.double(), **kw))
+            err = _error(y, ref)
+            plan = conv04.cached_plan(x, w, bias, (stride, padding, dilation), "gelu")
+            what = conv04.describe(plan) if plan is not None else {}
+            ok = err < 2e-2 and not y.isnan().any() and plan is not None and plan.tiles > plan.grid[0]
+            wrong += not ok
+            print(f"{'passed' if ok else 'FAIL'} gather x={N}x{C}x{H}x{W} w={K}x{C}x{R}x{R} stride={stride} "
+                  f"padding={padding} dilation={dilation} {str(dtype).removeprefix('torch.')} error {err:.1e} {what}",
+                  flush=True)  # fmt: skip
     return 1 if wrong else 0
 
 

@@ -17,12 +17,12 @@
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
-# "conv-sanitize" compute-sanitizer's memcheck, racecheck and synccheck over conv03 (scripts/conv_sanitize.py),
+# "conv-sanitize" compute-sanitizer's memcheck, racecheck and synccheck over conv03 and conv04 (scripts/conv_sanitize.py),
 # "bmm-sanitize" the same over tc07's batched build, both epilogues (scripts/bmm_sanitize.py),
 # "host" host time a call at 64^3 with gemm()'s table of kinds of call on and off, against torch (scripts/profile_host.py record),
-# "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000: 86 s on an H100; conv02, conv03 and im2col
-# in their risky regimes against float64 and cuDNN; CONV_FUZZ_SECONDS at most, default 420, after compiling the
-# builds the cases launch), failing on any wrong one or on fewer convolutions than that):
+# "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000; conv02, conv03, conv04 and im2col in their risky regimes against float64 and cuDNN;
+# CONV_FUZZ_SECONDS at most, default 420, after compiling the builds the cases launch: conv04 compiles
+# each geometry in, about 1800 builds for 10000 cases), failing on any wrong one or on fewer convolutions than that):
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
 # STEPS="tests check" then COMPILE=0 STEPS="fuzz" (the fuzz compiles what it launches; the call is then full) then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
 # (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
@@ -79,7 +79,7 @@ if want fuzz; then
 fi
 
 if want conv-fuzz; then
-  step "conv-fuzz: ${CONV_FUZZ_CASES:-10000} random convolutions (conv02, conv03, im2col) against float64 and cuDNN"
+  step "conv-fuzz: ${CONV_FUZZ_CASES:-10000} random convolutions (conv02, conv03, conv04, im2col) against float64 and cuDNN"
   python3 -m gemmlab conv-fuzz --cases "${CONV_FUZZ_CASES:-10000}" --min-cases "${CONV_FUZZ_CASES:-10000}" \
     --seconds "${CONV_FUZZ_SECONDS:-420}" --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "conv-fuzz"
 fi
@@ -128,17 +128,18 @@ if want sanitize; then
   done
 fi
 
-# conv03 (TMA im2col, wgmma): memcheck, racecheck and synccheck over a few small convolutions with
-# the staged epilogue and the register one, every persistent block walking several tiles
-# (scripts/conv_sanitize.py)
+# conv03 (TMA im2col, wgmma) and conv04 (few channels: gathered from a staged input tile): memcheck,
+# racecheck and synccheck over a few small convolutions, conv03's with the staged epilogue and the
+# register one, conv04's over 1, 3 and 5 input channels with bias and activation, every persistent
+# block walking several tiles (scripts/conv_sanitize.py)
 if want conv-sanitize; then
-  step "compute-sanitizer: memcheck, racecheck and synccheck over conv03, several tiles a block"
+  step "compute-sanitizer: memcheck, racecheck and synccheck over conv03 and conv04, several tiles a block"
   for tool in memcheck racecheck synccheck; do
     exitcode=(); [[ "$tool" == memcheck ]] || exitcode=(--error-exitcode 99)
     compute-sanitizer --tool $tool "${exitcode[@]}" --print-limit 20 python3 scripts/conv_sanitize.py 2>&1 \
       | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
       | tee -a "$LOG"
-    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool conv03"
+    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool conv03, conv04"
   done
 fi
 

@@ -14,10 +14,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from gemmlab import fuzz_conv
 from gemmlab.activations import ACTIVATIONS
-from gemmlab.conv import conv_geometry, implicit_gemm_why_not, tma_why_not
+from gemmlab.conv import conv_geometry, gather_why_not, implicit_gemm_why_not, tma_why_not
 from gemmlab import fuzz_conv_cases
 from gemmlab.fuzz_conv_cases import GRAD_LIMITS, MAX_FIELDS, MAX_INPUT, MAX_MACS, MAX_OUTPUT
-from gemmlab.specs.conv import conv03_config
+from gemmlab.specs.conv import CONV04_MAX_ENTRIES, CONV04_MAX_K, CONV04_TILES, CONV_04, conv03_config, conv04_config
 
 from conftest import HAS_GPU
 
@@ -150,6 +150,64 @@ def test_refusals_fall_back_and_say_why(cases):
     assert any("multiple of 8" in c.refused for c in refused)
 
 
+def test_gather_cases_take_few_channels_every_filter_and_the_stem(cases):
+    """conv04's cases (gather): a sensible share, in every regime; their input channels mostly no
+    multiple of 8, 1 to 7 among them; at most 256 output channels, every KT (64s held) and tile;
+    filters 1x1 to 7x7, square and not, stride, dilation and every padding form; within a build
+    (conv04_config accepts each); the stem (3 channels, 7x7, stride 2, padding 3); gradient cases,
+    with K no multiple of 8 among them; both walks of the persistent grid."""
+    gather = [c for c in cases if c.algorithm == "gather"]
+    assert 0.12 < len(gather) / len(cases) < 0.3, len(gather)
+    assert {c.regime for c in gather} == set(fuzz_conv.REGIMES)
+    assert sum(c.C % 8 != 0 for c in gather) > 0.8 * len(gather) and set(range(1, 8)) <= {c.C for c in gather}
+    assert any(c.C % 8 for c in gather if c.C > 8) and any(c.C % 8 == 0 for c in gather)
+    assert max(c.K for c in gather) == CONV04_MAX_K and {c.K for c in gather} >= {1, 7, 63, 64, 65, 129, 130, 193, 255}
+    assert {(c.R, c.S) for c in gather} >= {(r, r) for r in range(1, 8)} and any(c.R != c.S for c in gather)
+    assert {c.stride for c in gather} >= {1, 2, 3, (1, 2), (2, 1)}
+    assert {c.dilation for c in gather} >= {1, 2, 3, (1, 2), (2, 1), (3, 2)}
+    forms = {"same" if c.padding == "same" else "valid" if c.padding == "valid" else type(c.padding).__name__ for c in gather}
+    assert forms == {"same", "valid", "int", "tuple"}
+    configs = [conv04_config(c.geometry()) for c in gather]  # (raises where no build holds a case)
+    assert all(c.C * c.R * c.S <= CONV04_MAX_ENTRIES for c in gather)
+    assert {(cfg["TP"], cfg["TQ"], cfg["KT"]) for cfg in configs} == {(*t, kt) for t in CONV04_TILES for kt in (1, 2, 3, 4)}
+    stems = [c for c in gather if (c.C, c.R, c.S, c.stride, c.padding) == (3, 7, 7, 2, 3)]
+    assert len(stems) > 20 and {c.regime for c in stems} == {"layer"} and any(c.H == c.W == 224 for c in stems)
+    assert any(c.H % 2 and c.W % 2 for c in stems), "odd images"
+    grad = [c for c in gather if c.grad]
+    assert 0.15 < len(grad) / len(gather) < 0.35 and any(c.K % 8 for c in grad) and any(c.stride != 1 for c in grad)
+    walks = {fuzz_conv.chosen(c)[1] for c in gather}
+    assert walks == {"conv04: one tile a block", "conv04: several tiles a block"}
+    assert any(c.drawn in ("tma", "implicit") for c in gather), "conv02's and conv03's refusals fall back to conv04"
+    assert all(fuzz_conv.why_not("gather", c.dtype, c.geometry()) is None for c in gather)
+
+
+def test_gather_cases_pass_conv04s_own_check_on_fake_cuda_tensors_and_replay(cases):
+    """Every gather case passes conv.gather_why_not on fake CUDA tensors shaped as it (serve()
+    keeps it as drawn where no device is asked); one drawn as gather that conv04 refuses falls back
+    to im2col, saying why; a gather case comes back the same from its seed and from its replay
+    line, and its printed call and chosen kernel name conv04 and its config."""
+    gather = [c for c in cases if c.algorithm == "gather"]
+    with FakeTensorMode():
+        for c in gather:
+            t = _fake(c)
+            assert gather_why_not(t.x, t.w, t.bias, *c.g_args) is None, c.label()
+            if not HAS_GPU:
+                assert fuzz_conv.serve(c, t) == c, c.label()
+        big = replace(gather[0], C=7, R=13, S=13, padding=6, stride=1, dilation=1, drawn="", refused="")
+        fell = fuzz_conv.serve(big, _fake(big))
+        assert fell.algorithm == "im2col" and fell.drawn == "gather" and "R*S*C must be at most" in fell.refused
+        assert fuzz_conv.serve(big, _fake(big), algorithms=("gather",)) is None
+    for c in gather[::25]:
+        assert fuzz_conv.draw(c.seed, activation="gelu") == c
+        again = fuzz_conv.ConvCase.from_json(c.to_json())
+        assert again == c and again.algorithm == "gather" and "algorithm='gather'" in again.call(), c.label()
+        cfg = conv04_config(c.geometry())
+        assert fuzz_conv.chosen(again)[0] == f"{CONV_04.id} TP={cfg['TP']},TQ={cfg['TQ']},KT={cfg['KT']}"
+    assert {fuzz_conv.draw(s, algorithms=("gather",)).algorithm for s in range(200)} == {"gather"}
+    with pytest.raises(ValueError, match="im2col only"):
+        fuzz_conv.draw(0, dtypes=("fp32",), algorithms=("gather",))
+
+
 def _fake(case):
     dtype = fuzz_conv.DTYPES[case.dtype]
     fmt = lambda cl: torch.channels_last if cl else torch.contiguous_format  # noqa: E731
@@ -170,28 +228,35 @@ def test_the_cases_pass_conv2ds_own_checks_on_fake_cuda_tensors(cases):
                 assert tma_why_not(t.x, t.w, t.bias, *c.g_args) is None, c.label()
             if c.algorithm == "implicit":
                 assert implicit_gemm_why_not(t.x, t.w, t.bias) is None, c.label()
+            if c.algorithm == "gather":
+                assert gather_why_not(t.x, t.w, t.bias, *c.g_args) is None, c.label()
             if c.drawn == "tma":
                 assert tma_why_not(t.x, t.w, t.bias, *c.g_args) is not None, c.label()
             if c.drawn == "implicit":
                 assert implicit_gemm_why_not(t.x, t.w, t.bias) is not None, c.label()
+            if c.drawn and c.algorithm == "im2col":
+                assert gather_why_not(t.x, t.w, t.bias, *c.g_args) is not None, c.label()
             if not HAS_GPU:
                 assert fuzz_conv.serve(c, t) == c
         stem = fuzz_conv.ConvCase(1, "layer", "bf16", 2, 3, 32, 32, 64, 7, 7, 2, 3, 1, True, False, "tma")
         fell = fuzz_conv.serve(stem, _fake(stem))
-        assert fell.algorithm == "im2col" and fell.drawn == "tma" and "multiple of 8" in fell.refused
+        assert fell.algorithm == "gather" and fell.drawn == "tma" and "multiple of 8" in fell.refused
+        wide = replace(stem, K=300)  # more output channels than a conv04 build holds
+        fell = fuzz_conv.serve(wide, _fake(wide))
+        assert fell.algorithm == "im2col" and fell.refused.startswith("tma: ") and "gather: K = 300" in fell.refused
         forced = fuzz_conv.serve(fuzz_conv.ConvCase(**{**stem.__dict__, "tile": (64, 256)}), _fake(stem))
-        assert forced.algorithm == "im2col" and forced.tile is None, "a tile is conv03's only"
+        assert forced.algorithm == "gather" and forced.tile is None, "a tile is conv03's only"
         assert fuzz_conv.serve(stem, _fake(stem), algorithms=("tma", "implicit")) is None
 
 
-def test_a_quarter_of_conv02s_and_conv03s_cases_check_their_gradients(cases):
-    """Gradient cases: drawn for about a quarter of the tma and implicit cases and never for
+def test_a_quarter_of_conv02s_conv03s_and_conv04s_cases_check_their_gradients(cases):
+    """Gradient cases: drawn for about a quarter of the tma, implicit and gather cases and never for
     im2col's, fixed by their seed, within GRAD_LIMITS, without NaN or Inf, and over both
     algorithms, every epilogue, strides past 1 (dgrad's spread dY) and forced conv03 tiles."""
     grad = [c for c in cases if c.grad]
-    served = [c for c in cases if c.algorithm in ("implicit", "tma")]
+    served = [c for c in cases if c.algorithm in ("implicit", "tma", "gather")]
     assert 0.2 < len(grad) / len(served) < 0.3, f"{len(grad)} of {len(served)}"
-    assert {c.algorithm for c in grad} == {"implicit", "tma"}
+    assert {c.algorithm for c in grad} == {"implicit", "tma", "gather"}
     assert all(fuzz_conv.draw(c.seed, activation="gelu").grad for c in grad[::10])
     macs, outputs, fields, inputs = GRAD_LIMITS
     for c in grad:
@@ -208,13 +273,17 @@ def test_a_quarter_of_conv02s_and_conv03s_cases_check_their_gradients(cases):
 
 
 def test_a_gradient_case_falls_back_to_im2col_without_its_gradients():
-    """serve(): where a gradient case lands on im2col, it checks its forward pass alone."""
+    """serve(): where a gradient case lands on im2col, it checks its forward pass alone; on conv04
+    (gather) it keeps them."""
     with FakeTensorMode():
-        case = fuzz_conv.ConvCase(1, "layer", "bf16", 2, 3, 32, 32, 64, 7, 7, 2, 3, 1, True, False, "tma", grad=True)
+        case = fuzz_conv.ConvCase(1, "layer", "bf16", 2, 3, 32, 32, 300, 7, 7, 2, 3, 1, True, False, "tma", grad=True)
         fell = fuzz_conv.serve(case, _fake(case))
         assert fell.algorithm == "im2col" and not fell.grad
         kept = replace(case, C=8)
         assert fuzz_conv.serve(kept, _fake(kept)).grad
+        gathered = replace(case, K=64)
+        fell = fuzz_conv.serve(gathered, _fake(gathered))
+        assert fell.algorithm == "gather" and fell.grad
 
 
 def test_the_filters_hold_and_an_impossible_one_is_refused():
@@ -393,9 +462,35 @@ def test_the_error_terms_see_a_wrong_result_on_cpu_tensors(special):
 
 
 def test_warm_finds_the_gemm_builds_im2col_launches():
-    jobs = fuzz_conv._im2col_jobs(0, "relu", None, None, 300)
+    jobs = fuzz_conv._drawn_jobs(0, "relu", None, None, 300)
     assert jobs and all(spec.name_expression(*rest) for spec, *rest in jobs)
     assert {spec.id.split("_")[0][:2] for spec, *_ in jobs} >= {"tc", "sg"}, "16-bit and float32 products"
+
+
+def test_warm_finds_the_conv04_builds_the_gather_cases_launch():
+    """_drawn_jobs: each gather case's build (its geometry's config, its dtype, its epilogue: the
+    bias and the run's activation, a gradient case's without the activation), and for gradient
+    cases whose K is no multiple of 8 their dgrad convolution's build (K input channels, C output,
+    stride 1), where one holds it."""
+    from gemmlab.activations import post_code
+
+    cases = [fuzz_conv.draw(s, activation="relu") for s in range(600)]
+    jobs = fuzz_conv._drawn_jobs(0, "relu", None, None, 600)
+    names = {CONV_04.name_expression(*rest) for spec, *rest in jobs if spec is CONV_04}
+    gather = [c for c in cases if c.algorithm == "gather"]
+    assert gather and all(spec.name_expression(*rest) for spec, *rest in jobs)
+    for c in gather:
+        dtype, post = fuzz_conv.DTYPES[c.dtype], post_code(c.bias, None if c.grad else c.activation)
+        assert CONV_04.name_expression(conv04_config(c.geometry()), dtype, dtype, post) in names, c.label()
+    dgrad = [c for c in gather if c.grad and c.K % 8]
+    assert dgrad, "gather gradient cases whose dx runs on conv04"
+    for c in dgrad:
+        cfg = fuzz_conv._gather_dgrad_config(c, c.geometry())
+        assert cfg is None or (cfg["C"], cfg["KT"], cfg["SH"], cfg["SW"]) == (c.K, -(-c.C // 64), 1, 1), c.label()
+        if cfg is not None:
+            assert CONV_04.name_expression(cfg, *[fuzz_conv.DTYPES[c.dtype]] * 2, 0) in names, c.label()
+    assert any(fuzz_conv._gather_dgrad_config(c, c.geometry()) is not None for c in dgrad)
+    assert not any(spec is CONV_04 for spec, *_ in fuzz_conv._drawn_jobs(0, "relu", None, ("tma", "im2col"), 300))
 
 
 def test_a_run_counts_what_ran_what_was_wrong_and_what_was_refused(monkeypatch):
@@ -460,7 +555,7 @@ def test_the_command_says_it_needs_a_gpu_and_checks_its_options_first():
     r = CliRunner().invoke(app, ["conv-fuzz", "--seconds", "1"])
     assert r.exit_code == 2 and "needs one" in r.output
     r = CliRunner().invoke(app, ["conv-fuzz", "--algorithm", "winograd"])
-    assert r.exit_code == 2 and "one of tma, implicit, im2col" in r.output
+    assert r.exit_code == 2 and "one of tma, implicit, gather, im2col" in r.output
 
 
 @pytest.mark.gpu
@@ -541,3 +636,18 @@ def test_the_harness_sees_a_wrong_gradient(monkeypatch, name, which):
     ran, kernel, _, errors = fuzz_conv.start(case)
     o = fuzz_conv.judge(ran, kernel, errors.tolist())
     assert o.wrong and all(w.startswith(f"{which}: ") for w in o.why.split("; ")), o.why
+
+
+@pytest.mark.gpu
+def test_a_short_gather_run_with_the_grid_forced_down_finds_nothing_wrong(monkeypatch):
+    """80 gather cases with conv04's persistent grid forced down to 3 blocks (launch.resident_blocks_all),
+    so that the blocks of most walk several tiles: none wrong, gradient cases among them."""
+    from gemmlab import conv04, launch
+
+    monkeypatch.setattr(launch, "resident_blocks_all", lambda *a, **k: 3)
+    monkeypatch.setattr(conv04, "_PLANS", {})
+    s = fuzz_conv.run(random.randrange(2**40), seconds=400, max_cases=80, algorithms=("gather",))
+    assert s.crashed is None, s.crashed
+    assert not s.wrong, s.wrong[:3]
+    assert s.tried == 80 and s.by_algorithm["gather"] == 80, s.record()
+    assert s.by_walk["conv04: several tiles a block"] > 40 and sum(s.by_grad.values()) > 5, s.record()

@@ -1,12 +1,14 @@
-"""gemmlab conv-fuzz: random convolutions drawn into conv02's and conv03's risky regimes, checked
-against float64.
+"""gemmlab conv-fuzz: random convolutions drawn into conv02's, conv03's and conv04's risky regimes,
+checked against float64.
 
 The GEMM harness (gemmlab.fuzz) draws matrices; a convolution's risks lie in its geometry, so this
 one draws geometries: output rows (N*P*Q) whole multiples of conv03's 64- to 256-pixel tiles and
 one either side, output channels around 64, 128, 192 and 256 and odd ones (1, 7, 130, 300), short
 reductions (1x1 filters over 8 to 64 channels), enough output pixels that each of conv03's
 persistent blocks walks several tiles, and odd sizes: prime images, stride 2 and 3, dilation,
-asymmetric padding, 'same' with even filters. Every case comes from its own seed (geometry, memory
+asymmetric padding, 'same' with even filters; for conv04 ("gather") the same regimes over few input
+channels (1-7 and other counts no multiple of 8) into at most 256 output channels, and a CNN's
+stem (7x7 at stride 2 over 3 channels). Every case comes from its own seed (geometry, memory
 formats of x and of the weight, dtype, algorithm, bias, a NaN or Inf in x or w, the input values;
 for a quarter of conv03's cases one of its tiles forced through conv03.TILE, for a quarter its
 staged TMA-store epilogue forced on and for a quarter of the rest its register epilogue forced,
@@ -22,11 +24,12 @@ Inf in w is NaN there as in our kernels) and so is cuDNN's in the case's dtype: 
 where NaN or Inf appears or vanishes, or where an error (reference.error_terms: rel_fro and
 max_scaled) exceeds both the dtype's tolerance and BASELINE_FACTOR (gemmlab.fuzz_loop) times cuDNN's own error. Where
 the algorithm drawn cannot serve a geometry (C not a multiple of 8, the TMA's limits, a GPU before
-Hopper), the case falls back (tma, then implicit, then im2col) and the refusal is counted, never
+Hopper, a filter or output channels no conv04 build holds), the case falls back (tma, then
+implicit, then gather, then im2col, as algorithm="auto" chooses) and the refusal is counted, never
 judged. The errors are queued on the GPU and read back in batches, as gemmlab.fuzz does.
 
-A quarter of the conv02 and conv03 cases (ConvCase.grad; smaller, and without NaN or Inf) take a
-backward pass too: x, w and the bias require grad, conv2d runs under autograd (its activation
+A quarter of the conv02, conv03 and conv04 cases (ConvCase.grad; smaller, and without NaN or Inf)
+take a backward pass too: x, w and the bias require grad, conv2d runs under autograd (its activation
 applied by torch) and y.backward(dY), dY fresh normal values in y's dtype; dx, dw and db are
 judged as y is, against float64 gradients (aten's convolution backward with cuDNN off, through the
 activation's derivative at the float64 pre-activation) and beside cuDNN's in the case's dtype,
@@ -48,12 +51,12 @@ import torch
 import torch.nn.functional as F
 
 from .activations import ACTIVATIONS, post_code
-from .conv import conv2d, implicit_gemm_why_not, tma_why_not
+from .conv import conv2d, conv_geometry, gather_why_not, implicit_gemm_why_not, tma_why_not
 from .fuzz import run_activation
 from .fuzz_loop import Summary as RunSummary, drive, reasons
 from .fuzz_conv_cases import ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, draw, why_not
 from .reference import error_terms, reference_post, tolerance
-from .specs.conv import CONV03_TILES, CONV_02, CONV_03, conv03_config, conv03_tile_config
+from .specs.conv import CONV03_TILES, CONV_02, CONV_03, CONV_04, conv03_config, conv03_tile_config, conv04_config
 
 # (the cases and their drawing, imported here too: fuzz_conv.draw, fuzz_conv.ConvCase)
 __all__ = ["ALGORITHM_WEIGHTS", "DTYPES", "REGIMES", "ConvCase", "draw", "why_not", "run_activation", "run", "replay",
@@ -113,6 +116,8 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
             why = tma_why_not(t.x, t.w, t.bias, *case.g_args)
         elif algorithm == "implicit":
             why = implicit_gemm_why_not(t.x, t.w, t.bias)
+        elif algorithm == "gather":
+            why = gather_why_not(t.x, t.w, t.bias, *case.g_args)
         if why is None:
             if algorithm == case.algorithm:
                 return case
@@ -298,9 +303,10 @@ def judge(case: ConvCase, chosen: str, v: list[float]) -> Outcome:
 
 
 def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
-    """(the kernel and its tile, how conv03's blocks met its tiles) for the coverage counts: conv03's
-    from the plan its call launched (t given, after the call), else from its config rule for a
-    132-SM GPU; im2col's as gemm() chooses for its [N*P*Q, C*R*S] x [C*R*S, K] product."""
+    """(the kernel and its tile, how a persistent build's blocks met its tiles) for the coverage
+    counts: conv03's and conv04's from the plan the call launched (t given, after the call), else
+    from their config rules for a 132-SM GPU; im2col's as gemm() chooses for its [N*P*Q, C*R*S] x
+    [C*R*S, K] product."""
     from . import conv03
 
     g = case.geometry()
@@ -308,6 +314,8 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
     if case.algorithm == "implicit":
         cfg = CONV_02.default_config()
         return f"{CONV_02.id} BM={cfg['BM']},BN={cfg['BN']}", ""
+    if case.algorithm == "gather":
+        return _chosen_gather(case, g, t)
     if case.algorithm == "im2col":
         from .fuzz import _chosen
 
@@ -326,6 +334,29 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
     walk = "" if not cfg["PERSISTENT"] else "several tiles a block" if tiles > blocks else "one tile a block"
     return (f"{CONV_03.id} BM={cfg['BM']},BN={cfg['BN']}" + (",PERSISTENT=1" if cfg["PERSISTENT"] else "")
             + (",TMA_STORE=1" if cfg["TMA_STORE"] else "") + (" (forced)" if case.tile else "")), walk  # fmt: skip
+
+
+GATHER_SM_SMEM = 228 * 1024  # an H100 SM's shared memory, 1 KiB of it reserved a block
+GATHER_BLOCKS_AN_SM = 2  # conv04's launch bounds: at most two blocks an SM
+
+
+def _chosen_gather(case: ConvCase, g: dict, t: Built | None) -> tuple[str, str]:
+    """chosen() for conv04: its tile and the output channels it holds (KT, in 64s; the rest of its
+    config is the case's geometry), and its walk, prefixed "conv04: ". The grid from the plan its
+    call launched (t given, after the call), else as many blocks as a 132-SM GPU holds at once
+    (two an SM, or one where its shared memory takes more than half an SM's)."""
+    from . import conv04
+
+    activation = None if case.grad else case.activation  # (a gradient case's forward pass leaves it to torch)
+    plan = conv04.cached_plan(t.x, t.w, t.bias, case.g_args, activation) if t is not None else None
+    if plan is not None:
+        cfg, blocks, tiles = plan.cfg, plan.grid[0], plan.tiles
+    else:
+        cfg = conv04_config(g)
+        per_sm = GATHER_SM_SMEM // (CONV_04.dynamic_smem(cfg) + 1024)
+        blocks, tiles = 132 * max(1, min(GATHER_BLOCKS_AN_SM, per_sm)), conv04.tiles_of(g, cfg)
+    walk = "several tiles a block" if tiles > blocks else "one tile a block"
+    return f"{CONV_04.id} TP={cfg['TP']},TQ={cfg['TQ']},KT={cfg['KT']}", f"conv04: {walk}"
 
 
 def _im2col_problem(case: ConvCase, g: dict):
@@ -396,7 +427,8 @@ def _start_grad(case: ConvCase, t: Built) -> tuple:
 @dataclass
 class Summary(RunSummary):
     by_algorithm: Counter = field(default_factory=Counter)
-    by_walk: Counter = field(default_factory=Counter)  # conv03's persistent build: one or several tiles a block
+    by_walk: Counter = field(default_factory=Counter)  # a persistent build's blocks: one or several tiles each
+    # (conv03's as "one tile a block", conv04's as "conv04: one tile a block")
     by_grad: Counter = field(default_factory=Counter)  # the gradient cases (dx, dw, db checked too), by algorithm
     refused: Counter = field(default_factory=Counter)  # "drawn -> ran" (-> none: skipped), never judged
     refusals: dict = field(default_factory=dict)  # an example reason of each
@@ -449,7 +481,12 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
     return s
 
 
-WARM_CASES = 3000  # cases drawn ahead to find im2col's GEMM builds (conv02's and conv03's are all compiled)
+# Cases drawn ahead to find im2col's GEMM builds and conv04's (conv02's and conv03's are all compiled):
+# a run of max_cases draws them all, up to WARM_CASES_MAX, one bounded by time alone WARM_CASES.
+# conv04 compiles each geometry in: 10000 cases reach about 1800 of its builds (0.2-1.4 s each on
+# one core), where 3000 reach about 600.
+WARM_CASES = 3000
+WARM_CASES_MAX = 20000
 
 
 def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = None,
@@ -457,9 +494,11 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
     """Compile, side by side in threads, the builds a run will launch: every conv03 tile's
     persistent (or one-tile) build (cases force each tile) and conv02's, plain, with the run's
     fused epilogue and with a bias alone (a gradient case's forward pass: torch applies its
-    activation), in the dtypes drawn, and the GEMM builds im2col's products and the gradient
-    cases' wgrad products reach over the run's first WARM_CASES cases (a dgrad convolution on
-    im2col compiles as it comes). Returns how many builds there are."""
+    activation), in the dtypes drawn, and over the run's first cases (all of max_cases, up to
+    WARM_CASES_MAX; WARM_CASES without max_cases) the GEMM builds
+    im2col's products and the gradient cases' wgrad products reach and conv04's builds (each
+    geometry its own; _drawn_jobs). A dgrad convolution on im2col, and a case that falls back to
+    conv04 or im2col on the device alone, compile as they come. Returns how many builds there are."""
     import os
 
     from . import conv03
@@ -469,18 +508,22 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
     fused = post_code(True, activation)
     jobs = {}
     sixteen = [DTYPES[d] for d in ("bf16", "fp16") if dtypes is None or d in dtypes]
-    hopper = (capability(torch.device("cuda", torch.cuda.current_device())) or (0, 0)) >= CONV_03.min_capability
+    cc = capability(torch.device("cuda", torch.cuda.current_device())) or (0, 0)
+    hopper = cc >= CONV_03.min_capability
     for dtype in sixteen:
         for post in dict.fromkeys((0, fused, post_code(True, None))):
-            if (algorithms is None or "tma" in algorithms) and hopper:
+            # (a gather gradient case's dgrad with K a multiple of 8 runs on conv03 or conv02)
+            if (algorithms is None or {"tma", "gather"} & set(algorithms)) and hopper:
                 for tile, staged in itertools.product(CONV03_TILES, (False, True)):
                     cfg = conv03_tile_config(tile, conv03.PERSISTENT, staged)
                     jobs.setdefault(CONV_03.name_expression(cfg, dtype, dtype, post), (CONV_03, cfg, dtype, dtype, post))
-            if algorithms is None or "implicit" in algorithms or "tma" in algorithms:  # (tma falls back to it)
+            if algorithms is None or {"implicit", "tma", "gather"} & set(algorithms):  # (tma falls back to it)
                 cfg = CONV_02.default_config()
                 jobs.setdefault(CONV_02.name_expression(cfg, dtype, dtype, post), (CONV_02, cfg, dtype, dtype, post))
-    for job in _im2col_jobs(seed, activation, dtypes, algorithms, min(max_cases or WARM_CASES, WARM_CASES)):
-        jobs.setdefault(job[0].name_expression(*job[1:]), job)
+    ahead = min(max_cases, WARM_CASES_MAX) if max_cases else WARM_CASES
+    for job in _drawn_jobs(seed, activation, dtypes, algorithms, ahead):
+        if job[0] is not CONV_04 or cc >= CONV_04.min_capability:
+            jobs.setdefault(job[0].name_expression(*job[1:]), job)
     arch = device_arch(torch.cuda.current_device())
     for done in compile_many(list(jobs.values()), arch, workers=os.cpu_count() or 1):
         if isinstance(done, Exception):
@@ -488,26 +531,50 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
     return len(jobs)
 
 
-def _im2col_jobs(seed: int, activation, dtypes, algorithms, count: int) -> list[tuple]:
-    """The GEMM builds (spec, config, types, epilogue) gemm() launches for the im2col cases among
-    cases seed .. seed + count - 1, and for the gradient cases' wgrad (those drawn as tma or
-    implicit that fall back are not known before the device is asked: they compile as they come)."""
+def _drawn_jobs(seed: int, activation, dtypes, algorithms, count: int) -> list[tuple]:
+    """The builds (spec, config, types, epilogue) cases seed .. seed + count - 1 launch beyond
+    conv02's and conv03's: the GEMM builds gemm() launches for the im2col cases and for the
+    gradient cases' wgrad, and conv04's for the gather cases (their forward pass; a gradient
+    case's without the activation, and its dgrad's where dx's convolution lands on conv04:
+    _gather_dgrad_config). Cases that fall back on the device alone are not known before it is
+    asked: they compile as they come."""
     from .configs import select
 
     jobs = []
     for i in range(seed, seed + count):
         case = draw(i, dtypes, algorithms, activation)
+        g, dtype = case.geometry(), DTYPES[case.dtype]
+        problems = []
         if case.algorithm == "im2col":
-            problem, post = _im2col_problem(case, case.geometry()), post_code(case.bias, case.activation)
+            problems.append((_im2col_problem(case, g), post_code(case.bias, case.activation)))
         elif case.grad:
-            problem, post = _wgrad_problem(case, case.geometry()), 0
-        else:
-            continue
-        spec, cfg = select(problem, "auto", device="cuda")
-        dtype = DTYPES[case.dtype]
-        types = (dtype, dtype) if spec.type_param else (None, None)
-        jobs.append((spec, cfg, *types, post if spec.epilogues else 0))
+            problems.append((_wgrad_problem(case, g), 0))
+        for problem, post in problems:
+            spec, cfg = select(problem, "auto", device="cuda")
+            types = (dtype, dtype) if spec.type_param else (None, None)
+            jobs.append((spec, cfg, *types, post if spec.epilogues else 0))
+        if case.algorithm == "gather":
+            jobs.append((CONV_04, conv04_config(g), dtype, dtype, post_code(case.bias, None if case.grad else case.activation)))
+            dgrad = _gather_dgrad_config(case, g) if case.grad else None
+            if dgrad is not None:
+                jobs.append((CONV_04, dgrad, dtype, dtype, 0))
     return jobs
+
+
+def _gather_dgrad_config(case: ConvCase, g: dict):
+    """conv04's config for a gather gradient case's dgrad convolution (conv.conv_dgrad: the spread
+    dY, K channels, by the flipped filter into C), where that lands on conv04: K no multiple of 8
+    (else conv03 or conv02 take it) and a build that holds it; else None."""
+    from .conv_grad import dgrad_operands
+
+    if case.K % 8 == 0:
+        return None
+    dy = torch.empty(g["N"], g["K"], g["P"], g["Q"], device="meta")
+    z, w2, pad = dgrad_operands(dy, torch.empty(case.K, case.C, case.R, case.S, device="meta"), g)
+    try:
+        return conv04_config(conv_geometry(tuple(z.shape), tuple(w2.shape), 1, pad, g["dilation"]))
+    except ValueError:
+        return None
 
 
 def _wgrad_problem(case: ConvCase, g: dict):

@@ -1,10 +1,13 @@
 """The convolutions `gemmlab conv-fuzz` draws (gemmlab.fuzz_conv runs and judges them): `ConvCase`,
-every choice of one fixed by its seed, and `draw`, which aims the geometry at a regime where conv02
-and conv03 are likely to go wrong -- conv03's tile edges, short reductions, several tiles a
+every choice of one fixed by its seed, and `draw`, which aims the geometry at a regime where conv02,
+conv03 and conv04 are likely to go wrong -- conv03's tile edges, short reductions, several tiles a
 persistent block, odd geometry, a network's layers -- within MAX_* work limits, and picks an
-algorithm that serves it (FALLBACK where the one drawn refuses), for a share of conv03's cases a
-tile its rule would not pick or its staged TMA-store epilogue, and for a share of conv02's and conv03's cases a backward pass too
-(`grad`: dx, dw and db checked beside y)."""
+algorithm that serves it (FALLBACK where the one drawn refuses). conv04's cases ("gather") take the
+regime's geometry with few input channels (mostly no multiple of 8), at most 256 output channels,
+within its builds' filter entries and shared memory, and in the layer regime the stem for half of
+them. For a share of conv03's cases a tile its rule would not pick or its staged TMA-store
+epilogue, and for a share of conv02's, conv03's and conv04's cases a backward pass too (`grad`:
+dx, dw and db checked beside y)."""
 
 from __future__ import annotations
 
@@ -17,19 +20,25 @@ import torch
 
 from .conv import conv_geometry
 from .fuzz import _log_int, _weighted
-from .specs.conv import CONV03_BK, CONV03_TILES, CONV_03
+from .specs.conv import CONV03_BK, CONV03_TILES, CONV04_MAX_K, CONV_03, CONV_04, conv04_config
 from .tma import im2col_why_not
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-ALGORITHM_WEIGHTS = {"tma": 0.45, "implicit": 0.25, "im2col": 0.3}
-FALLBACK = {"tma": ("implicit", "im2col"), "implicit": ("im2col",), "im2col": ()}  # where the drawn one refuses
+ALGORITHM_WEIGHTS = {"tma": 0.37, "implicit": 0.21, "gather": 0.17, "im2col": 0.25}
+# where the drawn one refuses, the next that serves runs: conv2d's algorithm="auto" order
+FALLBACK = {"tma": ("implicit", "gather", "im2col"), "implicit": ("gather", "im2col"), "gather": ("im2col",),
+            "im2col": ()}  # fmt: skip
+STEPS = ("tma", "implicit", "gather")  # the algorithms of our own kernels, whose cases may check gradients
 FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cuDNN with TF32 off)
 SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
 TILE_SHARE = 0.25  # of conv03's cases, those on a tile of CONV03_TILES forced (conv03.TILE), whatever the rule's
 STAGED_SHARE = 0.25  # of conv03's cases, those with its staged TMA-store epilogue forced on (conv03.TMA_STORE)
 REGISTER_SHARE = 0.25  # of conv03's other cases, those with its register epilogue forced (conv03.TMA_STORE off)
-GRAD_SHARE = 0.25  # of conv02's and conv03's cases, those whose gradients (dx, dw, db) are checked too
-DGRAD_ON_STEP = 0.75  # of those, the share whose K is made a multiple of 8, so dx runs on the case's step too
+GRAD_SHARE = 0.25  # of conv02's, conv03's and conv04's cases, those whose gradients (dx, dw, db) are checked too
+DGRAD_ON_STEP = 0.75  # of those, the share whose K is made a multiple of 8, so dx runs on conv02/conv03 (conv04's
+# others: dx's convolution reads K channels, no multiple of 8, and runs on conv04 where its build holds it)
+FEW_SHARE = 0.85  # of conv04's cases whose regime drew C a multiple of 8, those given few channels instead
+STEM_SHARE = 0.5  # of conv04's cases in the layer regime, those on a stem (7x7 at stride 2 over 1-4 channels)
 
 # Each case's work, so that one costs about a millisecond: multiply-adds, output elements, the
 # im2col matrix's elements (N*P*Q x C*R*S: im2col's copy, and the float64 reference's columns) and
@@ -49,6 +58,8 @@ CHANNEL_EDGES = (63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257)
 ODD_CHANNELS = (1, 7, 130, 300)
 PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101, 127)
 NOT_EIGHTS = (1, 3, 4, 6, 12, 20, 36, 100)  # channel counts conv02 and conv03 refuse (C % 8)
+FEW_CHANNELS = NOT_EIGHTS + (2, 5, 7, 9, 17, 31)  # conv04's input channels beside 1-7
+STEM_IMAGES = (224, 225, 223, 160, 97, 64, 33, 17, 7)  # a stem's image sides: ImageNet's, odd ones, small ones
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,7 @@ class ConvCase:
     dilation: int | tuple
     x_channels_last: bool
     w_channels_last: bool
-    algorithm: str  # what runs: "tma", "implicit" or "im2col"
+    algorithm: str  # what runs: "tma", "implicit", "gather" or "im2col"
     bias: bool = False
     activation: str | None = None
     special: str = ""  # "", or a NaN or an Inf in x or w: "nan-x", "inf-x", "nan-w", "inf-w"
@@ -227,13 +238,54 @@ def _odd_geometry(rng: random.Random) -> tuple:
 
 def _layer(rng: random.Random) -> tuple:
     """A network's layer: 64-512 channels, 7-112 pixels, 1x1 and 3x3 at stride 1 or 2; now and
-    then the stem (3 channels, 7x7 at stride 2), which conv02 and conv03 refuse."""
+    then the stem (_stem: 7x7 at stride 2 over 1-4 channels), which conv02 and conv03 refuse."""
     if rng.random() < 0.1:
-        return rng.randint(1, 4), 3, 224, 224, 64, 7, 7, 2, 3, 1
+        return _stem(rng)
     C, K = rng.choice((64, 128, 256, 512)), rng.choice((64, 128, 256, 512))
     H = rng.choice((7, 14, 28, 56, 112))
     R = rng.choice((1, 3))
     return rng.randint(1, 8), C, H, H, K, R, R, rng.choice((1, 1, 2)), R // 2, 1
+
+
+def _stem(rng: random.Random) -> tuple:
+    """A CNN's first layer: 7x7 at stride 2, padding 3, over 3 channels (now and then 1 or 4) into
+    64 (now and then 24 to 130), on ImageNet's 224 x 224 or an odd or small image."""
+    C = rng.choice((3, 3, 3, 1, 4))
+    K = 64 if rng.random() < 0.6 else rng.choice((24, 32, 96, 130))
+    H = rng.choice(STEM_IMAGES)
+    W = H if rng.random() < 0.7 else rng.choice(STEM_IMAGES)
+    return rng.randint(1, 4), C, H, W, K, 7, 7, 2, 3, 1
+
+
+def _few_channels(rng: random.Random, regime: str, geometry: tuple) -> tuple:
+    """A regime's geometry as conv04's case takes it: in the layer regime the stem for a
+    STEM_SHARE; else input channels drawn from 1-7 or FEW_CHANNELS (no larger than the regime's,
+    so a short reduction stays short) where the regime's were a multiple of 8 (for a FEW_SHARE),
+    and output channels within CONV04_MAX_K (K's tile edges and odd counts)."""
+    if regime == "layer" and rng.random() < STEM_SHARE:
+        return _stem(rng)
+    N, C, H, W, K, R, S, stride, padding, dilation = geometry
+    if C % 8 == 0 and rng.random() < FEW_SHARE:
+        C = rng.randint(1, 7) if rng.random() < 0.6 else rng.choice([c for c in FEW_CHANNELS if c <= C])
+    if K > CONV04_MAX_K:
+        K = rng.choice([k for k in CHANNEL_EDGES + ODD_CHANNELS if k <= CONV04_MAX_K])
+    return N, C, H, W, K, R, S, stride, padding, dilation
+
+
+def _gather_fit(N, C, H, W, K, R, S, stride, padding, dilation) -> tuple:
+    """A valid geometry shrunk until one of conv04's builds holds it (specs.conv.conv04_config: at
+    most CONV04_MAX_ENTRIES filter entries R*S*C, its shared memory): input channels down to 7,
+    then output channels down to 64, then input channels down to 1 (which always fits)."""
+    while why_not("gather", "bf16", conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)):
+        if C > 7:
+            C = max(7, C // 2)
+        elif K > 64:
+            K = max(64, K // 2)
+        elif C > 1:
+            C //= 2
+        else:
+            raise ValueError(f"no conv04 build holds {(N, C, H, W, K, R, S, stride, padding, dilation)}")
+    return N, C, H, W, K, R, S, stride, padding, dilation
 
 
 # Each regime: (weight, what it aims at, the geometry (N, C, H, W, K, R, S, stride, padding, dilation)).
@@ -277,12 +329,20 @@ def _fit(N, C, H, W, K, R, S, stride, padding, dilation, limits: tuple = LIMITS)
 
 def why_not(algorithm: str, dtype: str, g: dict) -> str | None:
     """Why an algorithm cannot serve this geometry and dtype, judged from them alone (the device is
-    asked at run time): conv02 and conv03 take 16-bit inputs with C a multiple of 8, conv03 only
-    what its im2col map can describe (gemmlab.tma.im2col_why_not, as conv.tma_why_not asks it)."""
+    asked at run time): conv02, conv03 and conv04 take 16-bit inputs, conv02 and conv03 with C a
+    multiple of 8, conv03 only what its im2col map can describe (gemmlab.tma.im2col_why_not, as
+    conv.tma_why_not asks it), conv04 only what one of its builds holds (conv04_config's refusals,
+    as conv.gather_why_not words them)."""
     if algorithm == "im2col":
         return None
     if dtype == "fp32":
         return "it takes bf16 or fp16, not float32"
+    if algorithm == "gather":
+        try:
+            conv04_config(g)
+        except ValueError as e:
+            return str(e).replace(f"{CONV_04.id} ", "", 1)
+        return None
     if g["C"] % 8:
         return f"it reads channels 8 at a time: C = {g['C']} is not a multiple of 8"
     if algorithm == "tma":
@@ -295,10 +355,11 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     """Case `seed`. activation: the run's (fuzz.run_activation), taken by about half the cases.
     Where the algorithm drawn refuses the geometry, the next of FALLBACK among `algorithms` runs
     (the case says which was drawn and why it refused); where none of them can, the geometry is
-    drawn again from the same generator. A GRAD_SHARE of the cases drawn as conv02 or conv03 check
-    their gradients too: their geometry is shrunk into GRAD_LIMITS, and they carry no NaN or Inf
-    (a gradient's judging expects finite values); one that falls back to im2col keeps the smaller
-    geometry and checks its forward pass alone."""
+    drawn again from the same generator. A case drawn as conv04 (gather) takes the regime's geometry
+    through _few_channels and, once inside the work limits, _gather_fit. A GRAD_SHARE of the cases
+    drawn as conv02, conv03 or conv04 check their gradients too: their geometry is shrunk into
+    GRAD_LIMITS, and they carry no NaN or Inf (a gradient's judging expects finite values); one that
+    falls back to im2col keeps the smaller geometry and checks its forward pass alone."""
     rng = random.Random(seed)
     wants_grad = random.Random(f"gradients {seed}").random() < GRAD_SHARE  # from a generator of its own
     allowed = [a for a in ALGORITHM_WEIGHTS if algorithms is None or a in algorithms]
@@ -309,12 +370,16 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
         regime = _weighted(rng, {k: w for k, (w, _, _) in REGIMES.items()})
         drawn_geo = REGIMES[regime][2](rng)
         drawn = _weighted(rng, {a: ALGORITHM_WEIGHTS[a] for a in allowed})
+        if drawn == "gather":
+            drawn_geo = _few_channels(rng, regime, drawn_geo)
         weights = {"bf16": 0.5, "fp16": 0.5} | ({"fp32": FP32_SHARE / (1 - FP32_SHARE)} if drawn == "im2col" else {})
         dtype = _weighted(rng, {d: w for d, w in weights.items() if d in wanted} or {d: 1.0 for d in wanted})
-        small = wants_grad and drawn in ("implicit", "tma")  # within a gradient case's limits
+        small = wants_grad and drawn in STEPS  # within a gradient case's limits
         N, C, H, W, K, R, S, stride, padding, dilation = _fit(*drawn_geo, limits=GRAD_LIMITS if small else LIMITS)
+        if drawn == "gather":
+            N, C, H, W, K, R, S, stride, padding, dilation = _gather_fit(N, C, H, W, K, R, S, stride, padding, dilation)
         if small and K >= 8 and random.Random(f"dgrad {seed}").random() < DGRAD_ON_STEP:
-            K -= K % 8  # dx's convolution reads K channels: a multiple of 8 runs it on conv02/conv03, not im2col
+            K -= K % 8  # dx's convolution reads K channels: a multiple of 8 runs it on conv02/conv03
         g = conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
         reasons = []
         for algorithm in (a for a in (drawn, *FALLBACK[drawn]) if a in allowed):
@@ -332,7 +397,7 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     act = activation if activation is not None and erng.random() < 0.5 else None
     srng = random.Random(f"special {seed}")
     special = srng.choice(("nan-x", "inf-x", "nan-w", "inf-w")) if srng.random() < SPECIAL_SHARE else ""
-    grad = small and algorithm in ("implicit", "tma")
+    grad = small and algorithm in STEPS
     special = "" if grad else special
     trng = random.Random(f"tile {seed}")  # a share of conv03's cases on a tile its rule may not pick here
     tile = trng.choice(list(CONV03_TILES)) if algorithm == "tma" and trng.random() < TILE_SHARE else None
