@@ -149,7 +149,7 @@ def check_1x1_hands_gemm_x_itself(monkeypatch, device="cpu", dtype=torch.float32
     for channels_last, stride, padding, copies in [(True, 1, 0, False), (True, 1, "valid", False), (False, 1, 0, True),
                                                    (True, 2, 0, True), (True, 1, 1, True)]:  # fmt: skip
         x = as_format(torch.randn(2, 5, 7, 9, device=device).to(dtype), channels_last)
-        y = gemmlab.conv2d(x, w, stride=stride, padding=padding)
+        y = gemmlab.conv2d(x, w, stride=stride, padding=padding, algorithm="im2col")  # (auto: conv04 on a GPU, C = 5)
         where = f"channels_last={channels_last} stride={stride} padding={padding!r} dtype={dtype}"
         assert (seen["a"] != x.untyped_storage().data_ptr()) == copies, where
         assert (y.untyped_storage().data_ptr() == seen["d"]) == channels_last, where
