@@ -241,19 +241,29 @@ def tma_im2col(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, 
     (tma_why_not). A kind of call is worked out once (gemmlab.conv03.Plan): later ones launch."""
     from . import conv03
 
+    return _planned(conv03, tma_why_not, "tma", "algorithm='implicit' or 'im2col'", x, weight, bias, stride, padding,
+                    dilation, activation)  # fmt: skip
+
+
+def _planned(step, why_not, algorithm: str, instead: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding,
+             dilation, activation: str | None) -> Tensor:  # fmt: skip
+    """A call of a step whose host side keeps plans (step: gemmlab.conv03 or gemmlab.conv04): the
+    plan of this kind of call, built on its first after why_not has had its say (a ValueError
+    naming the algorithm and what to use instead), x, the filter and the bias as the plan reads
+    them (copies where it cannot read them in place), and the launch."""
     g_args = tuple(map(_hashable, (stride, padding, dilation)))
-    plan = conv03.cached_plan(x, weight, bias, g_args, activation)
+    plan = step.cached_plan(x, weight, bias, g_args, activation)
     if plan is None or wants_grad(x, weight, bias):
-        why = tma_why_not(x, weight, bias, stride, padding, dilation)
+        why = why_not(x, weight, bias, stride, padding, dilation)
         if why:
-            raise ValueError(f"algorithm='tma' cannot serve this convolution: {why}; use algorithm='implicit' or 'im2col'")
+            raise ValueError(f"algorithm={algorithm!r} cannot serve this convolution: {why}; use {instead}")
         g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
-        plan = conv03.plan_for(x, weight, bias, g, activation, g_args,
-                               _suggests_channels_last(x) or _suggests_channels_last(weight))  # fmt: skip
+        plan = step.plan_for(x, weight, bias, g, activation, g_args,
+                             _suggests_channels_last(x) or _suggests_channels_last(weight))  # fmt: skip
     xs = x if plan.x_nhwc else x.contiguous(memory_format=torch.channels_last)
     wm = weight if plan.w_krsc else filter_matrix(weight)
     b = bias if plan.bias_direct else bias.to(x.dtype).contiguous()
-    return conv03.run(plan, xs, wm, b)
+    return step.run(plan, xs, wm, b)
 
 
 def gather_why_not(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0, dilation=1) -> str | None:
@@ -274,19 +284,8 @@ def gather(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dila
     (gather_why_not). A kind of call is worked out once (gemmlab.conv04.Plan): later ones launch."""
     from . import conv04
 
-    g_args = tuple(map(_hashable, (stride, padding, dilation)))
-    plan = conv04.cached_plan(x, weight, bias, g_args, activation)
-    if plan is None or wants_grad(x, weight, bias):
-        why = gather_why_not(x, weight, bias, stride, padding, dilation)
-        if why:
-            raise ValueError(f"algorithm='gather' cannot serve this convolution: {why}; use algorithm='im2col'")
-        g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
-        plan = conv04.plan_for(x, weight, bias, g, activation, g_args,
-                               _suggests_channels_last(x) or _suggests_channels_last(weight))  # fmt: skip
-    xs = x if plan.x_nhwc else x.contiguous(memory_format=torch.channels_last)
-    wm = weight if plan.w_krsc else filter_matrix(weight)
-    b = bias if plan.bias_direct else bias.to(x.dtype).contiguous()
-    return conv04.run(plan, xs, wm, b)
+    return _planned(conv04, gather_why_not, "gather", "algorithm='im2col'", x, weight, bias, stride, padding, dilation,
+                    activation)  # fmt: skip
 
 
 def choose_algorithm(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0, dilation=1) -> str:

@@ -196,9 +196,6 @@ def _map(maps: dict, t: Tensor, encode) -> ctypes.Array:
     return found
 
 
-_STREAMS: dict[int, object] = {}  # a raw stream handle -> the driver's CUstream of it
-
-
 def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
     """Launch the plan on torch's current stream over xs (x's NHWC memory: x itself where the plan
     says x_nhwc), wm (the [K, R*S*C] filter matrix, or the weight itself where it says w_krsc) and
@@ -216,10 +213,7 @@ def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
         map_x = _map(plan.x_maps, xs, lambda t: tma.im2col_map(t, g, plan.cfg["BM"], CONV03_BK))
         map_w = _map(plan.w_maps, wm, lambda t: tma.filter_map(t, plan.K, g["R"], g["S"], g["C"], plan.cfg["BN"], CONV03_BK))
         map_d = _map(plan.d_maps, d, lambda t: tma.output_map(t, plan.M, plan.K)) if plan.cfg["TMA_STORE"] else plan.args[-1]
-        handle = launch.current_stream_handle(plan.device_id)
-        stream = _STREAMS.get(handle)
-        if stream is None:
-            stream = _STREAMS[handle] = driver.CUstream(handle)
+        stream = launch.driver_stream(plan.device_id)
         with plan.lock:
             plan.params[0], plan.params[1], plan.params[-1] = map(ctypes.addressof, (map_x, map_w, map_d))
             plan.args[2].value = d.data_ptr()

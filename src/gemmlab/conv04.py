@@ -25,7 +25,6 @@ from .specs.conv import CONV_04, conv04_config
 _PLANS: dict[tuple, Plan] = {}
 _PLANS_MAX = 256  # kinds of call remembered; past it the table starts again
 _lock = threading.Lock()
-_STREAMS: dict[int, object] = {}  # a raw stream handle -> the driver's CUstream of it
 
 
 @dataclass
@@ -131,10 +130,7 @@ def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
     g = plan.g
     d = torch.empty((g["N"], g["P"], g["Q"], g["K"]), dtype=xs.dtype, device=xs.device)  # NHWC
     if d.numel():
-        handle = launch.current_stream_handle(plan.device_id)
-        stream = _STREAMS.get(handle)
-        if stream is None:
-            stream = _STREAMS[handle] = driver.CUstream(handle)
+        stream = launch.driver_stream(plan.device_id)
         with plan.lock:
             plan.args[0].value, plan.args[1].value, plan.args[2].value = xs.data_ptr(), wm.data_ptr(), d.data_ptr()
             plan.args[-1].value = 0 if bias is None else bias.data_ptr()

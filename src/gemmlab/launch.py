@@ -185,6 +185,21 @@ def raise_dynamic_smem(loaded, device_id: int) -> None:
         raise RuntimeError(f"could not raise dynamic shared memory of {loaded.spec.id} to {need} B: {err}")
 
 
+
+_DRIVER_STREAMS: dict[int, object] = {}  # a raw stream handle -> the driver's CUstream of it
+
+
+def driver_stream(device_id: int):
+    """torch's current stream on the device as the driver's CUstream, for launches through
+    cuLaunchKernel with arguments a plan keeps (conv03's and conv04's)."""
+    handle = current_stream_handle(device_id)
+    stream = _DRIVER_STREAMS.get(handle)
+    if stream is None:
+        from cuda.bindings import driver
+
+        stream = _DRIVER_STREAMS[handle] = driver.CUstream(handle)
+    return stream
+
 def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tuple | None = None) -> None:
     """Launch a loaded kernel on torch's current stream of the device."""
     from cuda.core import launch as cc_launch
