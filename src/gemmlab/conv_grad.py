@@ -66,9 +66,12 @@ def dgrad_operands(dy: Tensor, weight: Tensor, g: dict) -> tuple[Tensor, Tensor,
 
 
 def dy_rows(dy: Tensor) -> Tensor:
-    """dY [N, K, P, Q] as the [N*P*Q, K] matrix of its NHWC memory (a view of a channels_last dY)."""
+    """dY [N, K, P, Q] as the [N*P*Q, K] matrix of its NHWC memory (a view of a channels_last dY), a
+    row-major copy where that view would not have unit column stride (an expanded dY, as
+    y.sum().backward() passes: every stride 0)."""
     n, k, p, q = dy.shape
-    return dy.permute(0, 2, 3, 1).reshape(n * p * q, k)
+    m = dy.permute(0, 2, 3, 1).reshape(n * p * q, k)
+    return m if m.is_contiguous() else m.contiguous()
 
 
 def filter_from_rows(m: Tensor, g: dict) -> Tensor:

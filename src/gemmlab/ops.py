@@ -190,8 +190,9 @@ def wants_grad(*tensors) -> bool:
 
 
 def _needs_operator(*tensors) -> bool:
-    """Under a torch.compile trace, or where autograd would record the call."""
-    return torch.compiler.is_compiling() or wants_grad(*tensors)
+    """Under a torch.compile trace, where autograd would record the call, or where a tensor is not
+    torch's own (a fake or functional one: AOT autograd tracing a backward pass that calls gemm)."""
+    return torch.compiler.is_compiling() or wants_grad(*tensors) or not _plain(*tensors)
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",
