@@ -299,12 +299,37 @@ def test_gradients_match_torch_on_the_gpu():
         assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-3)
 
 
+def test_a_traced_call_runs_the_steps_as_an_operator_with_torchs_shape_and_format(monkeypatch):
+    """Where torch.compile traces conv2d (conv._traced, stood in for here), a call auto sends to
+    conv02, conv03 or conv04 goes through torch.ops.gemmlab.conv2d_step, whose fake implementation
+    gives torch's shape and memory format without a GPU; where a gradient is wanted (wants_grad,
+    stood in for: autograd on fake CUDA tensors needs a CUDA build of torch) the operator takes
+    no activation, which torch then applies."""
+    calls = []
+    real = conv_module.conv_step_op
+    monkeypatch.setattr(conv_module, "conv_step_op", lambda *a: (calls.append((a[-2], a[-1])), real(*a))[1])
+    monkeypatch.setattr(conv_module, "_traced", lambda *t: True)
+    with FakeTensorMode():
+        for C, R, stride, padding, last, grad in [(3, 7, 2, 3, True, False), (16, 3, 1, "same", False, True),
+                                                  (64, 1, 2, 0, True, False)]:  # fmt: skip
+            monkeypatch.setattr(conv_module, "wants_grad", lambda *t, g=grad: g)
+            x = torch.empty(2, C, 15, 17, device="cuda", dtype=torch.bfloat16)
+            x = x.to(memory_format=torch.channels_last) if last else x
+            w = torch.empty(32, C, R, R, device="cuda", dtype=torch.bfloat16)
+            y = gemmlab.conv2d(x, w, stride=stride, padding=padding, activation="relu")
+            g = conv_geometry(tuple(x.shape), tuple(w.shape), stride, padding)
+            assert y.shape == (2, 32, g["P"], g["Q"]) and y.device.type == "cuda"
+            assert y.is_contiguous(memory_format=torch.channels_last if last else torch.contiguous_format)
+    assert calls == [("relu", "gather"), ("", "tma"), ("relu", "tma")]
+
+
 @gpu
 @needs_gpu
 def test_a_conv2d_module_compiles_whole_and_auto_picks_per_layer_on_the_gpu():
-    """torch.compile(fullgraph=True) over gemmlab.nn.Conv2d layers in bf16: traced, the call takes
-    im2col (the step that traces); eager, the 3x3 takes conv03 where the GPU has it; both within
-    bf16 roundings of float64, the result and every parameter's gradient."""
+    """torch.compile(fullgraph=True) over gemmlab.nn.Conv2d layers in bf16: traced, each call runs
+    the step auto picks as the operator gemmlab::conv2d_step (conv03 for the 3x3 where the GPU has
+    it); eager, the same steps directly; both within bf16 roundings of float64, the result and
+    every parameter's gradient."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(gemmlab.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), gemmlab.nn.Conv2d(32, 16, 1))
     model = model.cuda().bfloat16().to(memory_format=torch.channels_last)
@@ -321,6 +346,53 @@ def test_a_conv2d_module_compiles_whole_and_auto_picks_per_layer_on_the_gpu():
         for p, ref in zip(model.parameters(), (w0, b0, w2, b2)):
             assert rel(p.grad, ref.grad) < 3e-2, (run is model, p.shape)
         model.zero_grad()
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_compiled_cnn_with_a_stem_matches_float64_on_the_gpu(dtype):
+    """A stem (7x7 over 3 channels: conv04), a 3x3 (conv03) and a 1x1, compiled whole: the result
+    against float64 torch, and the compiled run's result and every parameter's gradient against the
+    eager run's, which run the same kernels. (The gradients against float64 are the fuzz harness's
+    and test_conv_gather's to judge: with torch.nn.Conv2d's small biases many pre-activations lie
+    near ReLU's kink, where a 16-bit rounding flips the gate.)"""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(gemmlab.nn.Conv2d(3, 16, 7, stride=2, padding=3), torch.nn.ReLU(),
+                                gemmlab.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), gemmlab.nn.Conv2d(32, 8, 1))  # fmt: skip
+    model = model.cuda().to(dtype).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 37, 41, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    p = [q.detach().double() for q in model.parameters()]
+    want = F.conv2d(F.relu(F.conv2d(F.relu(F.conv2d(x.double(), p[0], p[1], stride=2, padding=3)), p[2], p[3], padding=1)),
+                    p[4], p[5])  # fmt: skip
+    gy = torch.randn(want.shape, device="cuda").to(dtype)
+    rel = lambda a, b: ((a.double() - b.double()).norm() / b.double().norm()).item()  # noqa: E731
+    runs = []
+    for run in (model, torch.compile(model, fullgraph=True)):
+        y = run(x)
+        y.backward(gy)
+        assert rel(y, want) < (2e-2 if dtype == torch.bfloat16 else 4e-3), run is model
+        runs.append((y.detach(), [q.grad.clone() for q in model.parameters()]))
+        model.zero_grad()
+    (y0, g0), (y1, g1) = runs
+    assert rel(y1, y0) < 1e-2
+    for a, b, q in zip(g1, g0, model.parameters()):
+        assert rel(a, b) < 1e-2, q.shape
+
+
+@gpu
+@needs_gpu
+def test_the_conv_operator_passes_opcheck_on_the_gpu():
+    """torch.library.opcheck over gemmlab::conv2d_step on each step it runs (conv04's stem in fp16,
+    conv03's 3x3 in bf16 with a bias and 'same' padding): schema, fake implementation, autograd
+    registration and AOT dispatch."""
+    x = torch.randn(2, 3, 29, 31, device="cuda", dtype=torch.float16, requires_grad=True)
+    w = (torch.randn(16, 3, 7, 7, device="cuda") / 12).half().requires_grad_()
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_step.default, (x, w, None, [2, 2], [3, 3], "", [1, 1], "", "gather"))
+    x = torch.randn(2, 16, 13, 11, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = (torch.randn(32, 16, 3, 3, device="cuda") / 12).bfloat16().requires_grad_()
+    b = torch.randn(32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_step.default, (x, w, b, [1, 1], [0, 0], "same", [1, 1], "", "tma"))
 
 
 GPU_DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 4e-3)]

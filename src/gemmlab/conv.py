@@ -26,18 +26,23 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .activations import ACTIVATIONS
-from .ops import gemm, wants_grad
+from .ops import _plain, gemm, wants_grad
 
 
 ALGORITHMS = ("im2col", "implicit", "tma", "gather")  # conv01 (on gemm()), conv02, conv03, conv04
 CHOICES = ("auto", *ALGORITHMS)  # conv2d's algorithm=: "auto" picks one of the steps a call (choose_algorithm)
 
 
+def _is_int(v) -> bool:
+    """An int (not a bool), or torch.compile's symbolic one (a size it traces with dynamic shapes)."""
+    return isinstance(v, torch.SymInt) or (isinstance(v, int) and not isinstance(v, bool))
+
+
 def _pair(value, name: str) -> tuple[int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
+    if _is_int(value):
         return value, value
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return int(value[0]), int(value[1])
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_int(v) for v in value):
+        return value[0], value[1]
     raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
 
 
@@ -293,10 +298,10 @@ def choose_algorithm(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, p
     (tma_why_not), else conv02 ("implicit"), else conv04 ("gather": input channels no multiple of
     8, such as a CNN's first layer), else "im2col". With its staged TMA-store epilogue conv03 ran
     ResNet-50's 1x1 layers at stride 1 at 0.83-1.14x cuDNN on an H100, as fast as one gemm() on
-    x's own memory or faster (docs/ladder/conv03-tma-im2col.md). CPU tensors and torch.compile
-    traces take "im2col" (the only step that traces: the others launch through ctypes). conv2d
-    asks once a kind of call (_kind remembers the answer)."""
-    if x.device.type != "cuda" or torch.compiler.is_compiling():
+    x's own memory or faster (docs/ladder/conv03-tma-im2col.md). CPU tensors take "im2col"; under
+    torch.compile the steps run as the operator conv_step_op. conv2d asks once a kind of call
+    (_kind remembers the answer)."""
+    if x.device.type != "cuda":
         return "im2col"
     if tma_why_not(x, weight, bias, stride, padding, dilation) is None:
         return "tma"
@@ -321,9 +326,16 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     feeding wgmma: the same tensors on a Hopper GPU, within the im2col map's limits, tma_why_not)
     or "gather" (conv04: bf16/fp16 CUDA tensors of any C, at most 256 output channels and 1024
     filter entries R*S*C, gather_why_not). conv02, conv03 and conv04 take gradients through
-    _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad)."""
+    _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad); where torch.compile traces the call, they
+    run as the operator torch.ops.gemmlab.conv2d_step (conv_step_op), which has a fake
+    implementation and those gradients, so that a compiled model keeps them."""
     kind = _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
     algorithm = kind.algorithm
+    if algorithm != "im2col" and _traced(x, weight, bias):  # through the operator
+        grad = wants_grad(x, weight, bias)
+        y = conv_step_op(x, weight, bias, *_step_args(stride, padding, dilation), "" if grad else activation or "",
+                         algorithm)  # fmt: skip
+        return y if activation is None or not grad else ACTIVATIONS[activation](y)
     if algorithm != "im2col" and wants_grad(x, weight, bias):
         y = _ImplicitConv.apply(x, weight, bias, (stride, padding, dilation), algorithm)
         return y if activation is None else ACTIVATIONS[activation](y)
@@ -459,3 +471,71 @@ class _ImplicitConv(torch.autograd.Function):
         dw = conv_wgrad(x, dy, ctx.g) if ctx.needs_input_grad[1] else None
         db = dy.sum((0, 2, 3)) if ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None
+
+
+# ---- conv02, conv03 and conv04 as an operator, for torch.compile ------------------------------
+
+
+def _traced(*tensors) -> bool:
+    """Whether the call is traced rather than run: torch.compile is tracing, or a tensor is fake or
+    functional (AOT autograd tracing a backward pass, FakeTensorMode), whose memory cannot be
+    launched on. (A function of its own, so that a test can stand in for a trace.)"""
+    return torch.compiler.is_compiling() or not _plain(*tensors)
+
+
+def _step_args(stride, padding, dilation) -> tuple[list[int], list[int], str, list[int]]:
+    """conv2d's stride, padding and dilation as the operator's schema takes them: stride, padding
+    as a pair (zeros where padding is "same" or "valid"), the padding's name ("" for numbers),
+    dilation."""
+    named = padding if isinstance(padding, str) else ""
+    pads = [0, 0] if named else list(_pair(padding, "padding"))
+    return list(_pair(stride, "stride")), pads, named, list(_pair(dilation, "dilation"))
+
+
+def _conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int], padding: list[int], padding_name: str,
+               dilation: list[int], activation: str, algorithm: str) -> Tensor:  # fmt: skip
+    """activation(conv2d(x, weight) + bias) on conv02 ("implicit"), conv03 ("tma") or conv04
+    ("gather"), launched as in eager calls (_implicit); activation "" for none."""
+    return _implicit(x, weight, bias, tuple(stride), padding_name or tuple(padding), tuple(dilation), activation or None,
+                     algorithm)  # fmt: skip
+
+
+conv_step_op = torch.library.custom_op(
+    "gemmlab::conv2d_step", _conv_step, mutates_args=(), device_types="cuda",
+    schema="(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, str padding_name, int[] dilation, "
+           "str activation, str algorithm) -> Tensor",
+)  # fmt: skip
+
+
+@conv_step_op.register_fake
+def _conv_step_fake(x, weight, bias, stride, padding, padding_name, dilation, activation, algorithm):
+    """The result's shape and memory format without a launch: [N, K, P, Q] by conv_geometry,
+    channels_last where x's or the weight's strides are (as the steps return it)."""
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
+    last = _suggests_channels_last(x) or _suggests_channels_last(weight)
+    return torch.empty((g["N"], g["K"], g["P"], g["Q"]), dtype=x.dtype, device=x.device,
+                       memory_format=torch.channels_last if last else torch.contiguous_format)  # fmt: skip
+
+
+def _conv_step_setup(ctx, inputs, output) -> None:
+    x, weight, bias, stride, padding, padding_name, dilation, activation, algorithm = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.g = conv_geometry(tuple(x.shape), tuple(weight.shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
+    ctx.algorithm, ctx.activation, ctx.has_bias = algorithm, activation, bias is not None
+
+
+def _conv_step_backward(ctx, dy):
+    """dX, dW and the bias's gradient as _ImplicitConv's backward computes them (conv_dgrad on the
+    forward step's algorithm, conv_wgrad, a sum over dY). conv2d passes no activation where a
+    gradient is wanted: it applies it through torch, which keeps its input."""
+    if ctx.activation:
+        raise RuntimeError("gemmlab::conv2d_step takes gradients without a fused activation; conv2d applies the "
+                           "activation through torch where one is wanted")  # fmt: skip
+    x, weight = ctx.saved_tensors
+    dx = conv_dgrad(dy, weight, ctx.g, ctx.algorithm) if ctx.needs_input_grad[0] else None
+    dw = conv_wgrad(x, dy, ctx.g) if ctx.needs_input_grad[1] else None
+    db = dy.sum((0, 2, 3)) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return dx, dw, db, None, None, None, None, None, None
+
+
+conv_step_op.register_autograd(_conv_step_backward, setup_context=_conv_step_setup)

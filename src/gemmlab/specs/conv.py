@@ -249,11 +249,11 @@ def conv04_config(g: dict) -> GemmConfig:
         raise ValueError(f"K = {g['K']} output channels: conv04 holds at most {CONV04_MAX_K}")
     (sh, sw), (dh, dw) = g["stride"], g["dilation"]
 
-    def waste(tile):
-        tp, tq = tile
-        return -(-g["P"] // tp) * tp * -(-g["Q"] // tq) * tq
-
-    tp, tq = min(CONV04_TILES, key=waste)
+    tp, tq, least = 0, 0, None
+    for p, q in CONV04_TILES:  # (a loop, not min() with a key: torch.compile traces this under conv2d)
+        computed = -(-g["P"] // p) * p * -(-g["Q"] // q) * q
+        if least is None or computed < least:
+            tp, tq, least = p, q, computed
     return CONV_04.config(C=g["C"], R=g["R"], S=g["S"], SH=sh, SW=sw, DH=dh, DW=dw, KT=-(-g["K"] // 64), TP=tp, TQ=tq)
 
 
