@@ -21,6 +21,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 from . import api
 from .activations import ACTIVATIONS
@@ -190,9 +191,18 @@ def wants_grad(*tensors) -> bool:
 
 
 def _needs_operator(*tensors) -> bool:
-    """Under a torch.compile trace, where autograd would record the call, or where a tensor is not
-    torch's own (a fake or functional one: AOT autograd tracing a backward pass that calls gemm)."""
-    return torch.compiler.is_compiling() or wants_grad(*tensors) or not _plain(*tensors)
+    """Under a torch.compile trace, where autograd would record the call, or where a tensor is a
+    functional one (AOT autograd tracing a backward pass that calls gemm, as conv2d's does;
+    torch.library.opcheck traces so without torch.compile). A fake tensor alone is not enough:
+    under FakeTensorMode api.gemm checks the call, with its own errors, and returns a fake result."""
+    return torch.compiler.is_compiling() or wants_grad(*tensors) or _functional(*tensors)
+
+
+def _functional(*tensors) -> bool:
+    for t in tensors:
+        if isinstance(t, FunctionalTensor):
+            return True
+    return False
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",
