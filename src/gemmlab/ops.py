@@ -195,14 +195,9 @@ def _needs_operator(*tensors) -> bool:
     functional one (AOT autograd tracing a backward pass that calls gemm, as conv2d's does;
     torch.library.opcheck traces so without torch.compile). A fake tensor alone is not enough:
     under FakeTensorMode api.gemm checks the call, with its own errors, and returns a fake result."""
-    return torch.compiler.is_compiling() or wants_grad(*tensors) or _functional(*tensors)
-
-
-def _functional(*tensors) -> bool:
-    for t in tensors:
-        if isinstance(t, FunctionalTensor):
-            return True
-    return False
+    return torch.compiler.is_compiling() or wants_grad(*tensors) or type(tensors[0]) is FunctionalTensor
+    # (a's type alone: under AOT tracing every tensor of the call is functional, and this runs on
+    # every eager gemm() call, where a loop over all four cost host time for nothing)
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=None, precision="fp32",
