@@ -12,7 +12,10 @@
 // WM x WN: the tile of C one warp computes; the block has (BM / WM) * (BN / WN) warps.
 // TM x TN: the results of one thread, (TM / 4) x (TN / 4) blocks of 4 x 4 spread over the warp tile.
 // PAD: floats added to each row of the transposed A tile to shift its banks.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int POST = 0>
+// SYNC: where a slice is handed over. 0: after the slice's last FMAs (store the next slice, barrier,
+// and the next slice's first fragments are read after it, with the FMAs waiting on them); 1: before
+// the slice's last k step, so that the next slice's first fragments load while that step's FMAs run.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SYNC, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
                 const float* C, float* D,
@@ -52,6 +55,10 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
     gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[0][0][0], gA, tid);
     gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[0][0][0], gB, tid);
     __syncthreads();
+    if constexpr (SYNC) {  // slice 0's first fragments; each later slice's come at the end of the one before
+        gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[0][0][tm]);
+        gemmlab::load_fragment<TN, TN_STRIDE>(rB[0], &sB[0][0][tn]);
+    }
 
     int buf = 0;  // the buffer that holds slice k0
     for (int k0 = 0; k0 < K; k0 += BK) {
@@ -60,13 +67,26 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
             gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, k0 + BK, M, K, a_vec, tid);
             gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, k0 + BK, col0, K, N, b_vec, tid);
         }
-        gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[buf][0][tm]);
-        gemmlab::load_fragment<TN, TN_STRIDE>(rB[0], &sB[buf][0][tn]);
+        if constexpr (!SYNC) {
+            gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[buf][0][tm]);
+            gemmlab::load_fragment<TN, TN_STRIDE>(rB[0], &sB[buf][0][tn]);
+        }
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             if (kk + 1 < BK) {  // resolved at compile time: the loop is unrolled
                 gemmlab::load_fragment<TM, TM_STRIDE>(rA[(kk + 1) % 2], &sA[buf][kk + 1][tm]);
                 gemmlab::load_fragment<TN, TN_STRIDE>(rB[(kk + 1) % 2], &sB[buf][kk + 1][tn]);
+            } else if constexpr (SYNC) {
+                // The last k step: hand the next slice over before its FMAs. Everybody has read
+                // the other buffer for the last time before the previous slice's barrier, and this
+                // slice's fragments are all in registers (the last ones were loaded one step ago).
+                if (has_next) {
+                    gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[buf ^ 1][0][0], gA, tid);
+                    gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[buf ^ 1][0][0], gB, tid);
+                    __syncthreads();  // the next slice is in place
+                    gemmlab::load_fragment<TM, TM_STRIDE>(rA[(kk + 1) % 2], &sA[buf ^ 1][0][tm]);
+                    gemmlab::load_fragment<TN, TN_STRIDE>(rB[(kk + 1) % 2], &sB[buf ^ 1][0][tn]);
+                }
             }
 #pragma unroll
             for (int i = 0; i < TM; ++i) {
@@ -76,11 +96,13 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
                 }
             }
         }
-        if (has_next) {  // the other buffer was last read before the previous barrier: free
-            gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[buf ^ 1][0][0], gA, tid);
-            gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[buf ^ 1][0][0], gB, tid);
+        if constexpr (!SYNC) {
+            if (has_next) {  // the other buffer was last read before the previous barrier: free
+                gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[buf ^ 1][0][0], gA, tid);
+                gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[buf ^ 1][0][0], gB, tid);
+            }
+            __syncthreads();  // slice k0 + BK is in place and nobody reads buffer `buf` any more
         }
-        __syncthreads();  // slice k0 + BK is in place and nobody reads buffer `buf` any more
         buf ^= 1;
     }
 #pragma unroll
