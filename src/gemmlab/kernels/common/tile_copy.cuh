@@ -74,19 +74,6 @@ __device__ __forceinline__ void load_tile_vec4(float4 (&r)[Vec4Tile<ROWS, COLS, 
     }
 }
 
-// load_tile_vec4 for a tile that lies wholly inside the matrix, whose rows are 16-byte aligned:
-// one 128-bit load per float4, no bounds checks and no scalar path.
-template <int ROWS, int COLS, int THREADS>
-__device__ __forceinline__ void load_tile_vec4_inside(float4 (&r)[Vec4Tile<ROWS, COLS, THREADS>::PER_THREAD],
-                                                      const float* __restrict__ g, int ld, int row0, int col0,
-                                                      int tid) {
-    using T = Vec4Tile<ROWS, COLS, THREADS>;
-#pragma unroll
-    for (int v = 0; v < T::PER_THREAD; ++v) {
-        r[v] = *reinterpret_cast<const float4*>(g + offset(row0 + T::row(tid, v), col0 + T::col(tid, v), ld));
-    }
-}
-
 // Registers -> shared, as loaded: s is [ROWS][LD] floats (LD >= COLS, LD % 4 == 0, 16-byte
 // aligned); one 128-bit store per float4.
 template <int ROWS, int COLS, int THREADS, int LD>

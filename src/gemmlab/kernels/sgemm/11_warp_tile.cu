@@ -15,9 +15,7 @@
 // SYNC: where a slice is handed over. 0: after the slice's last FMAs (store the next slice, barrier,
 // and the next slice's first fragments are read after it, with the FMAs waiting on them); 1: before
 // the slice's last k step, so that the next slice's first fragments load while that step's FMAs run.
-// INSIDE: 1 lets a block whose tiles lie wholly inside aligned A and B, with K a whole number of
-// slices, load every slice without bounds checks or the scalar path (a block-uniform branch).
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SYNC, int INSIDE, int POST = 0>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SYNC, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
                 const float* C, float* D,
@@ -62,19 +60,12 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
         gemmlab::load_fragment<TN, TN_STRIDE>(rB[0], &sB[0][0][tn]);
     }
 
-    // INSIDE: whole tiles of aligned operands load every slice without checks (block-uniform).
-    const bool inside = INSIDE && a_vec && b_vec && row0 + BM <= M && col0 + BN <= N && K % BK == 0;
     int buf = 0;  // the buffer that holds slice k0
     for (int k0 = 0; k0 < K; k0 += BK) {
         const bool has_next = k0 + BK < K;
         if (has_next) {  // issue the next slice's loads now; the FMAs below do not wait for them
-            if (inside) {
-                gemmlab::load_tile_vec4_inside<BM, BK, THREADS>(gA, A, lda, row0, k0 + BK, tid);
-                gemmlab::load_tile_vec4_inside<BK, BN, THREADS>(gB, B, ldb, k0 + BK, col0, tid);
-            } else {
-                gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, k0 + BK, M, K, a_vec, tid);
-                gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, k0 + BK, col0, K, N, b_vec, tid);
-            }
+            gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, k0 + BK, M, K, a_vec, tid);
+            gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, k0 + BK, col0, K, N, b_vec, tid);
         }
         if constexpr (!SYNC) {
             gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[buf][0][tm]);
