@@ -19,7 +19,7 @@ from ..specs.base import GemmConfig, KernelSpec, cdiv
 # 0.98x cuBLAS instead of 0.93x at 2048^3, 0.96x instead of 0.91x at 2560^3 -- even at 3072^3,
 # and clusters win from 4096^2 on (0.97x against 0.96x).
 SIZE_RULES: dict[str, list[tuple[int, int | None, dict[str, int]]]] = {
-    "sgemm_11_warp_tile": [(2048 * 2048, None, dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8))],
+    "sgemm_11_warp_tile": [(2048 * 2048, None, dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8, SYNC=0))],
     "tc07_persistent_cluster": [(0, 2560 * 2560, dict(CM=1))],
     "tc09_stream_k": [(0, 2560 * 2560, dict(CM=1))],  # tc07's schedule up to its last wave
     # tc11, H200 (results/nvidia-h200/tune-20261127T045811Z.json.gz against the defaults in

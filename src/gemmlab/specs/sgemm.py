@@ -272,7 +272,7 @@ SGEMM_11 = KernelSpec(
             Param("WM", 64, "rows of the C tile a warp computes"),
             Param("WN", 32, "columns of the C tile a warp computes; (BM/WM) * (BN/WN) warps"),
             _TM, _TN, _PAD,
-            Param("SYNC", 0, "1: hand the next slice over before a slice's last k step, so its first fragments load under that step's FMAs")),
+            Param("SYNC", 1, "1: hand the next slice over before a slice's last k step, so its first fragments load under that step's FMAs")),
     block=lambda c: (_threads_warp(c), 1, 1),
     grid=_GRID_BLOCK_TILES,
     check_config=_check_11,
