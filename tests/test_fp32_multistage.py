@@ -47,7 +47,8 @@ def _problem(M, N, K):
     (4096, 4096, 128, "sgemm_15_multistage", (128, 128)),   # short K: 128 x 128, two blocks an SM
     (2048, 2048, 100, "sgemm_15_multistage", (128, 128)),
     (6144, 4096, 300, "sgemm_15_multistage", (256, 128)),   # past MULTISTAGE_SHORT_K on a large output
-    (2039, 4099, 1021, "sgemm_15_multistage", (256, 128)),
+    (2040, 4100, 1020, "sgemm_15_multistage", (256, 128)),
+    (2039, 4099, 1021, "sgemm_11_warp_tile", (128, 128)),   # rows not whole 16-byte units: step 11's 128 x 128
     (4096, 4096, 1024, "sgemm_11_warp_tile", (256, 128)),   # from MULTISTAGE_K_MAX on: step 11's loop
     (4096, 4096, 4096, "sgemm_11_warp_tile", (256, 128)),
     (16, 4096, 256, "sgemm_13_few_rows", None),             # few rows and columns keep their steps

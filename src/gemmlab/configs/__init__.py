@@ -20,6 +20,7 @@ from ..specs.base import GemmConfig, KernelSpec
 from .fp32 import (
     few_columns_config, few_columns_configs, few_columns_pays, few_rows_config, few_rows_configs, few_rows_pays,
     multistage_config, multistage_configs, multistage_pays, split_k_config, split_k_pays, split_k_tiles,
+    whole_tile_config,
 )
 from .persistent import TC07_TILES, TILE192_DEEP, copies_pay, stream_k_pays, tc07_tile
 from .rules import SIZE_RULES, _problem_config, _rule_config, _size_rule_config
@@ -40,6 +41,8 @@ def config_for(spec: KernelSpec, problem: GemmProblem) -> GemmConfig:
         cfg = few_columns_config(problem)
     elif spec.id == "sgemm_15_multistage":
         cfg = multistage_config(problem)
+    elif spec.id == "sgemm_11_warp_tile":
+        cfg = whole_tile_config(problem)
     else:
         cfg = _split_config(spec, problem, _narrow_config(spec, problem, _size_rule_config(spec, problem)))
         cfg = _tf32_small_tile(spec, problem, _tf32_stream_k_config(spec, problem, cfg))

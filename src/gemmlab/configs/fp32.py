@@ -69,12 +69,46 @@ def few_rows_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     return None
 
 
+# Step 11 where A's or B's rows are not whole 16-byte units (each float4 of a slice then goes through
+# four checked scalar loads): its 128 x 128 tile, which hands each slice over before the slice's last
+# k step (SYNC = 1), ran ahead of the 256 x 128 tile of the size rule at every such shape measured,
+# and ahead of step 15 from K = 512 (H100, ratios to cuBLAS SGEMM in the same rounds,
+# results/nvidia-h100-80gb-hbm3/tune-fp32-sync-odd-20261128T044728Z.json): 3135^3 0.886x against
+# 0.719x (and step 12's split, 'auto' before: 0.844x), 5001^3 0.850x against 0.763x, 4099 x 4099 x 1021
+# 0.869x against 0.761x (step 15: 0.772x-0.788x), 6133 x 6133 x 1021 0.808x against 0.757x,
+# 2047 x 8191 x 515 0.801x against 0.753x. On aligned rows the two tiles are within 1% from 2048^2
+# on (6132^3: 0.873x against 0.865x), so the size rule stands there.
+MISALIGNED_WHOLE_K_MIN = 512  # K from which misaligned rows go to step 11's 128 x 128 tile, not step 15
+
+
+def rows_misaligned(problem: GemmProblem) -> bool:
+    """Whether A's or B's rows, as the FP32 steps read them, are not whole 16-byte units: a row-major
+    operand with a leading dimension or address off a multiple of 16 bytes, or a transposed one whose
+    row-major copy (fresh, K or N floats a row) has rows of a length that is not a multiple of 4."""
+    def off(o) -> bool:
+        rows, cols = o.shape
+        return cols % 4 != 0 if o.trans else (o.ld % 4 != 0 or o.ptr % 16 != 0)
+
+    return off(problem.a) or off(problem.b)
+
+
+def whole_tile_config(problem: GemmProblem) -> GemmConfig:
+    """Step 11's config for the problem: the size rule's tile, or the 128 x 128 default where the
+    rows are misaligned (rows_misaligned)."""
+    spec = registry.get("sgemm_11_warp_tile")
+    return spec.default_config() if rows_misaligned(problem) else _size_rule_config(spec, problem)
+
+
 # Step 12's main loop is step 11's, yet ran 7% slower on an H100 at 2048^3 and 4096^3 (0.815x / 0.829x
 # cuBLAS SGEMM against 0.877x / 0.892x for step 11 at the same 256 x 128 tile, one run, same runs of
 # gemmlab bench; results/nvidia-h100-80gb-hbm3/fp32-shapes-20261125T185401Z.json also shows its splits
 # of the large squares behind step 11's single runs). 'auto' therefore gives it only the problems its
 # split is modelled to serve in at most SPLIT_K_GAIN_MIN of step 11's time.
 SPLIT_K_GAIN_MIN = 0.85
+# Where the rows are misaligned (rows_misaligned) step 11's 128 x 128 tile with SYNC = 1 runs further
+# ahead of the model: at 3135^3 step 12's split, modelled at 0.85 of its time, took 1.05x it (0.844x
+# against 0.886x cuBLAS SGEMM, fp32-shapes-20261127T232325Z and tune-fp32-sync-odd-20261128T044728Z, H100).
+SPLIT_K_GAIN_MIN_MISALIGNED = 0.8
 
 
 def split_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
@@ -83,11 +117,12 @@ def split_k_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     if not c["SPLIT"]:
         return "K is not split: step 11 runs the same tile"
     sms = sm_count_of(problem.device)
-    whole = _size_rule_config(registry.get("sgemm_11_warp_tile"), problem)
+    whole = whole_tile_config(problem)
     t_split = split_k_time(problem.M, problem.N, problem.K, c, split_k_runs(problem, c, sms), sms)
     t_whole = split_k_time(problem.M, problem.N, problem.K, whole, 1, sms)
-    if t_split > SPLIT_K_GAIN_MIN * t_whole:
-        return f"split K is modelled at {t_split / t_whole:.2f} of step 11's time (it pays below {SPLIT_K_GAIN_MIN})"
+    gain_min = SPLIT_K_GAIN_MIN_MISALIGNED if rows_misaligned(problem) else SPLIT_K_GAIN_MIN
+    if t_split > gain_min * t_whole:
+        return f"split K is modelled at {t_split / t_whole:.2f} of step 11's time (it pays below {gain_min})"
     return None
 
 
@@ -206,7 +241,7 @@ def multistage_split_pays(problem: GemmProblem) -> str | None:
     if problem.K >= MULTISTAGE_SPLIT_LONG_K and pick[0]["BM"] * pick[0]["BN"] >= 128 * 128:
         return f"K={problem.K}: step 12's 256 x 128 split is ahead of step 15's 128 x 128 from K = {MULTISTAGE_SPLIT_LONG_K}"
     sms = sm_count_of(problem.device)
-    whole = _size_rule_config(registry.get("sgemm_11_warp_tile"), problem)
+    whole = whole_tile_config(problem)
     t_whole = split_k_time(problem.M, problem.N, problem.K, whole, 1, sms)
     if pick[2] > MULTISTAGE_SPLIT_GAIN_MIN * t_whole:
         return f"step 15's split is modelled at {pick[2] / t_whole:.2f} of step 11's time (it pays below {MULTISTAGE_SPLIT_GAIN_MIN})"
@@ -230,6 +265,8 @@ def multistage_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
         return None
     if problem.K >= MULTISTAGE_K_MAX:
         return f"K={problem.K}: step 11's main loop serves whole tiles from K = {MULTISTAGE_K_MAX}"
+    if problem.K >= MISALIGNED_WHOLE_K_MIN and rows_misaligned(problem):
+        return f"K={problem.K} with rows that are not whole 16-byte units: step 11's 128 x 128 tile serves them"
     if problem.M <= FEW_ROWS_MAX or problem.N <= FEW_COLUMNS_MAX_N:
         return "a few rows or columns: steps 13 and 14 stream the large operand once"
     split = split_k_config(problem)

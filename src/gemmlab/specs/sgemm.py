@@ -260,6 +260,12 @@ def _check_11(c: GemmConfig) -> str | None:
     )
 
 
+# The warp-tile layout's parameters, which steps 12 and 15 take from step 11 (without its SYNC).
+WARP_TILE_PARAMS = (_BM, _BN, _BK,
+                    Param("WM", 64, "rows of the C tile a warp computes"),
+                    Param("WN", 32, "columns of the C tile a warp computes; (BM/WM) * (BN/WN) warps"),
+                    _TM, _TN, _PAD)
+
 SGEMM_11 = KernelSpec(
     id="sgemm_11_warp_tile",
     epilogues=True,
@@ -268,10 +274,7 @@ SGEMM_11 = KernelSpec(
     idea="each warp owns a WM x WN tile, each thread 4 x 4 blocks spread over it: less shared traffic per FMA",
     source="sgemm/11_warp_tile.cu",
     entry="sgemm_warp_tile",
-    params=(_BM, _BN, _BK,
-            Param("WM", 64, "rows of the C tile a warp computes"),
-            Param("WN", 32, "columns of the C tile a warp computes; (BM/WM) * (BN/WN) warps"),
-            _TM, _TN, _PAD,
+    params=(*WARP_TILE_PARAMS,
             Param("SYNC", 1, "1: hand the next slice over before a slice's last k step, so its first fragments load under that step's FMAs")),
     block=lambda c: (_threads_warp(c), 1, 1),
     grid=_GRID_BLOCK_TILES,
@@ -362,7 +365,7 @@ SGEMM_12 = KernelSpec(
     idea="step 11's tiles with K cut into runs that fill the SMs; the last run of a tile (RED = 0) or a second kernel over the whole GPU (RED = 1) adds the fp32 parts in run order (deterministic)",
     source="sgemm/12_split_k.cu",
     entry="sgemm_split_k",
-    params=(*SGEMM_11.params, Param("SPLIT", 1, "1: K may be split into runs (gridDim.y); 0: one run, without the split code"),
+    params=(*WARP_TILE_PARAMS, Param("SPLIT", 1, "1: K may be split into runs (gridDim.y); 0: one run, without the split code"),
             Param("PV", 4, "floats a store or load of a split's fp32 parts moves: 4 (float4) or 1"),
             Param("RED", 0, "0: the last run of a tile adds the parts; 1: the runs store their parts and a "
                             "second kernel (SPLIT_K_REDUCE) adds them over the whole GPU (needs SPLIT = 1)")),

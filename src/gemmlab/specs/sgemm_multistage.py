@@ -6,7 +6,7 @@ specs.sgemm_multistage_split)."""
 from __future__ import annotations
 
 from .base import GemmConfig, KernelSpec, Param, _first_failure, cdiv
-from .sgemm import SGEMM_11, _smem_ok, _threads_warp, _warp_tile_checks
+from .sgemm import SGEMM_11, WARP_TILE_PARAMS, _smem_ok, _threads_warp, _warp_tile_checks
 from .sgemm_multistage_split import multistage_runs
 
 
@@ -59,7 +59,7 @@ SGEMM_15 = KernelSpec(
     idea="step 11's warp tiles fed by cp.async straight into a ring of STAGES shared slices: no register staging, one barrier a slice",
     source="sgemm/15_multistage.cu",
     entry="sgemm_multistage",
-    params=(*SGEMM_11.params, Param("STAGES", 3, "K slices in the shared ring; STAGES - 1 in flight while one is computed"),
+    params=(*WARP_TILE_PARAMS, Param("STAGES", 3, "K slices in the shared ring; STAGES - 1 in flight while one is computed"),
             Param("SPLIT", 0, "0: one run (tiles on gridDim.x, y); 1: tiles on gridDim.x, runs along K on gridDim.y, "
                               "their fp32 parts added by step 12's reduction pass")),
     block=SGEMM_11.block,
