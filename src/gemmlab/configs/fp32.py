@@ -73,7 +73,7 @@ def few_rows_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
 # four checked scalar loads): its 128 x 128 tile, which hands each slice over before the slice's last
 # k step (SYNC = 1), ran ahead of the 256 x 128 tile of the size rule at every such shape measured,
 # and ahead of step 15 from K = 512 (H100, ratios to cuBLAS SGEMM in the same rounds,
-# results/nvidia-h100-80gb-hbm3/tune-fp32-sync-odd-20261128T044728Z.json): 3135^3 0.886x against
+# results/nvidia-h100-80gb-hbm3/tune-fp32-sync-odd-20261128T044728Z.json.gz): 3135^3 0.886x against
 # 0.719x (and step 12's split, 'auto' before: 0.844x), 5001^3 0.850x against 0.763x, 4099 x 4099 x 1021
 # 0.869x against 0.761x (step 15: 0.772x-0.788x), 6133 x 6133 x 1021 0.808x against 0.757x,
 # 2047 x 8191 x 515 0.801x against 0.753x. On aligned rows the two tiles are within 1% from 2048^2
