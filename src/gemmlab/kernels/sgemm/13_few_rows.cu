@@ -14,9 +14,10 @@
 
 // MR: rows of D a block covers (M rounded up to 1, 2, 4, 8 or 16; more rows take more blocks,
 // which the grid lists row block by row block); KC: columns of A staged in
-// shared memory at a time. WS: fp32 parts, MR x 128 a block of a split grid; FLAGS: one counter a
+// shared memory at a time; PIPE: 1 issues each chunk's loads before the previous chunk's FMAs
+// (two shared buffers of A), 0 loads a chunk after a barrier and then multiplies. WS: fp32 parts, MR x 128 a block of a split grid; FLAGS: one counter a
 // column block, zero between launches (the last run to arrive resets it).
-template <int MR, int KC, int POST = 0>
+template <int MR, int KC, int PIPE, int POST = 0>
 // Blocks an SM the runs are counted for (gemmlab.specs.sgemm_rows.few_rows_blocks_per_sm): two up to 4
 // rows, one past them. Registers for two are asked for wherever MR x KC <= 512 fits them unspilled:
 // at 16 rows and KC = 32 a grid of two waves of one block an SM (16 x 14336 x 4096: 224 blocks) then
@@ -31,7 +32,7 @@ sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const f
     static_assert(MR == 1 || MR == 2 || MR == 4 || MR == 8 || MR == 16, "MR: 1, 2, 4, 8 or 16 rows");
     constexpr int LDS = MR >= 4 ? MR + 4 : MR;  // sA's row stride: padded, so that the transposing stores
     static_assert(KC % WARPS == 0, "KC must split evenly over the warps");  // spread over banks
-    __shared__ __align__(16) float sA[KC][LDS];           // A's rows, KC columns at a time, transposed
+    __shared__ __align__(16) float sA[1 + PIPE][KC][LDS];  // A's rows, KC columns at a time, transposed
     __shared__ __align__(16) float sSum[WARPS][4][COLS];  // the warps' results, four rows at a time
     __shared__ int adds_up;
 
@@ -47,22 +48,8 @@ sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const f
     const int c_begin = run * q + min(run, r), c_end = c_begin + q + (run < r);
 
     float acc[MR][4] = {};
-    for (int ch = c_begin; ch < c_end; ++ch) {
-        const int k0 = ch * KC;
-        __syncthreads();  // every warp is done with the last chunk's sA
-        for (int i = tid; i < KC * MR; i += THREADS) {  // A[m][k0 + k] -> sA[k][m], zeros outside
-            const int m = i / KC, k = i % KC;
-            sA[k][m] = (m0 + m < M && k0 + k < K) ? A[gemmlab::offset(m0 + m, k0 + k, lda)] : 0.0f;
-        }
-        __syncthreads();
-        // KC / WARPS rows of B a lane: all their loads first, so that they are in flight together
-        float4 b[KC / WARPS];
-#pragma unroll
-        for (int j = 0; j < KC / WARPS; ++j) {
-            const int k = k0 + warp + j * WARPS;
-            b[j] = k < K ? gemmlab::load_float4_or_zero(B + gemmlab::offset(k, col, ldb), cols_valid, b_vec)
-                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
+    // A chunk's FMAs: KC / WARPS rows of B a lane (in b) against A's MR rows staged in sA[buf].
+    auto multiply = [&](int buf, const float4 (&b)[KC / WARPS]) {
 #pragma unroll
         for (int j = 0; j < KC / WARPS; ++j) {
             const int k = warp + j * WARPS;
@@ -70,11 +57,11 @@ sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const f
             for (int m0 = 0; m0 < MR; m0 += RV) {
                 float a[RV];
                 if constexpr (RV == 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(&sA[k][m0]);
+                    const float4 v = *reinterpret_cast<const float4*>(&sA[buf][k][m0]);
                     a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
                 } else {
 #pragma unroll
-                    for (int i = 0; i < RV; ++i) a[i] = sA[k][m0 + i];
+                    for (int i = 0; i < RV; ++i) a[i] = sA[buf][k][m0 + i];
                 }
 #pragma unroll
                 for (int i = 0; i < RV; ++i) {
@@ -85,8 +72,73 @@ sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const f
                 }
             }
         }
+    };
+    // A chunk's KC / WARPS rows of B a lane, all loads issued together so that they are in flight at once.
+    auto load_b = [&](int ch, float4 (&b)[KC / WARPS]) {
+#pragma unroll
+        for (int j = 0; j < KC / WARPS; ++j) {
+            const int k = ch * KC + warp + j * WARPS;
+            b[j] = k < K ? gemmlab::load_float4_or_zero(B + gemmlab::offset(k, col, ldb), cols_valid, b_vec)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    };
+    // A's part of a chunk a thread moves: A[m][k0 + k] for i = tid, tid + THREADS, ... (zeros outside),
+    // stored transposed as sA[buf][k][m].
+    constexpr int A_PER_THREAD = (KC * MR + THREADS - 1) / THREADS;
+    auto load_a = [&](int ch, float (&a)[A_PER_THREAD]) {
+#pragma unroll
+        for (int t = 0; t < A_PER_THREAD; ++t) {
+            const int i = tid + t * THREADS, m = i / KC, k = i % KC, k0 = ch * KC;
+            a[t] = (i < KC * MR && m0 + m < M && k0 + k < K) ? A[gemmlab::offset(m0 + m, k0 + k, lda)] : 0.0f;
+        }
+    };
+    auto store_a = [&](int buf, const float (&a)[A_PER_THREAD]) {
+#pragma unroll
+        for (int t = 0; t < A_PER_THREAD; ++t) {
+            const int i = tid + t * THREADS;
+            if (i < KC * MR) sA[buf][i % KC][i / KC] = a[t];
+        }
+    };
+    if constexpr (PIPE) {
+        // Software-pipelined: chunk ch + 1's loads of B and A go out before chunk ch's FMAs, and
+        // A's part lands in the other shared buffer after them; one barrier a chunk.
+        float4 b[KC / WARPS], b_next[KC / WARPS];
+        float a_next[A_PER_THREAD];
+        if (c_begin < c_end) {
+            load_a(c_begin, a_next);
+            store_a(0, a_next);
+            load_b(c_begin, b);
+        }
+        __syncthreads();
+        int buf = 0;
+        for (int ch = c_begin; ch < c_end; ++ch) {
+            const bool more = ch + 1 < c_end;  // the same for the whole block
+            if (more) {
+                load_b(ch + 1, b_next);
+                load_a(ch + 1, a_next);
+            }
+            multiply(buf, b);
+            // sA[buf ^ 1] was last read before the previous barrier
+            if (more) store_a(buf ^ 1, a_next);
+            __syncthreads();  // the next chunk's A is in place; nobody reads sA[buf] any more
+            if (more) {
+#pragma unroll
+                for (int j = 0; j < KC / WARPS; ++j) b[j] = b_next[j];
+            }
+            buf ^= 1;
+        }
+    } else {
+        for (int ch = c_begin; ch < c_end; ++ch) {
+            float a_part[A_PER_THREAD];
+            float4 b[KC / WARPS];
+            __syncthreads();  // every warp is done with the last chunk's sA
+            load_a(ch, a_part);
+            store_a(0, a_part);
+            __syncthreads();
+            load_b(ch, b);
+            multiply(0, b);
+        }
     }
-
     // The warps' results added in warp order, four rows at a time: thread t then holds rows
     // m0 + t / 64 of columns (t % 64) * 2, +1 ... in `mine` (one value a row of the four, two columns).
     constexpr int GROUPS = (MR + 3) / 4;
