@@ -9,7 +9,7 @@ import torch
 import gemmlab
 from gemmlab import api, registry
 from gemmlab.configs import select
-from gemmlab.configs.fp32 import split_k_tiles
+from gemmlab.configs.fp32 import FEW_ROWS_KC, split_k_tiles
 from gemmlab.problem import fresh_problem, problem_from_tensors
 from gemmlab.reference import check_result, fused_epilogue_failures
 from gemmlab.specs.sgemm import SPLIT_K_MAX_RUNS, split_k_runs
@@ -360,23 +360,26 @@ def test_few_rows_against_float64(M, N, K, view):
 
 @gpu
 @needs_gpu
+@pytest.mark.parametrize("pipe", [0, 1])
 @pytest.mark.parametrize("mr", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("M,N,K", [(7, 13, 2000), (5, 3000, 5000), (33, 520, 515), (16, 4096, 16384)])
-def test_every_rows_config_named_for_more_rows_than_it_covers(mr, M, N, K):
+def test_every_rows_config_named_for_more_rows_than_it_covers(mr, pipe, M, N, K):
     """A config named for the problem (prepare(config=...), as tuning does) with M spanning several
-    row blocks of MR rows, split K among them: against float64 with C read (beta = -2) and with NaN
-    in C at beta = 0, and the same bits at every launch. With MR = 1 or 2 a block also stored rows
-    of the next row block (alpha * 0 + beta * C) and raced its true sums."""
+    row blocks of MR rows, split K among them, with and without the software pipeline: against
+    float64 with C read (beta = -2) and with NaN in C at beta = 0, and the same bits at every launch.
+    With MR = 1 or 2 a block also stored rows of the next row block (alpha * 0 + beta * C) and raced
+    its true sums."""
     a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
     c = torch.randn(M, N, device="cuda")
     nan_c = torch.full((M, N), float("nan"), device="cuda")
     for cc, alpha, beta in ((c, 0.5, -2.0), (nan_c, 1.0, 0.0)):
         out = torch.full((M, N), float("nan"), device="cuda")
-        run = api.prepare(a, b, cc, alpha=alpha, beta=beta, out=out, kernel=ROWS.id, config=ROWS.config(MR=mr))
+        cfg = ROWS.config(MR=mr, KC=FEW_ROWS_KC[mr], PIPE=pipe)
+        run = api.prepare(a, b, cc, alpha=alpha, beta=beta, out=out, kernel=ROWS.id, config=cfg)
         run()
         first = out.clone()
         rep = check_result(first, a, b, cc, alpha, beta)
-        assert rep.passed, f"MR={mr} {M}x{N}x{K} beta={beta}: {rep.summary()}"
+        assert rep.passed, f"MR={mr} PIPE={pipe} {M}x{N}x{K} beta={beta}: {rep.summary()}"
         for _ in range(3):
             out.fill_(float("nan"))
             run()

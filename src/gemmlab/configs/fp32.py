@@ -47,18 +47,25 @@ def split_k_config(problem: GemmProblem) -> GemmConfig:
 # 4096 / 16 x 4096 x 4096, 128 0.73x / 1.32x, 64 0.69x / 1.19x; at one row 64 ran 0.73-0.82x at
 # 1 x 4096 x 4096 and 128 0.77x. Untried: 2 and 4 rows (they take the chunk of their neighbours).
 FEW_ROWS_KC = {1: 64, 2: 64, 4: 128, 8: 128, 16: 32}
+# Step 13's software pipeline (PIPE = 1: a chunk's loads before the previous chunk's FMAs) by rows, H200,
+# the same config with and without it in the same rounds (results/nvidia-h200/tune-fp32-rows-pipe-20261128T050821Z.json, -050828Z.json.gz):
+# at 8 rows 1.127x / 1.113x cuBLAS SGEMM at 8 x 4096 x 4096 / 8 x 14336 x 4096 against 1.011x / 0.953x,
+# at 16 rows 1.689x / 1.075x at 16 x 4096 x 4096 / 16 x 14336 x 4096 against 1.613x / 1.022x; at one row
+# it lost (0.679x against 0.806x at 1 x 4096 x 4096, 0.792x against 0.997x at 1 x 8192 x 8192), at two
+# it was mixed, and at four (KC = 128) it spills under the two-blocks-an-SM bound.
+FEW_ROWS_PIPE = {1: 0, 2: 0, 4: 0, 8: 1, 16: 1}
 
 
 def few_rows_config(problem: GemmProblem) -> GemmConfig:
     """Step 13's rows, the problem's rounded up to 1, 2, 4, 8 or 16 (FEW_ROWS_MAX), and its chunk of
     K for those rows (FEW_ROWS_KC)."""
     mr = next((r for r in FEW_ROWS_KC if problem.M <= r), FEW_ROWS_MAX)
-    return _rule_config(registry.get("sgemm_13_few_rows"), (("KC", FEW_ROWS_KC[mr]), ("MR", mr)))
+    return _rule_config(registry.get("sgemm_13_few_rows"), (("KC", FEW_ROWS_KC[mr]), ("MR", mr), ("PIPE", FEW_ROWS_PIPE[mr])))
 
 
 def few_rows_configs() -> list[GemmConfig]:
     spec = registry.get("sgemm_13_few_rows")
-    return [_rule_config(spec, (("KC", kc), ("MR", mr))) for mr, kc in FEW_ROWS_KC.items()]
+    return [_rule_config(spec, (("KC", kc), ("MR", mr), ("PIPE", FEW_ROWS_PIPE[mr]))) for mr, kc in FEW_ROWS_KC.items()]
 
 
 def few_rows_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
