@@ -101,6 +101,17 @@ def test_summary_shows_what_auto_chose_where_its_records_exist():
     assert "| GPU | bfloat16 |  |  | 0.99x (tc07) |  |  |  |" in table.splitlines() and "marked *" not in table
 
 
+def test_summary_shows_auto_s_newest_choice():
+    """Where runs of different dates chose different steps at one shape (the merged run keeps the
+    newest record of each step), the cell is the newest run's choice, whatever the records' order."""
+    base = dict(records.load_run(BENCH_RUNS[-1])["records"][0], tflops=1.0, baseline_tflops=1.0, extra={"request": "auto"})
+    new = dict(base, kernel="sgemm_11_warp_tile", dtype="float32", M=3135, N=3135, K=3135, ratio=0.89, _time="2026-11-28T05:00:00")
+    old = dict(base, kernel="sgemm_12_split_k", dtype="float32", M=3135, N=3135, K=3135, ratio=0.84, _time="2026-11-27T05:00:00")
+    for recs in ([new, old], [old, new]):
+        table = tables.summary_table([{"meta": {"gpu": "GPU"}, "records": recs}])
+        assert "| GPU | float32 |  |  |  |  | 0.89x (11) |  |" in table.splitlines()
+
+
 def test_models_summary_is_the_models_tables_geometric_means():
     lines = tables.models_summary([_models_run()]).splitlines()
     assert lines[0] == "| GPU | layers | M = 16 | M = 2048 |"

@@ -492,8 +492,8 @@ def summary_table(bench_runs: list[dict]) -> str:
         for r in run["records"]:
             if r["M"] == r["N"] == r["K"] and r["M"] in sizes and not _off_its_problems(r):
                 key = (r.get("dtype", "float32"), r["M"])
-                if r.get("extra", {}).get("request") == "auto":
-                    auto[key] = r
+                if r.get("extra", {}).get("request") == "auto" and r.get("_time", "") >= auto.get(key, {}).get("_time", ""):
+                    auto[key] = r  # the newest choice: an older run's choice may have been another step
                 if key not in best or r["ratio"] > best[key]["ratio"]:
                     best[key] = r
         for dtype in SUMMARY_DTYPES:
