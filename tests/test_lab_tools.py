@@ -149,6 +149,43 @@ def test_ncu_clock_table_of_a_stored_profile():
     assert all(re.search(r"\d+ MHz .* k cycles .* LRCs .* to L2", line) for line in lines), lines
 
 
+def _sass_control():
+    sys.path.insert(0, str(ROOT / "lab"))
+    try:
+        import sass_control
+    finally:
+        sys.path.pop(0)
+    return sass_control
+
+
+def test_sass_control_decodes_the_high_half_of_a_word():
+    """Stall count 5, the yield bit, wait mask 0b000011 and reuse 0b0001, in bits 41-45, 52-57
+    and 58-61 of the high half."""
+    hi = (5 << 41) | (1 << 45) | (0b11 << 52) | (0b1 << 58)
+    listing = f"""
+        /*0010*/                   FFMA R8, R2, R4, R6 ;                   /* 0x0000000402087223 */
+                                                                           /* 0x{hi:016x} */
+        /*0020*/                   @!P0 BRA `(.L_x_1) ;                    /* 0x0000000000008947 */
+                                                                           /* 0x000fea0003800000 */
+    """
+    x, y = _sass_control().decode(listing)
+    assert (x.address, x.opcode, x.stall, x.yield_, x.wait_mask, x.reuse) == (0x10, "FFMA", 5, True, 3, 1)
+    assert y.opcode == "BRA" and y.address == 0x20
+
+
+@pytest.mark.skipif(sass.find_tool("nvdisasm") is None, reason="nvdisasm not installed")
+def test_step_11_s_ffmas_carry_no_fixed_waits():
+    """What docs/notes/fp32-main-loop-stalls.md reads off step 11's 256 x 128 build: between its
+    first two barriers (the main loop) 1,024 FFMAs (BK = 8 k steps of 16 x 8), all but a few with a
+    stall count of one; the loop's fixed waits sit in the other instructions."""
+    sc = _sass_control()
+    loop = sc.between_barriers(sc.decode(sc.listing_of("sgemm_11_warp_tile[BM=256,BN=128,WM=64,WN=64,TM=16,TN=8,SYNC=0]")))
+    ffma = [x for x in loop if x.opcode == "FFMA"]
+    assert len(ffma) == 8 * 16 * 8 and sum(x.stall > 1 for x in ffma) <= 8
+    others = [x for x in loop if x.opcode != "FFMA"]
+    assert sum(x.stall for x in others) > len(others)
+
+
 def test_ncu_csv_of_the_committed_profile():
     (csv,) = sorted((ROOT / "results").glob("*/ncu-steps-2048-*.csv"))[-1:]
     rows = profile.read_ncu_csv(csv)
