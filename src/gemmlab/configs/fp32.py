@@ -60,12 +60,16 @@ def few_rows_config(problem: GemmProblem) -> GemmConfig:
     """Step 13's rows, the problem's rounded up to 1, 2, 4, 8 or 16 (FEW_ROWS_MAX), and its chunk of
     K for those rows (FEW_ROWS_KC)."""
     mr = next((r for r in FEW_ROWS_KC if problem.M <= r), FEW_ROWS_MAX)
-    return _rule_config(registry.get("sgemm_13_few_rows"), (("KC", FEW_ROWS_KC[mr]), ("MR", mr), ("PIPE", FEW_ROWS_PIPE[mr])))
+    return _few_rows_rule(mr)
 
 
 def few_rows_configs() -> list[GemmConfig]:
-    spec = registry.get("sgemm_13_few_rows")
-    return [_rule_config(spec, (("KC", kc), ("MR", mr), ("PIPE", FEW_ROWS_PIPE[mr]))) for mr, kc in FEW_ROWS_KC.items()]
+    return [_few_rows_rule(mr) for mr in FEW_ROWS_KC]
+
+
+def _few_rows_rule(mr: int) -> GemmConfig:
+    """Step 13's config for MR rows: its chunk (FEW_ROWS_KC) and pipeline (FEW_ROWS_PIPE)."""
+    return _rule_config(registry.get("sgemm_13_few_rows"), (("KC", FEW_ROWS_KC[mr]), ("MR", mr), ("PIPE", FEW_ROWS_PIPE[mr])))
 
 
 def few_rows_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
