@@ -132,7 +132,9 @@ def test_scalar_parts_give_the_same_bits_as_float4_parts(M, N, K):
 
 
 # Step 12's reduction pass (RED = 1): the runs store their parts, a second kernel adds them up
-from gemmlab.specs.sgemm import SPLIT_K_RED_MAX_RUNS, SPLIT_K_RED_MIN_SLICES, SPLIT_K_REDUCE  # noqa: E402
+from gemmlab.specs.sgemm import (SPLIT_K_RED_MAX_RUNS, SPLIT_K_RED_MIN_SLICES, SPLIT_K_REDUCE,  # noqa: E402
+                                 SPLIT_K_REDUCE_MAX_SLICES, SPLIT_K_REDUCE_SLICE_RUNS, split_k_reduce_grid,
+                                 split_k_reduce_slices)
 
 
 def cpu_problem(M, N, K):
@@ -200,6 +202,26 @@ def test_reduction_configs_are_checked():
 
     used = configs_in_use(SPLIT)
     assert all(c in used for c in split_k_tiles(1, 1)) and all(c in used for c in split_k_tiles(1, 0))
+
+
+@pytest.mark.parametrize("M,N", [(1, 1), (7, 17), (64, 64), (256, 256), (1000, 1022), (4096, 4096)])
+@pytest.mark.parametrize("runs", [2, 8, 15, 16, 66, 256, 1000])
+def test_the_reduction_pass_shares_a_float4_only_where_d_is_small(M, N, runs):
+    """Slices (threads a float4 of D): a power of two dividing the block, each thread at least
+    SPLIT_K_REDUCE_SLICE_RUNS runs, more only while the pass has fewer than two blocks an SM; the grid
+    covers every float4 of D."""
+    threads = SPLIT_K_REDUCE.default_config()["THREADS"]
+    s = split_k_reduce_slices(M, N, runs, 132, threads)
+    assert s & (s - 1) == 0 and 1 <= s <= SPLIT_K_REDUCE_MAX_SLICES and threads % s == 0, s
+    assert s == 1 or runs >= s * SPLIT_K_REDUCE_SLICE_RUNS, (s, runs)
+    quads = M * -(-N // 4)
+    grid = split_k_reduce_grid(M, N, SPLIT_K_REDUCE.default_config(), s)
+    assert grid[0] * (threads // s) >= quads > (grid[0] - 1) * (threads // s)
+    if s > 1:  # it was doubled only while the pass was short of blocks
+        assert -(-quads // (threads * 2 // s)) < 2 * 132
+    if M * N >= 1000 * 1022:
+        assert s == 1, "a large D keeps a thread a float4"
+    assert split_k_reduce_slices(64, 64, 256, 132, threads) == 32  # 64 x 64 x 131072: 128 blocks, not 4
 
 
 def test_compile_jobs_include_the_reduction_where_auto_takes_it():

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import jit, launch
+from .device import sm_count
 from .specs.base import GemmConfig, KernelSpec, cdiv
-from .specs.sgemm import SPLIT_K_REDUCE
+from .specs.sgemm import SPLIT_K_REDUCE, split_k_reduce_grid, split_k_reduce_slices
 
 _CONFIG = SPLIT_K_REDUCE.default_config()
 
@@ -22,6 +23,7 @@ class Reduction(NamedTuple):
     block: tuple
     ldw: int  # floats between rows of a part: the split grid's tiles across x BN
     run_stride: int  # floats between runs' parts: tiles x BM x BN
+    slices: int  # threads a float4 of D, each adding a range of the runs (split_k_reduce_slices)
 
 
 def reduce_job(post: int = 0) -> tuple:
@@ -34,8 +36,9 @@ def plan(spec: KernelSpec, cfg: GemmConfig, M: int, N: int, grid: tuple, device_
     if spec.parts_reduced is None or not spec.parts_reduced(cfg, grid):
         return None
     loaded = jit.load_kernel(SPLIT_K_REDUCE, _CONFIG, device_id, post=post)
-    return Reduction(loaded, SPLIT_K_REDUCE.grid(M, N, _CONFIG), SPLIT_K_REDUCE.block(_CONFIG),
-                     cdiv(N, cfg["BN"]) * cfg["BN"], grid[0] * cfg["BM"] * cfg["BN"])  # fmt: skip
+    slices = split_k_reduce_slices(M, N, grid[1], sm_count(device_id), _CONFIG["THREADS"])
+    return Reduction(loaded, split_k_reduce_grid(M, N, _CONFIG, slices), SPLIT_K_REDUCE.block(_CONFIG),
+                     cdiv(N, cfg["BN"]) * cfg["BN"], grid[0] * cfg["BM"] * cfg["BN"], slices)  # fmt: skip
 
 
 def launch_reduction(r: Reduction, device_id: int, ws_ptr: int, runs: int, c_ptr: int, d_ptr: int, tail: tuple,
@@ -44,4 +47,4 @@ def launch_reduction(r: Reduction, device_id: int, ws_ptr: int, runs: int, c_ptr
     K, lda, ldb, ldc, ldd, alpha, beta)."""
     M, N, _, _, _, ldc, ldd, alpha, beta = tail
     launch.launch(r.loaded, device_id, r.grid, r.block, ws_ptr, c_ptr, d_ptr, M, N, launch.i32(r.ldw),
-                  launch.i64(r.run_stride), launch.i32(runs), ldc, ldd, alpha, beta, bias_ptr)  # fmt: skip
+                  launch.i64(r.run_stride), launch.i32(runs), launch.i32(r.slices), ldc, ldd, alpha, beta, bias_ptr)  # fmt: skip

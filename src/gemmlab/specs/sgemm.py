@@ -321,6 +321,28 @@ SPLIT_K_REDUCE_BYTES = 4e6
 SPLIT_K_REDUCE_FIXED = 2.0  # a second launch (~3 us with its latency-bound tail)
 
 
+# The reduction pass's threads a float4 of D (its `slices`): a power of two, at most
+# SPLIT_K_REDUCE_MAX_SLICES, doubled while the pass would have fewer blocks than two an SM and each
+# thread keeps at least SPLIT_K_REDUCE_SLICE_RUNS runs (one round of its loads in flight). At
+# 64 x 64 x 131072 (256 runs) it is 32: 128 blocks instead of 4.
+SPLIT_K_REDUCE_MAX_SLICES = 32
+SPLIT_K_REDUCE_SLICE_RUNS = 8
+
+
+def split_k_reduce_slices(M: int, N: int, runs: int, sms: int, threads: int) -> int:
+    """How many threads add the parts of one float4 of D, each a contiguous range of the runs."""
+    quads, slices = M * cdiv(N, 4), 1
+    while (slices * 2 <= min(SPLIT_K_REDUCE_MAX_SLICES, threads) and runs >= SPLIT_K_REDUCE_SLICE_RUNS * slices * 2
+           and cdiv(quads, threads // slices) < 2 * sms):
+        slices *= 2
+    return slices
+
+
+def split_k_reduce_grid(M: int, N: int, c: GemmConfig, slices: int = 1) -> tuple[int, int, int]:
+    """The reduction pass's grid: THREADS / slices float4s of D a block."""
+    return (cdiv(M * cdiv(N, 4), c["THREADS"] // slices), 1, 1)
+
+
 def split_k_reduce_time(M: int, N: int, c: GemmConfig, runs: int) -> float:
     """Modelled time of the RED = 1 reduction pass, in split_k_time's units."""
     parts = runs * cdiv(M, c["BM"]) * c["BM"] * cdiv(N, c["BN"]) * c["BN"] * 4  # bytes, written then read
@@ -391,12 +413,12 @@ SPLIT_K_REDUCE = KernelSpec(
     epilogues=True,
     step=0,
     title="split-K reduction",
-    idea="not a GEMM: each element's fp32 parts of step 12's runs added in run order, then the epilogue, a float4 of D a thread",
+    idea="not a GEMM: each element's fp32 parts of step 12's runs added in run order, then the epilogue, a float4 of D a thread (or a few threads a float4, each a range of the runs, where D is small)",
     source="sgemm/12_split_k_reduce.cu",
     entry="sgemm_split_k_reduce",
     params=(Param("THREADS", 256, "threads a block; a thread adds and writes four consecutive elements of a row of D"),),
     block=lambda c: (c["THREADS"], 1, 1),
-    grid=lambda M, N, c: (cdiv(M * cdiv(N, 4), c["THREADS"]), 1, 1),
+    grid=lambda M, N, c: split_k_reduce_grid(M, N, c),
     check_config=lambda c: None if c["THREADS"] % 32 == 0 and 32 <= c["THREADS"] <= 1024 else "THREADS must be whole warps, 32..1024",
     seeds="CUTLASS's parallel split-K reduction; cuBLAS's splitKreduce_kernel",
 )
