@@ -317,7 +317,7 @@ SPLIT_K_PART_COST = 2.0  # K slices' worth of time to write, or to read back, on
 # 50 MB L2 move faster). Not yet fitted to a timing: no RED = 1 launch has been timed.
 # The cap on RED = 1 runs: at 64 x 64 x 131072 the model takes 656 runs (five 64 x 64 blocks an SM)
 # where a cap of 256 held it to 256: 45.8 against 63.6 us, 1.20x against 0.87x cuBLAS SGEMM in the
-# same rounds on an H200 (out-of-record A/B, docs/notes/split-k-reduction-pass.md).
+# same rounds on an H200 (docs/notes/split-k-reduction-pass.md).
 SPLIT_K_RED_MAX_RUNS = 1024
 SPLIT_K_RED_MIN_SLICES = 4
 SPLIT_K_REDUCE_BYTES = 4e6
