@@ -94,9 +94,9 @@ def test_auto_takes_it_for_few_fp32_columns_once_it_joins_the_ladder(monkeypatch
 
 
 @pytest.mark.parametrize("M,N,K,runs", [
-    (4096, 1, 4096, "one"),    # 128 blocks of 32 rows for 132 SMs: the rows fill them
-    (8192, 1, 8192, "one"),
-    (4096, 16, 4096, "one"),
+    (4096, 1, 4096, "many"),   # 128 blocks of 32 rows for 132 SMs' two slots each: two runs
+    (8192, 1, 8192, "one"),    # 256 blocks: the slots are full
+    (4096, 16, 4096, "many"),
     (100, 3, 0, "one"),        # no K at all
     (7, 1, 7, "one"),          # one step of K
     (1, 1, 1000, "one"),       # too few steps to split

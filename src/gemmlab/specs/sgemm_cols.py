@@ -13,11 +13,15 @@ FEW_COLUMNS_B_FLOATS = 8192  # BK * NC: 32 KB of B's chunk a block (configs.fp32
 # The runs along K: where the blocks of rows are fewer than FEW_COLUMNS_BLOCKS_PER_SM an SM, K is
 # split until they are not, each run at least FEW_COLUMNS_MIN_STEPS steps (128 * KV floats) of K.
 # One block of eight warps an SM holds RW * KV = 16 loads of 16 bytes a thread in flight (KV = 4, up
-# to NC = 8), 64 KB an SM: by Little's law enough for an H100's 3.35 TB/s at up to ~2.5 us of
-# latency, so rows that fill the SMs once are not split (4096 rows at RW = 4: 128 blocks for 132 SMs). A run's fixed cost --
+# to NC = 8), 64 KB an SM, which Little's law says is enough for an H100's 3.35 TB/s at ~2.5 us of
+# latency; measured, it is not: on an H200 (the same problem with one, two and three blocks an SM
+# alternated in one process, cuBLAS SGEMM in the same rounds; docs/ladder/sgemm-14-few-columns.md)
+# two blocks an SM ran 4096 x 16 x 4096 at 1.34x cuBLAS against 0.94x with one (4096 rows at RW = 4:
+# 128 blocks, split into 2 runs), 4096 x 8 x 4096 1.64x against 1.35x, 2048 x 16 x 4096 1.55x against
+# 1.19x, 4096 x 4 x 4096 2.64x against 2.50x; three were slower than two at each. A run's fixed cost --
 # staging B, the sums across the warp, writing its part and counting itself in -- is about what a
-# step of A costs, hence runs of at least two. Both numbers are a model, not yet fitted on a GPU.
-FEW_COLUMNS_BLOCKS_PER_SM = 1
+# step of A costs, hence runs of at least two steps.
+FEW_COLUMNS_BLOCKS_PER_SM = 2
 FEW_COLUMNS_MIN_STEPS = 2
 
 
