@@ -642,3 +642,44 @@ def test_a_conv03_bench_run_records_its_build_and_every_tile_s_time(tmp_path, mo
     tiles = -(-4 * 14 * 14 // r["conv03"]["BM"]) * -(-128 // r["conv03"]["BN"])
     assert r["conv03"]["tiles"] == tiles and 1 <= r["conv03"]["grid"] <= tiles
     assert sorted(r["tile_ms"]) == sorted(f"{bm}x{bn}" for bm, bn in CONV03_TILES) and min(r["tile_ms"].values()) > 0
+
+
+def test_a_plan_launches_its_packed_arguments_and_names_itself_when_the_launch_fails(monkeypatch):
+    """conv03's and conv04's plans (gemmlab.conv_plan.LaunchPlan): cuLaunchKernel gets the plan's
+    function, grid, block, shared memory and the address of its packed arguments, which point at
+    the ctypes values the call filled in; a failed launch raises with the step's name and config."""
+    import ctypes
+
+    from cuda.bindings import driver
+
+    from gemmlab.conv_plan import LaunchPlan, nhwc_strides, operand_layouts, packed
+
+    class Cfg:
+        def as_dict(self):
+            return {"TP": 8}
+
+    args = (ctypes.c_uint64(0), ctypes.c_int32(7))
+    plan = LaunchPlan(g={}, cfg=Cfg(), device_id=0, func="f", grid=(3, 1, 1), block=(128, 1, 1), smem=512,
+                      args=args, params=packed(args), x_nhwc=True, w_krsc=True, bias_direct=True, out_channels_last=True)
+    seen = []
+
+    def fake(func, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        seen.append((func, (gx, gy, gz), (bx, by, bz), smem, stream, params, extra))
+        return (result,)
+
+    monkeypatch.setattr(driver, "cuLaunchKernel", fake)
+    result = driver.CUresult.CUDA_SUCCESS
+    args[0].value = 0xABC0
+    plan.launch("s", "conv04")
+    (func, grid, block, smem, stream, params, extra), = seen
+    assert (func, grid, block, smem, stream, extra) == ("f", (3, 1, 1), (128, 1, 1), 512, "s", 0)
+    pointers = (ctypes.c_void_p * 2).from_address(params)
+    assert ctypes.c_uint64.from_address(pointers[0]).value == 0xABC0 and ctypes.c_int32.from_address(pointers[1]).value == 7
+    result = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(RuntimeError, match=r"launching conv03 \{'TP': 8\} failed"):
+        plan.launch("s", "conv03")
+    x = torch.empty(2, 3, 5, 7).to(memory_format=torch.channels_last)
+    w = torch.empty(4, 3, 3, 3).to(memory_format=torch.channels_last)
+    assert nhwc_strides(x.shape) == x.stride()
+    assert operand_layouts(x, w, torch.empty(4)) == dict(x_nhwc=True, w_krsc=True, bias_direct=True)
+    assert operand_layouts(x.contiguous(), w, torch.empty(8)[::2].double()) == dict(x_nhwc=False, w_krsc=True, bias_direct=False)

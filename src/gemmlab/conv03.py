@@ -33,6 +33,7 @@ from torch import Tensor
 
 from . import jit, launch, tma
 from .activations import post_code
+from .conv_plan import LaunchPlan, operand_layouts, packed
 from .settings import setting
 from .specs.conv import CONV03_BK, CONV_03, conv03_config, conv03_tile_config
 
@@ -53,29 +54,13 @@ _MAPS_MAX = 16  # tensor maps a plan remembers for each operand (by address)
 _lock = threading.Lock()
 
 
-@dataclass
-class Plan:
-    """What a kind of conv03 call launches: the geometry g, the GEMM's M (output pixels) and K
-    (output channels), the config, the kernel as a CUfunction, grid, block and shared memory, the
-    launch's arguments as ctypes values (the fixed ones set here), how the operands are read, and
-    the tensor maps of the addresses seen so far."""
+@dataclass(kw_only=True)
+class Plan(LaunchPlan):
+    """What a kind of conv03 call launches (LaunchPlan's), with the GEMM's M (output pixels) and K
+    (output channels) and the tensor maps of the addresses seen so far."""
 
-    g: dict
     M: int
     K: int
-    cfg: object
-    device_id: int
-    func: object
-    grid: tuple
-    block: tuple
-    smem: int
-    args: tuple  # the launch's arguments as ctypes values: the maps', D's and the bias's filled in per call
-    params: ctypes.Array  # their addresses, as cuLaunchKernel takes them
-    x_nhwc: bool  # x's strides are dense channels_last ones: its memory is read in place
-    w_krsc: bool  # the weight's are: its memory is the [K, R*S*C] filter matrix
-    bias_direct: bool  # the bias is contiguous in x's dtype (else conv converts it)
-    out_channels_last: bool  # the result is channels_last (else a contiguous NCHW copy), as torch's would be
-    lock: threading.Lock = field(default_factory=threading.Lock)  # over args and params, until the launch has read them
     x_maps: dict = field(default_factory=dict)  # x's address -> its im2col map (a ctypes array)
     w_maps: dict = field(default_factory=dict)
     d_maps: dict = field(default_factory=dict)  # the output's address -> its map (TMA_STORE builds only)
@@ -116,10 +101,8 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             ctypes.c_float(1.0), ctypes.c_uint64(0), (ctypes.c_ubyte * 128)())  # fmt: skip
     plan = Plan(g=g, M=M, K=K, cfg=cfg, device_id=device_id, func=launch.function_handle(loaded, device_id),
                 grid=grid_for(M, K, cfg, resident), block=CONV_03.block(cfg), smem=loaded.compiled.usage.dynamic_smem,
-                args=args, params=(ctypes.c_void_p * len(args))(*map(ctypes.addressof, args)),
-                x_nhwc=x.stride() == _nhwc_strides(x.shape), w_krsc=weight.stride() == _nhwc_strides(weight.shape),
-                bias_direct=bias is None or (bias.dtype == x.dtype and bias.stride() == (1,)),
-                out_channels_last=out_channels_last)  # fmt: skip
+                args=args, params=packed(args), out_channels_last=out_channels_last,
+                **operand_layouts(x, weight, bias))  # fmt: skip
     with _lock:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
@@ -177,12 +160,6 @@ def tile_walk(block: int, grid: int, tiles_m: int, tiles_n: int, group: int = WA
     return [tile_origin(t, tiles_m, tiles_n, group) for t in range(block, tiles_m * tiles_n, grid)]
 
 
-def _nhwc_strides(shape) -> tuple:
-    """The strides of a dense channels_last tensor of this [N, C, H, W] shape."""
-    _, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
-
-
 def _map(maps: dict, t: Tensor, encode) -> ctypes.Array:
     """The tensor map of t's address from a plan's table, encoded on a miss."""
     ptr = t.data_ptr()
@@ -201,8 +178,6 @@ def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
     says x_nhwc), wm (the [K, R*S*C] filter matrix, or the weight itself where it says w_krsc) and
     the bias (in x's dtype, contiguous). Returns the [N, K, P, Q] result, channels_last where
     torch's would be, else contiguous."""
-    from cuda.bindings import driver
-
     g = plan.g
     if xs.data_ptr() % tma.TMA_ALIGN_BYTES:  # (an offset view's storage)
         xs = xs.clone(memory_format=torch.channels_last)
@@ -218,8 +193,6 @@ def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
             plan.params[0], plan.params[1], plan.params[-1] = map(ctypes.addressof, (map_x, map_w, map_d))
             plan.args[2].value = d.data_ptr()
             plan.args[-2].value = 0 if bias is None else bias.data_ptr()
-            (err,) = driver.cuLaunchKernel(plan.func, *plan.grid, *plan.block, plan.smem, stream, ctypes.addressof(plan.params), 0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"launching conv03 {plan.cfg.as_dict()} failed: {err}")
+            plan.launch(stream, "conv03")
     y = d.permute(0, 3, 1, 2)
     return y if plan.out_channels_last else y.contiguous()

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from . import jit, launch
 from .activations import post_code
+from .conv_plan import LaunchPlan, operand_layouts, packed
 from .specs.conv import CONV_04, conv04_config
 
 _PLANS: dict[tuple, Plan] = {}
@@ -27,27 +28,12 @@ _PLANS_MAX = 256  # kinds of call remembered; past it the table starts again
 _lock = threading.Lock()
 
 
-@dataclass
-class Plan:
-    """What a kind of conv04 call launches: the geometry g, the config, the kernel as a CUfunction,
-    grid, block and shared memory, the launch's arguments as ctypes values (X's, the filter's, D's
-    and the bias's addresses filled in per call), how the operands are read, and the tiles."""
+@dataclass(kw_only=True)
+class Plan(LaunchPlan):
+    """What a kind of conv04 call launches (LaunchPlan's; X's, the filter's, D's and the bias's
+    addresses filled in per call), with the tiles its persistent grid walks."""
 
-    g: dict
-    cfg: object
-    device_id: int
-    func: object
-    grid: tuple
-    block: tuple
-    smem: int
     tiles: int
-    args: tuple
-    params: ctypes.Array
-    x_nhwc: bool  # x's strides are dense channels_last ones: its memory is read in place
-    w_krsc: bool  # the weight's are: its memory is the [K, R*S*C] filter matrix
-    bias_direct: bool  # the bias is contiguous in x's dtype (else conv converts it)
-    out_channels_last: bool  # the result is channels_last (else a contiguous NCHW copy), as torch's would be
-    lock: threading.Lock = field(default_factory=threading.Lock)  # over args and params, until the launch has read them
 
 
 def why_not(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict) -> str | None:
@@ -89,8 +75,6 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
              out_channels_last: bool) -> Plan:  # fmt: skip
     """The plan of this kind of call, built on its first call (g: conv.conv_geometry's;
     out_channels_last: whether torch's result would be channels_last)."""
-    from .conv03 import _nhwc_strides
-
     cfg = conv04_config(g)
     device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
     loaded = jit.load_kernel(CONV_04, cfg, device_id, x.dtype, x.dtype, post=post_code(bias is not None, activation))
@@ -103,10 +87,8 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             ctypes.c_uint64(0))  # fmt: skip
     plan = Plan(g=g, cfg=cfg, device_id=device_id, func=launch.function_handle(loaded, device_id),
                 grid=(max(1, min(tiles, resident)), 1, 1), block=block, smem=loaded.compiled.usage.dynamic_smem,
-                tiles=tiles, args=args, params=(ctypes.c_void_p * len(args))(*map(ctypes.addressof, args)),
-                x_nhwc=x.stride() == _nhwc_strides(x.shape), w_krsc=weight.stride() == _nhwc_strides(weight.shape),
-                bias_direct=bias is None or (bias.dtype == x.dtype and bias.stride() == (1,)),
-                out_channels_last=out_channels_last)  # fmt: skip
+                tiles=tiles, args=args, params=packed(args), out_channels_last=out_channels_last,
+                **operand_layouts(x, weight, bias))  # fmt: skip
     with _lock:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
@@ -125,8 +107,6 @@ def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
     [K, R*S*C] filter matrix, or the channels_last weight itself) and the bias (in x's dtype,
     contiguous). Returns the [N, K, P, Q] result, channels_last where torch's would be, else
     contiguous."""
-    from cuda.bindings import driver
-
     g = plan.g
     d = torch.empty((g["N"], g["P"], g["Q"], g["K"]), dtype=xs.dtype, device=xs.device)  # NHWC
     if d.numel():
@@ -134,8 +114,6 @@ def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
         with plan.lock:
             plan.args[0].value, plan.args[1].value, plan.args[2].value = xs.data_ptr(), wm.data_ptr(), d.data_ptr()
             plan.args[-1].value = 0 if bias is None else bias.data_ptr()
-            (err,) = driver.cuLaunchKernel(plan.func, *plan.grid, *plan.block, plan.smem, stream, ctypes.addressof(plan.params), 0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"launching conv04 {plan.cfg.as_dict()} failed: {err}")
+            plan.launch(stream, "conv04")
     y = d.permute(0, 3, 1, 2)
     return y if plan.out_channels_last else y.contiguous()
