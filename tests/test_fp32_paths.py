@@ -421,3 +421,54 @@ def test_few_rows_split_k_is_the_same_at_every_launch_and_nan_propagates():
     out = gemmlab.gemm(a, b, kernel="sgemm_13_few_rows")
     torch.cuda.synchronize()
     assert not torch.isfinite(out[:, 7]).any() and torch.isfinite(out[:, :7]).all()
+
+
+def test_rows_read_from_global_compile_without_spills_and_are_refused_past_two_rows():
+    """AGLOBAL = 1 (each lane reads A's one or two rows itself: no shared A, no barriers in the main
+    loop) at both chunks of K, plain and fused: no spills, within the two blocks an SM the launch
+    bounds ask for, and the shared A gone; refused with more rows or the pipeline."""
+    from gemmlab import jit
+    from gemmlab.activations import post_code
+
+    for mr in (1, 2):
+        for kc in (64, 128):
+            for post in (0, post_code(True, "gelu")):
+                cfg = ROWS.config(MR=mr, KC=kc, AGLOBAL=1, PIPE=0)
+                u = jit.compile_kernel(ROWS, cfg, "sm_90a", post=post).usage
+                shared = jit.compile_kernel(ROWS, ROWS.config(MR=mr, KC=kc, PIPE=0), "sm_90a", post=post).usage
+                assert u.spill_stores == u.spill_loads == 0 and u.registers <= 128, (cfg.as_dict(), u)
+                assert u.static_smem < shared.static_smem, (u, shared)  # no sA
+    with pytest.raises(ValueError, match="AGLOBAL = 1 takes MR <= 2 and PIPE = 0"):
+        ROWS.config(MR=4, AGLOBAL=1)
+    with pytest.raises(ValueError, match="AGLOBAL = 1 takes MR <= 2 and PIPE = 0"):
+        ROWS.config(MR=1, AGLOBAL=1, PIPE=1)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("mr,kc", [(1, 64), (1, 128), (2, 64), (2, 128)])
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (1, 4096, 4096), (1, 1000, 30001), (2, 127, 777), (3, 129, 2100),
+                                   (7, 13, 2000), (1, 3, 0)])  # fmt: skip
+def test_rows_read_from_global_give_the_shared_builds_bits(mr, kc, M, N, K):
+    """AGLOBAL = 1 against float64 (C read with beta = -2; NaN in C with beta = 0; into NaN-poisoned
+    D), M spanning several row blocks of MR rows where M > MR, split K where the runs rule splits:
+    the same bits as the shared-A build of the same MR and KC (the same FMAs in the same order), at
+    every launch."""
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    c = torch.randn(M, N, device="cuda")
+    nan_c = torch.full((M, N), float("nan"), device="cuda")
+    for cc, alpha, beta in ((c, 0.5, -2.0), (nan_c, 1.0, 0.0)):
+        outs = []
+        for ag in (0, 1):
+            out = torch.full((M, N), float("nan"), device="cuda")
+            cfg = ROWS.config(MR=mr, KC=kc, PIPE=0, AGLOBAL=ag)
+            run = api.prepare(a, b, cc, alpha=alpha, beta=beta, out=out, kernel=ROWS.id, config=cfg)
+            run()
+            first = out.clone()
+            rep = check_result(first, a, b, cc, alpha, beta)
+            assert rep.passed, f"MR={mr} KC={kc} AGLOBAL={ag} {M}x{N}x{K} beta={beta}: {rep.summary()}"
+            out.fill_(float("nan"))
+            run()
+            assert torch.equal(out, first), f"MR={mr} AGLOBAL={ag} {M}x{N}x{K}: another launch, other bits"
+            outs.append(first)
+        assert torch.equal(*outs), f"MR={mr} KC={kc} {M}x{N}x{K} beta={beta}: AGLOBAL changed the bits"

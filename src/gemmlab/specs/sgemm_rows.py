@@ -41,6 +41,8 @@ def _check_13(c: GemmConfig) -> str | None:
     return _first_failure(
         (c["MR"] in (1, 2, 4, 8, 16), "MR must be 1, 2, 4, 8 or 16 (rows of D a block covers)"),
         (c["KC"] >= 8 and c["KC"] % 8 == 0, "KC must be a multiple of 8 (the block's 8 warps split it)"),
+        (c["AGLOBAL"] in (0, 1), "AGLOBAL must be 0 or 1"),
+        (not c["AGLOBAL"] or (c["MR"] <= 2 and not c["PIPE"]), "AGLOBAL = 1 takes MR <= 2 and PIPE = 0"),
         (((1 + c["PIPE"]) * c["KC"] * (c["MR"] + 4 if c["MR"] >= 4 else c["MR"]) + 8 * 4 * FEW_ROWS_COLS) * 4 <= 48 * 1024,
          "the shared tiles exceed 48 KB"),
     )
@@ -58,6 +60,7 @@ SGEMM_13 = KernelSpec(
         Param("MR", 16, "rows of D a block covers: M rounded up to 1, 2, 4, 8 or 16"),
         Param("KC", 64, "columns of A staged in shared memory at a time (rows of B a chunk)"),
         Param("PIPE", 0, "1: each chunk's loads go out before the previous chunk's FMAs (two shared buffers of A)"),
+        Param("AGLOBAL", 0, "1 (MR <= 2, PIPE = 0): each lane reads A's values itself, no shared A and no barriers in the main loop"),
     ),
     block=lambda c: (256, 1, 1),
     grid=lambda M, N, c: (cdiv(N, FEW_ROWS_COLS) * cdiv(M, c["MR"]), 1, 1),  # column blocks, row block by row block

@@ -15,9 +15,13 @@
 // MR: rows of D a block covers (M rounded up to 1, 2, 4, 8 or 16; more rows take more blocks,
 // which the grid lists row block by row block); KC: columns of A staged in
 // shared memory at a time; PIPE: 1 issues each chunk's loads before the previous chunk's FMAs
-// (two shared buffers of A), 0 loads a chunk after a barrier and then multiplies. WS: fp32 parts, MR x 128 a block of a split grid; FLAGS: one counter a
+// (two shared buffers of A), 0 loads a chunk after a barrier and then multiplies. AGLOBAL (MR <= 2,
+// PIPE = 0): 1 has each lane read A's values itself (the same address across the warp: one broadcast
+// load, from L1 after the first warp) into registers, so that the main loop has no shared A and no
+// barriers; the FMAs, in the same order on the same values, give the same bits as AGLOBAL = 0.
+// WS: fp32 parts, MR x 128 a block of a split grid; FLAGS: one counter a
 // column block, zero between launches (the last run to arrive resets it).
-template <int MR, int KC, int PIPE, int POST = 0>
+template <int MR, int KC, int PIPE, int AGLOBAL, int POST = 0>
 // Blocks an SM the runs are counted for (gemmlab.specs.sgemm_rows.few_rows_blocks_per_sm): two up to 4
 // rows, one past them. Registers for two are asked for wherever MR x KC <= 512 fits them unspilled:
 // at 16 rows and KC = 32 a grid of two waves of one block an SM (16 x 14336 x 4096: 224 blocks) then
@@ -32,6 +36,7 @@ sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const f
     static_assert(MR == 1 || MR == 2 || MR == 4 || MR == 8 || MR == 16, "MR: 1, 2, 4, 8 or 16 rows");
     constexpr int LDS = MR >= 4 ? MR + 4 : MR;  // sA's row stride: padded, so that the transposing stores
     static_assert(KC % WARPS == 0, "KC must split evenly over the warps");  // spread over banks
+    static_assert(AGLOBAL == 0 || (AGLOBAL == 1 && MR <= 2 && PIPE == 0), "AGLOBAL = 1 takes MR <= 2 and PIPE = 0");
     __shared__ __align__(16) float sA[1 + PIPE][KC][LDS];  // A's rows, KC columns at a time, transposed
     __shared__ __align__(16) float sSum[WARPS][4][COLS];  // the warps' results, four rows at a time
     __shared__ int adds_up;
@@ -99,7 +104,30 @@ sgemm_few_rows(const float* __restrict__ A, const float* __restrict__ B, const f
             if (i < KC * MR) sA[buf][i % KC][i / KC] = a[t];
         }
     };
-    if constexpr (PIPE) {
+    if constexpr (AGLOBAL) {
+        for (int ch = c_begin; ch < c_end; ++ch) {
+            float4 b[KC / WARPS];
+            float a[KC / WARPS][MR];  // A[m0 + m][k] of this lane's rows k of B (zeros outside A)
+            load_b(ch, b);
+#pragma unroll
+            for (int j = 0; j < KC / WARPS; ++j) {
+                const int k = ch * KC + warp + j * WARPS;
+#pragma unroll
+                for (int m = 0; m < MR; ++m)
+                    a[j][m] = (k < K && m0 + m < M) ? __ldg(A + gemmlab::offset(m0 + m, k, lda)) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < KC / WARPS; ++j) {  // multiply()'s FMAs in its order
+#pragma unroll
+                for (int m = 0; m < MR; ++m) {
+                    acc[m][0] += a[j][m] * b[j].x;
+                    acc[m][1] += a[j][m] * b[j].y;
+                    acc[m][2] += a[j][m] * b[j].z;
+                    acc[m][3] += a[j][m] * b[j].w;
+                }
+            }
+        }
+    } else if constexpr (PIPE) {
         // Software-pipelined: chunk ch + 1's loads of B and A go out before chunk ch's FMAs, and
         // A's part lands in the other shared buffer after them; one barrier a chunk.
         float4 b[KC / WARPS], b_next[KC / WARPS];
