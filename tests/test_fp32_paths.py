@@ -221,6 +221,18 @@ def test_the_reduction_pass_shares_a_float4_only_where_d_is_small(M, N, runs):
         assert -(-quads // (threads * 2 // s)) < 2 * 132
     if M * N >= 1000 * 1022:
         assert s == 1, "a large D keeps a thread a float4"
+    # the kernel's mapping (12_split_k_reduce.cu): thread t of block x adds float4 q = x * (THREADS /
+    # slices) + t % (THREADS / slices) over runs [runs * sl / slices, runs * (sl + 1) / slices), sl = t /
+    # (THREADS / slices): every (float4, run) pair exactly once
+    per_block = threads // s
+    seen = {}
+    for x in range(min(grid[0], 3)):
+        for t in range(threads):
+            q, sl = x * per_block + t % per_block, t // per_block
+            for r in range(runs * sl // s, runs * (sl + 1) // s):
+                seen[(q, r)] = seen.get((q, r), 0) + 1
+    covered = min(quads, min(grid[0], 3) * per_block)
+    assert all(seen.get((q, r)) == 1 for q in range(covered) for r in range(runs))
     assert split_k_reduce_slices(64, 64, 256, 132, threads) == 32  # 64 x 64 x 131072: 128 blocks, not 4
 
 
