@@ -289,10 +289,7 @@ SGEMM_11 = KernelSpec(
 # (BM, BN) -> (step 11's overrides, blocks an SM at the registers ptxas gives it for sm_90a,
 # relative FFMA throughput of an SM full of such blocks). 256 x 128 (254 registers a thread split,
 # 225 not: one block an SM) and 128 x 128 (128: two) are step 11's tiles; 64 x 64 (96: five blocks of
-# 128 threads) serves short K and outputs too small to fill the SMs. A candidate not yet taken: 128 x
-# 128 on four warps of 64 x 64 (254 registers, two blocks of 128 threads an SM), as cuBLAS's 128 x 128
-# split runs, ran 1024 x 1024 x 16384 at 0.825x cuBLAS SGEMM against 0.784x (H200, results/nvidia-h200/
-# tune-fp32-warp64-20261128T073451Z.json); its RED = 1 build and the other shapes have not run. The kernel's launch bounds hold
+# 128 threads) serves short K and outputs too small to fill the SMs. The kernel's launch bounds hold
 # those occupancies. The throughputs, the block's fixed
 # cost and a part's cost were fitted on an H100 to every tile x runs candidate at the 43 shapes of
 # sweeps/fp32-shapes.toml (results/nvidia-h100-80gb-hbm3/tune-fp32-split-20261125T183708Z.json):
@@ -301,6 +298,10 @@ SGEMM_11 = KernelSpec(
 # large squares once split (the 256 x 128 size rule of step 11 is an H200 measurement).
 # RED = 1 builds (parts stored row-major, no last-run sum) take 213, 127 and 96 registers for sm_90a:
 # the same blocks an SM, which the launch bounds hold.
+# A candidate not yet taken: 128 x 128 on four warps of 64 x 64 (254 registers, two blocks of 128
+# threads an SM), as cuBLAS's 128 x 128 split runs, ran 1024 x 1024 x 16384 at 0.825x cuBLAS SGEMM
+# against 0.784x (H200, results/nvidia-h200/tune-fp32-warp64-20261128T073451Z.json); its RED = 1 build
+# and the other shapes have not run on a GPU.
 SPLIT_K_TILES: dict[tuple[int, int], tuple[dict[str, int], int, float]] = {
     (256, 128): (dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8), 1, 1.0),
     (128, 128): (dict(), 2, 1.0),
