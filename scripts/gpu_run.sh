@@ -120,10 +120,11 @@ if want sanitize; then
     sanitize $tool "-s 515x129x67 -s 2894x3139x45" -k tc11_3xtf32 || fail "$tool tc11"
   done
   # The FP32 steps past the seeds where they split K over runs (the last run adds the parts): step 12
-  # at a small output with a long K, step 13 at a few rows, step 14 at a few columns
+  # at a small output with a long K, step 13 at a few rows and at one (A read from global memory),
+  # step 14 at a few columns
   step "compute-sanitizer: memcheck and racecheck over the FP32 steps 12-14 where they split K"
   for tool in memcheck racecheck; do
-    sanitize $tool "-s 96x80x40000 -s 5x1000x50000 -s 64x3x131072" \
+    sanitize $tool "-s 96x80x40000 -s 5x1000x50000 -s 1x1000x50000 -s 64x3x131072" \
       -k sgemm_12_split_k -k sgemm_13_few_rows -k sgemm_14_few_columns || fail "$tool, FP32 steps 12-14"
   done
 fi

@@ -354,6 +354,7 @@ def test_few_rows_config_rounds_the_rows_up(M, mr):
     a, b = torch.empty(M, 64), torch.empty(64, 300)
     spec, cfg = select(problem_from_tensors(a, b, None, None, device_type="cpu"), device="cuda")  # 'auto' takes step 13
     assert spec.id == "sgemm_13_few_rows" and cfg["MR"] == mr
+    assert cfg["AGLOBAL"] == (mr == 1)  # one row: lanes read A from global memory (FEW_ROWS_AGLOBAL)
 
 
 def test_auto_gives_few_rows_at_most_16_rows_and_the_kernel_serves_more_when_named():

@@ -54,6 +54,15 @@ FEW_ROWS_KC = {1: 64, 2: 64, 4: 128, 8: 128, 16: 32}
 # it lost (0.679x against 0.806x at 1 x 4096 x 4096, 0.792x against 0.997x at 1 x 8192 x 8192), at two
 # it was mixed, and at four (KC = 128) it spills under the two-blocks-an-SM bound.
 FEW_ROWS_PIPE = {1: 0, 2: 0, 4: 0, 8: 1, 16: 1}
+# Step 13 with A read by each lane from global memory (AGLOBAL = 1: no shared copy of A, no barriers in
+# the main loop) by rows, H200, the same config with and without it in the same rounds
+# (results/nvidia-h200/tune-fp32-rows-aglobal-20261128T093153Z.json, tune-fp32-rows2-aglobal-20261128T093636Z.json):
+# at one row 0.823x against 0.790x cuBLAS SGEMM at 1 x 4096 x 4096, 0.937x / 0.834x at 1 x 1024 x 1024,
+# 0.925x / 0.856x at 1 x 2048 x 2048, 0.867x / 0.814x at 1 x 4096 x 1024, 0.874x / 0.838x at
+# 1 x 1024 x 4096, 0.970x / 0.955x at 1 x 14336 x 4096, 0.967x / 0.942x at 1 x 4096 x 14336, and
+# 0.981x / 0.991x at 1 x 8192 x 8192, its one loss; at two rows it lost where B is large (2.05x against
+# 2.35x at 2 x 4096 x 4096, 1.24x / 1.41x at 2 x 14336 x 4096) and won only at 2 x 1024 x 1024.
+FEW_ROWS_AGLOBAL = {1: 1, 2: 0, 4: 0, 8: 0, 16: 0}
 
 
 def few_rows_config(problem: GemmProblem) -> GemmConfig:
@@ -68,8 +77,10 @@ def few_rows_configs() -> list[GemmConfig]:
 
 
 def _few_rows_rule(mr: int) -> GemmConfig:
-    """Step 13's config for MR rows: its chunk (FEW_ROWS_KC) and pipeline (FEW_ROWS_PIPE)."""
-    return _rule_config(registry.get("sgemm_13_few_rows"), (("KC", FEW_ROWS_KC[mr]), ("MR", mr), ("PIPE", FEW_ROWS_PIPE[mr])))
+    """Step 13's config for MR rows: its chunk (FEW_ROWS_KC), pipeline (FEW_ROWS_PIPE) and where its
+    lanes read A (FEW_ROWS_AGLOBAL)."""
+    overrides = (("AGLOBAL", FEW_ROWS_AGLOBAL[mr]), ("KC", FEW_ROWS_KC[mr]), ("MR", mr), ("PIPE", FEW_ROWS_PIPE[mr]))
+    return _rule_config(registry.get("sgemm_13_few_rows"), overrides)
 
 
 def few_rows_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
