@@ -10,7 +10,7 @@ from ..device import sm_count_of
 from ..problem import GemmProblem
 from ..specs.base import GemmConfig
 from ..specs.sgemm_rows import FEW_ROWS_MAX
-from ..specs.sgemm import SPLIT_K_RED_MIN_SLICES, SPLIT_K_TILES, split_k_runs, split_k_time
+from ..specs.sgemm import SPLIT_K_RED_MIN_SLICES, SPLIT_K_SERIAL_WARPS, SPLIT_K_TILES, split_k_runs, split_k_time
 from ..specs.sgemm_cols import FEW_COLUMNS_B_FLOATS, FEW_COLUMNS_MAX_N, FEW_COLUMNS_NC
 from ..specs.sgemm_multistage_split import MULTISTAGE_SPLIT_TILES, multistage_runs, multistage_split_time
 from .rules import _rule_config, _size_rule_config
@@ -18,10 +18,12 @@ from .rules import _rule_config, _size_rule_config
 
 def split_k_tiles(split: int = 1, red: int = 0) -> list[GemmConfig]:
     """Step 12's candidate tiles (SPLIT_K_TILES), as configs that may split K (split = 1) or not, and
-    whose parts the last run adds (red = 0) or the reduction pass (red = 1, with split = 1)."""
+    whose parts the last run adds (red = 0, on SPLIT_K_SERIAL_WARPS' warps where it names the tile)
+    or the reduction pass (red = 1, with split = 1)."""
     spec = registry.get("sgemm_12_split_k")
-    return [_rule_config(spec, tuple(sorted({**o, "SPLIT": split, "RED": red}.items())))
-            for o, _, _ in SPLIT_K_TILES.values()]  # fmt: skip
+    return [_rule_config(spec, tuple(sorted({**o, **(SPLIT_K_SERIAL_WARPS.get(t, {}) if red == 0 else {}),
+                                             "SPLIT": split, "RED": red}.items())))
+            for t, (o, _, _) in SPLIT_K_TILES.items()]  # fmt: skip
 
 
 def split_k_config(problem: GemmProblem) -> GemmConfig:

@@ -298,10 +298,16 @@ SGEMM_11 = KernelSpec(
 # large squares once split (the 256 x 128 size rule of step 11 is an H200 measurement).
 # RED = 1 builds (parts stored row-major, no last-run sum) take 213, 127 and 96 registers for sm_90a:
 # the same blocks an SM, which the launch bounds hold.
-# A candidate not yet taken: 128 x 128 on four warps of 64 x 64 (254 registers, two blocks of 128
-# threads an SM), as cuBLAS's 128 x 128 split runs, ran 1024 x 1024 x 16384 at 0.825x cuBLAS SGEMM
-# against 0.784x (H200, results/nvidia-h200/tune-fp32-warp64-20261128T073451Z.json); its RED = 1 build
-# and the other shapes have not run on a GPU.
+# Where the last run adds the parts (RED = 0), the 128 x 128 tile runs on four warps of 64 x 64
+# (SPLIT_K_SERIAL_WARPS; 254 registers, still two blocks of 128 threads an SM), as cuBLAS's 128 x 128
+# split runs: each warp reads a quarter fewer shared-memory bytes a multiply-add than a 64 x 32 warp,
+# which pays where each run's main loop is long. H200, ratios to cuBLAS SGEMM in the same rounds
+# (results/nvidia-h200/tune-fp32-warp64-red0-20261128T094501Z.json, tune-fp32-warp64-split-20261128T093556Z.json):
+# 0.836x -> 0.880x at 1024 x 1024 x 8192, 0.783x -> 0.823x at 1024 x 1024 x 32768, 0.786x -> 0.826x at
+# 768 x 768 x 16384, 0.827x -> 0.869x at 1024 x 2048 x 16384, 0.856x -> 0.888x at 1536 x 1536 x 8192,
+# 0.797x -> 0.837x at 1024 x 1024 x 4096, 0.773x -> 0.809x at 1000 x 1000 x 16000. Its RED = 1 build lost
+# where runs are short (128 x 512 x 32768: 37.7 against 39.2 TFLOP/s), so RED = 1 keeps eight warps.
+SPLIT_K_SERIAL_WARPS: dict[tuple[int, int], dict[str, int]] = {(128, 128): dict(WM=64, WN=64, TM=16, TN=8)}
 SPLIT_K_TILES: dict[tuple[int, int], tuple[dict[str, int], int, float]] = {
     (256, 128): (dict(BM=256, BN=128, WM=64, WN=64, TM=16, TN=8), 1, 1.0),
     (128, 128): (dict(), 2, 1.0),
