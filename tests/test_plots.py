@@ -125,8 +125,8 @@ def test_conv_bars_skip_a_layer_a_run_did_not_time():
 
 
 CONV = {}
-for _p in records.newest_conv(RESULTS):
-    CONV.setdefault(_p.parent.name, []).append(records.load_run(_p))
+for _run in records.merged_conv(RESULTS):
+    CONV.setdefault(_run["meta"]["gpu_slug"], []).append(_run)
 
 
 @pytest.mark.parametrize("slug", sorted(CONV))

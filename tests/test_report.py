@@ -409,3 +409,21 @@ def test_record_cases_keeps_what_was_measured_when_a_case_fails(tmp_path):
     assert json.loads(path.read_text()) == {"meta": meta, "records": [{"case": 1}, {"case": 2}]}
     assert seen == [{"case": 1}, {"case": 2}]
     assert record_cases(path, meta, cases[:2]) == [{"case": 1}, {"case": 2}]
+
+
+def test_conv_tables_keep_each_batch_newest_record_across_runs(tmp_path):
+    """A conv-bench run of one batch replaces that batch's records, not the other batch's: the
+    merged run keeps the older run's batch 256, takes the newer run's batch 32, and names both runs."""
+    from conftest import conv_run
+    from gemmlab.bench.run import write_run
+
+    older = conv_run("auto", {("stem", 32): 0.5, ("s1 3x3", 32): 0.6, ("stem", 256): 0.7, ("s1 3x3", 256): 0.8}, "aaaa")
+    newer = conv_run("auto", {("stem", 32): 1.5, ("s1 3x3", 32): 1.6}, "bbbb")
+    for run, stamp in ((older, "20261127T000000Z"), (newer, "20261128T000000Z")):
+        run["meta"]["time"] = stamp
+        write_run(tmp_path / "nvidia-h200" / f"conv-resnet50-auto-{stamp}.json", run["meta"], run["records"])
+    (merged,) = records.merged_conv(tmp_path)
+    assert [(r["name"], r["N"], r["ratio"]) for r in merged["records"]] == [
+        ("stem", 32, 1.5), ("s1 3x3", 32, 1.6), ("stem", 256, 0.7), ("s1 3x3", 256, 0.8)]
+    assert merged["meta"]["commits"] == {"aaaa" * 5: "20261127T000000Z", "bbbb" * 5: "20261128T000000Z"}
+    assert merged["meta"]["commit"] == "bbbb" * 5

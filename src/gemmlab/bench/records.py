@@ -89,10 +89,27 @@ def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
 CONV_TAGS = ("conv-resnet50", "conv-resnet50-implicit", "conv-resnet50-tma", "conv-resnet50-auto")  # conv-bench's sweep, per algorithm
 
 
-def newest_conv(results_root: Path) -> list[Path]:
-    """The newest conv-bench record on ResNet-50's layers of each algorithm per (GPU, dtype): the
-    algorithms in CONV_TAGS' order, each one's records by GPU folder and dtype."""
-    return [p for tag in CONV_TAGS for p in _newest_per_gpu(find_runs(results_root, tag), key=lambda m: m.get("dtype", ""))]
+def merged_conv(results_root: Path) -> list[dict]:
+    """conv-bench's runs on ResNet-50's layers, one per (algorithm, GPU, dtype): the newest record of
+    every (layer, batch) across that group's runs -- a run of one batch leaves the other batch's
+    newest records standing -- under the newest run's header, whose 'commits' lists every run that
+    contributed. In CONV_TAGS' order, then by GPU folder and dtype; records by batch, then layer."""
+    merged = []
+    for tag in CONV_TAGS:
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for p in sorted(find_runs(results_root, tag), key=_record_order):
+            run = load_run(p)
+            groups.setdefault((p.parent.name, run["meta"].get("dtype", "")), []).append(run)
+        for key in sorted(groups):
+            runs = groups[key]  # oldest first: newer records win
+            cells: dict[tuple, tuple[int, dict]] = {}
+            for run in runs:
+                for i, r in enumerate(run["records"]):
+                    cells[(r["name"], r["N"])] = (i, r | {"_commit": run["meta"]["commit"], "_time": run["meta"]["time"]})
+            used = {r["_commit"]: r["_time"] for _, r in cells.values()}
+            recs = [r for _, r in sorted(cells.values(), key=lambda ir: (ir[1]["N"], ir[0]))]
+            merged.append({"meta": dict(runs[-1]["meta"], commits=used), "records": recs})
+    return merged
 
 
 def _sidecar(csv_path: Path) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import registry
 from .records import (
-    _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, newest_conv, newest_peak, record_paths, short_commit,
+    _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, merged_conv, newest_peak, record_paths, short_commit,
 )
 from .accuracy_table import accuracy_table
 from .bmm_table import bmm_table
@@ -76,7 +76,7 @@ def results_sections(results_root: Path) -> dict[str, str]:
     cpu_md = "\n\n".join(bench_table(r) for r in merged_runs(find_runs(results_root, "bench-cpu")))
     models_md = "\n\n".join(models_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "models")))
     fp32_md = "\n\n".join(fp32_shapes_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "fp32-shapes")))
-    conv_md = "\n\n".join(conv_table(load_run(p)) for p in newest_conv(results_root))
+    conv_md = "\n\n".join(conv_table(run) for run in merged_conv(results_root))
     linear_md = "\n\n".join(linear_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "linear-mlp")))
     bmm_paths = _newest_per_gpu(find_runs(results_root, "bmm"), key=lambda m: m.get("dtype", ""))
     bmm_md = "\n\n".join(bmm_table(load_run(p)) for p in bmm_paths)

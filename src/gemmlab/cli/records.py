@@ -92,9 +92,9 @@ def plot_cmd(
     from ..bench import plots, records
 
     runs = records.merged_runs(records.find_runs(results, "bench"))
-    conv: dict[str, list[Path]] = {}
-    for p in records.newest_conv(results):
-        conv.setdefault(p.parent.name, []).append(p)
+    conv: dict[str, list[dict]] = {}
+    for run in records.merged_conv(results):
+        conv.setdefault(run["meta"]["gpu_slug"], []).append(run)
     if not runs and not conv:
         err_console.print(f"gemmlab: no bench or conv-bench records under {results}")
         raise typer.Exit(1)
@@ -131,7 +131,7 @@ def plot_cmd(
             plots.roofline(run, peak, [(1024, 1024, 1024), (8192, 8192, 8192)], written[-1])
         for p in written:
             console.print(f"wrote {p}")
-    for slug, paths in sorted(conv.items()):  # gemmlab conv-bench --sweep sweeps/conv/resnet50.toml
+    for slug, conv_runs in sorted(conv.items()):  # gemmlab conv-bench --sweep sweeps/conv/resnet50.toml
         png = out / f"{slug}-conv-resnet50.png"
-        plots.conv_bars([records.load_run(p) for p in paths], png)
+        plots.conv_bars(conv_runs, png)
         console.print(f"wrote {png}")
