@@ -58,7 +58,7 @@ FEW_ROWS_KC = {1: 64, 2: 64, 4: 128, 8: 128, 16: 32}
 FEW_ROWS_PIPE = {1: 0, 2: 0, 4: 0, 8: 1, 16: 1}
 # Step 13 with A read by each lane from global memory (AGLOBAL = 1: no shared copy of A, no barriers in
 # the main loop) by rows, H200, the same config with and without it in the same rounds
-# (results/nvidia-h200/tune-fp32-rows-aglobal-20261128T093153Z.json, tune-fp32-rows2-aglobal-20261128T093636Z.json):
+# (results/nvidia-h200/tune-fp32-rows-aglobal-20261128T093153Z.json, tune-fp32-rows2-aglobal-20261128T093636Z.json.gz):
 # at one row 0.823x against 0.790x cuBLAS SGEMM at 1 x 4096 x 4096, 0.937x / 0.834x at 1 x 1024 x 1024,
 # 0.925x / 0.856x at 1 x 2048 x 2048, 0.867x / 0.814x at 1 x 4096 x 1024, 0.874x / 0.838x at
 # 1 x 1024 x 4096, 0.970x / 0.955x at 1 x 14336 x 4096, 0.967x / 0.942x at 1 x 4096 x 14336, and
