@@ -8,14 +8,14 @@
 // pipeline is tc06's: a producer warpgroup (one thread issuing TMA) and one or two consumer
 // warpgroups on wgmma m64nNk16, full/empty mbarrier rings.
 //
-// The persistent build (PERSISTENT = 1, not yet run on a GPU). One tile a block stops the tensor
-// cores at every tile's end: the block loads, multiplies a few k-steps (a 1x1 layer of 64..256
-// channels has one to four), stores and exits, and the next block starts from an empty ring. So,
-// as tc07 does, the grid is at most one block an SM and each block walks tiles blockIdx.x,
-// + gridDim.x, ... (output channels fastest: the blocks running at one time read the same pixels,
-// and the filter, small, stays in L2). The producer fills the ring across the tiles' boundaries
-// -- its stage and phase count on over the whole walk -- so the next tile's loads are in flight
-// while the consumers finish and store the last one; the consumers count the same.
+// The persistent build (PERSISTENT = 1, the one conv2d launches: gemmlab.conv03.PERSISTENT). One
+// tile a block stops the tensor cores at every tile's end: the block loads, multiplies a few
+// k-steps (a 1x1 layer of 64..256 channels has one to four), stores and exits, and the next block
+// starts from an empty ring. So, as tc07 does, the grid is at most one block an SM and each block
+// walks tiles blockIdx.x, + gridDim.x, ... (output channels fastest: the blocks running at one time
+// read the same pixels, and the filter, small, stays in L2). The producer fills the ring across the
+// tiles' boundaries -- its stage and phase count on over the whole walk -- so the next tile's loads
+// are in flight while the consumers finish and store the last one; the consumers count the same.
 //
 // The staged epilogue (TMA_STORE = 1, the default). The register stores write D in 4-byte
 // pieces, which on ResNet-50's memory-bound 1x1 layers moved about 1.0 TB/s where tc07's epilogue
