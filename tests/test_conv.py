@@ -223,7 +223,11 @@ def test_gradients_match_float64_torch_on_every_path(case, x_last):
     ((torch.randn(3, 7, 7), torch.randn(4, 3, 3, 3)), {}, r"x must be \[N, C, H, W\]"),
     ((torch.randn(1, 3, 7, 7), torch.randn(4, 3, 3)), {}, "weight must be"),
     ((torch.randn(1, 3, 7, 7), torch.randn(4, 5, 3, 3)), {}, "weight has 5 input channels, x has 3"),
-    ((torch.randn(1, 4, 7, 7), torch.randn(4, 2, 3, 3)), {"groups": 2}, "groups=2"),
+    ((torch.randn(1, 4, 7, 7), torch.randn(4, 4, 3, 3)), {"groups": 2}, r"in_channels must be 4 / 2 = 2"),
+    ((torch.randn(1, 6, 7, 7), torch.randn(4, 2, 3, 3)), {"groups": 3}, r"groups=3 must divide both"),
+    ((torch.randn(1, 4, 7, 7), torch.randn(4, 4, 3, 3)), {"groups": 0}, "groups must be a positive int"),
+    ((torch.randn(1, 4, 7, 7), torch.randn(4, 2, 3, 3)), {"groups": 2, "padding": "same", "stride": 2}, "needs stride 1"),
+    ((torch.randn(1, 4, 7, 7), torch.randn(4, 2, 3, 3)), {"groups": 2, "algorithm": "fast"}, "algorithm must be one of"),
     ((torch.randn(1, 3, 7, 7), torch.randn(4, 3, 3, 3)), {"padding": -1}, "must not be negative"),
     ((torch.randn(1, 3, 7, 7), torch.randn(4, 3, 3, 3)), {"padding": "full"}, "'same' or 'valid'"),
     ((torch.randn(1, 3, 7, 7), torch.randn(4, 3, 3, 3)), {"padding": "same", "stride": 2}, "needs stride 1"),
@@ -264,8 +268,100 @@ def test_conv2d_module_is_a_drop_in_for_torchs():
     ref = torch.nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")
     ref.load_state_dict(reflect.state_dict())
     assert torch.allclose(reflect(x), ref(x), rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="groups=3"):
-        gemmlab.nn.Conv2d(3, 6, 3, groups=3)
+    grouped = gemmlab.nn.Conv2d(6, 9, 3, padding=1, groups=3)
+    ref = torch.nn.Conv2d(6, 9, 3, padding=1, groups=3)
+    ref.load_state_dict(grouped.state_dict())
+    x = torch.randn(2, 6, 11, 9)
+    assert torch.allclose(grouped(x), ref(x), rtol=1e-5, atol=1e-5)
+
+
+# (N, C, H, W, K, R, S, stride, padding, dilation, groups): grouped, depthwise (groups = C), depthwise
+# with a channel multiplier (K = 2C), odd sizes and channel counts
+GROUPED_CASES = [
+    (2, 4, 9, 7, 6, 3, 3, 1, 1, 1, 2),
+    (1, 6, 13, 13, 9, 3, 3, 2, 1, 1, 3),
+    (3, 5, 7, 11, 5, 3, 3, 1, 1, 1, 5),
+    (2, 8, 12, 12, 16, 5, 5, 1, 2, 1, 8),
+    (1, 12, 9, 9, 8, 3, 1, 1, 0, 2, 4),
+    (2, 17, 7, 7, 34, 1, 1, 1, 0, 1, 17),
+]
+
+
+def grouped_id(c) -> str:
+    return "x".join(map(str, c[:7])) + f"-s{c[7]}-p{c[8]}-d{c[9]}-g{c[10]}"
+
+
+@pytest.mark.parametrize("case", GROUPED_CASES, ids=grouped_id)
+@pytest.mark.parametrize("x_last", [False, True], ids=["nchw", "channels_last"])
+def test_grouped_and_depthwise_match_float64_torch_with_gradients(case, x_last):
+    """groups > 1 as torch defines it: values, bias and activation against F.conv2d in float64, the
+    result in torch's memory format, and the gradients of x, the weight and the bias."""
+    N, C, H, W, K, R, S, stride, padding, dilation, groups = case
+    torch.manual_seed(0)
+    x = torch.randn(N, C, H, W)
+    if x_last:
+        x = x.to(memory_format=torch.channels_last)
+    w, b = torch.randn(K, C // groups, R, S), torch.randn(K)
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    want = F.conv2d(x.double(), w.double(), b.double(), **kw)
+    got = gemmlab.conv2d(x, w, b, **kw)
+    assert got.shape == want.shape
+    for fmt in (torch.channels_last, torch.contiguous_format):  # torch's memory format
+        assert got.is_contiguous(memory_format=fmt) == want.is_contiguous(memory_format=fmt), fmt
+    assert float((got.double() - want).abs().max() / want.abs().max()) < 1e-5
+    relu = gemmlab.conv2d(x, w, b, activation="relu", **kw)
+    assert float((relu.double() - want.relu()).abs().max() / want.abs().max()) < 1e-5
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+    ref = [t.double().detach().requires_grad_() for t in (x, w, b)]
+    gy = torch.randn(want.shape)
+    gemmlab.conv2d(xs, ws, bs, activation="silu", **kw).backward(gy)
+    F.silu(F.conv2d(*ref, **kw)).backward(gy.double())
+    for name, mine, theirs in zip("xwb", (xs.grad, ws.grad, bs.grad), (t.grad for t in ref)):
+        assert float((mine.double() - theirs).abs().max() / theirs.abs().max()) < 1e-5, name
+
+
+def test_a_compiled_model_with_grouped_layers_runs_whole_and_keeps_its_gradients():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(gemmlab.nn.Conv2d(8, 16, 3, padding=1, groups=4), torch.nn.ReLU(),
+                                gemmlab.nn.Conv2d(16, 16, 3, padding=1, groups=16))  # fmt: skip
+    x = torch.randn(2, 8, 9, 9)
+    y = torch.compile(model, fullgraph=True)(x)
+    assert torch.allclose(y, model(x), rtol=1e-5, atol=1e-5)
+    y.square().sum().backward()
+    ref = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1, groups=4), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 16, 3, padding=1, groups=16))  # fmt: skip
+    ref.load_state_dict(model.state_dict())
+    ref(x).square().sum().backward()
+    for mine, theirs in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(mine.grad, theirs.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_traced_grouped_call_runs_each_group_on_its_own_step(monkeypatch):
+    """Under a trace each group is its own conv2d: channel slices of a channels_last bf16 input whose
+    groups start 16-byte aligned go to conv03 through the operator, and the result has torch's
+    shape and format (fake CUDA tensors, no GPU)."""
+    calls = []
+    real = conv_module.conv_step_op
+    monkeypatch.setattr(conv_module, "conv_step_op", lambda *a: (calls.append(a[-1]), real(*a))[1])
+    monkeypatch.setattr(conv_module, "_traced", lambda *t: True)
+    monkeypatch.setattr(conv_module, "wants_grad", lambda *t: False)
+    with FakeTensorMode():
+        x = torch.empty(2, 64, 15, 17, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        w = torch.empty(32, 16, 3, 3, device="cuda", dtype=torch.bfloat16)
+        y = gemmlab.conv2d(x, w, torch.empty(32, device="cuda", dtype=torch.bfloat16), padding=1, groups=4)
+        assert y.shape == (2, 32, 15, 17) and y.is_contiguous(memory_format=torch.channels_last)
+    assert calls == ["tma"] * 4
+
+
+def test_a_grouped_convolution_checks_everything_before_the_first_group_runs(monkeypatch):
+    """A bad argument that only a group's own call would find (the filter too large for the input)
+    is raised before any group has run."""
+    calls = []
+    real = conv_module._kind
+    monkeypatch.setattr(conv_module, "_kind", lambda *args: (calls.append(1), real(*args))[1])
+    with pytest.raises(ValueError, match="does not fit"):
+        gemmlab.conv2d(torch.randn(1, 4, 2, 2), torch.randn(4, 2, 3, 3), groups=2)
+    assert calls == []
 
 
 gpu = pytest.mark.gpu
@@ -396,6 +492,32 @@ def test_the_conv_operator_passes_opcheck_on_the_gpu():
 
 
 GPU_DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 4e-3)]
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype,tol", GPU_DTYPES, ids=str)
+@pytest.mark.parametrize("case", GROUPED_CASES + [(2, 64, 15, 17, 32, 3, 3, 1, 1, 1, 4), (2, 32, 14, 14, 32, 3, 3, 2, 1, 1, 32)],
+                         ids=grouped_id)  # fmt: skip  (the last two: groups of 16 channels, depthwise at stride 2)
+def test_grouped_and_depthwise_against_float64_on_the_gpu(dtype, tol, case):
+    """Every group on the step auto picks for it (channels_last input), with bias and ReLU, against
+    torch's float64 convolution, and the gradients of x, the weight and the bias against its."""
+    N, C, H, W, K, R, S, stride, padding, dilation, groups = case
+    torch.manual_seed(0)
+    x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    w, b = torch.randn(K, C // groups, R, S, device="cuda").to(dtype), torch.randn(K, device="cuda").to(dtype)
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    want = F.conv2d(x.double(), w.double(), b.double(), **kw)
+    y = gemmlab.conv2d(x, w, b, activation="relu", **kw)
+    assert y.dtype == dtype and y.shape == want.shape and y.is_contiguous(memory_format=torch.channels_last)
+    assert float((y.double() - want.relu()).abs().max() / want.abs().max()) < tol
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+    ref = [t.double().detach().requires_grad_() for t in (x, w, b)]
+    gy = torch.randn(want.shape, device="cuda")
+    gemmlab.conv2d(xs, ws, bs, **kw).backward(gy.to(dtype))
+    F.conv2d(*ref, **kw).backward(gy.to(dtype).double())
+    for name, mine, theirs in zip("xwb", (xs.grad, ws.grad, bs.grad), (t.grad for t in ref)):
+        assert float((mine.double() - theirs).abs().max() / theirs.abs().max()) < 4 * tol, name
 
 
 @gpu
@@ -555,7 +677,7 @@ def test_a_kind_of_call_is_checked_once_and_each_new_kind_again(monkeypatch):
     assert len(checked) == 2
     with pytest.raises(ValueError, match="share dtype"):
         gemmlab.conv2d(x.double(), w, padding=[1, 1])
-    with pytest.raises(ValueError, match="groups=2"):
+    with pytest.raises(ValueError, match="groups=2 must divide"):
         gemmlab.conv2d(x, w, padding=[1, 1], groups=2)
     with pytest.raises(ValueError, match="algorithm must be one of"):
         gemmlab.conv2d(x, w, padding=[1, 1], algorithm="fastest")

@@ -86,11 +86,16 @@ def _check(x, weight, bias, groups, activation) -> None:
         raise ValueError(f"x must be [N, C, H, W], got shape {tuple(x.shape)}")
     if weight.dim() != 4:
         raise ValueError(f"weight must be [out_channels, in_channels, kH, kW], got shape {tuple(weight.shape)}")
-    if groups != 1:
-        raise ValueError(f"groups={groups}: gemmlab.conv2d computes ordinary convolutions (groups=1) only so far; "
-                         "grouped and depthwise ones need torch.nn.functional.conv2d")  # fmt: skip
-    if weight.shape[1] != x.shape[1]:
-        raise ValueError(f"weight has {weight.shape[1]} input channels, x has {x.shape[1]}")
+    if not _is_int(groups) or groups < 1:
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    C, K = x.shape[1], weight.shape[0]
+    if groups == 1 and weight.shape[1] != C:
+        raise ValueError(f"weight has {weight.shape[1]} input channels, x has {C}")
+    if groups > 1 and (C % groups or K % groups):
+        raise ValueError(f"groups={groups} must divide both the input channels ({C}) and the output channels ({K})")
+    if groups > 1 and weight.shape[1] * groups != C:
+        raise ValueError(f"with groups={groups} the weight's in_channels must be {C} / {groups} = {C // groups} "
+                         f"(x has {C} channels), got {weight.shape[1]}")  # fmt: skip
     if x.dtype != weight.dtype or x.device != weight.device:
         raise ValueError(f"x and weight must share dtype and device, got {x.dtype} on {x.device} and "
                          f"{weight.dtype} on {weight.device}")  # fmt: skip
@@ -318,7 +323,10 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     and weight [K, C, R, S], each NCHW or channels_last (the result is channels_last where torch's is:
     where x's or the weight's strides are channels_last, ambiguous ones read as torch reads them), stride, padding (int, pair, "same", "valid") and dilation as ints or pairs. The
     product runs on gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor
-    cores); CPU tensors run the CPU ladder (float32). groups > 1 is refused.
+    cores); CPU tensors run the CPU ladder (float32). groups > 1 (grouped and depthwise
+    convolutions, weight [K, C / groups, R, S]) runs one ordinary convolution a group, each on the
+    step algorithm picks for it, and concatenates their channels (_grouped): a launch a group, so
+    many small groups (a depthwise layer of hundreds of channels) cost that many launches.
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
     matrix of receptive fields, then gemm()), "implicit" (conv02, implicit GEMM: bf16/fp16 CUDA
@@ -329,6 +337,9 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad); where torch.compile traces the call, they
     run as the operator torch.ops.gemmlab.conv2d_step (conv_step_op), which has a fake
     implementation and those gradients, so that a compiled model keeps them."""
+    if not (_is_int(groups) and groups == 1):
+        _check(x, weight, bias, groups, activation)  # every error before the first group's launch
+        return _grouped(x, weight, bias, stride, padding, dilation, groups, activation, precision, algorithm)
     kind = _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
     algorithm = kind.algorithm
     if algorithm != "im2col" and _traced(x, weight, bias):  # through the operator
@@ -355,6 +366,26 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         d = ACTIVATIONS[activation](d)
     y = d.reshape(N, P, Q, K).permute(0, 3, 1, 2)  # NCHW sizes over NHWC memory: channels_last
     return y if kind.channels_last else y.contiguous()
+
+
+def _grouped(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
+             activation: str | None, precision: str, algorithm: str) -> Tensor:  # fmt: skip
+    """A grouped convolution as torch defines it: group i convolves input channels
+    [i * C/groups, (i+1) * C/groups) with filters [i * K/groups, (i+1) * K/groups) into those output
+    channels. Each group is an ordinary conv2d on channel slices of x and the weight (views, no
+    copies), so it takes the step algorithm picks for it and autograd and torch.compile see plain
+    slices and a concatenation; the result has torch's memory format (channels_last where the
+    groups' are)."""
+    if algorithm not in CHOICES:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, CHOICES))}, got {algorithm!r}")
+    cg, kg = x.shape[1] // groups, weight.shape[0] // groups
+    conv_geometry(tuple(x.shape[:1]) + (cg,) + tuple(x.shape[2:]), tuple(weight.shape), stride, padding, dilation)
+    # (narrow, not indexing: an indexed slice of a fake CUDA tensor fails where torch has no CUDA)
+    ys = [conv2d(x.narrow(1, i * cg, cg), weight.narrow(0, i * kg, kg), None if bias is None else bias.narrow(0, i * kg, kg),
+                 stride, padding, dilation, 1, activation, precision, algorithm)
+          for i in range(groups)]  # fmt: skip
+    last = _suggests_channels_last(x) or _suggests_channels_last(weight)
+    return torch.cat(ys, dim=1).contiguous(memory_format=torch.channels_last if last else torch.contiguous_format)
 
 
 class _Kind(NamedTuple):

@@ -48,17 +48,11 @@ class Linear(torch.nn.Linear):
 class Conv2d(torch.nn.Conv2d):
     """torch.nn.Conv2d with its product on gemmlab (gemmlab.conv2d, algorithm="auto": the step it picks
     for each kind of call, gemmlab.conv.choose_algorithm): the
-    same constructor, parameters, initialisation and state_dict keys. groups > 1 is refused here,
-    as gemmlab.conv2d refuses it; padding modes other than 'zeros' pad with torch first."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.groups != 1:
-            raise ValueError(f"groups={self.groups}: gemmlab.nn.Conv2d computes ordinary convolutions (groups=1) "
-                             "only so far; use torch.nn.Conv2d for grouped and depthwise ones")  # fmt: skip
+    same constructor, parameters, initialisation and state_dict keys; groups > 1 runs a convolution
+    a group (gemmlab.conv2d's groups=); padding modes other than 'zeros' pad with torch first."""
 
     def forward(self, x: Tensor) -> Tensor:
         if self.padding_mode != "zeros":  # as torch.nn.Conv2d does: pad, then convolve unpadded
             x = torch.nn.functional.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-            return conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation)
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+            return conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
