@@ -190,7 +190,7 @@ def test_gather_cases_pass_conv04s_own_check_on_fake_cuda_tensors_and_replay(cas
     with FakeTensorMode():
         for c in gather:
             t = _fake(c)
-            assert gather_why_not(t.x, t.w, t.bias, *c.g_args) is None, c.label()
+            assert gather_why_not(*fuzz_conv.group_views(c, t, c.groups - 1), *c.g_args) is None, c.label()
             if not HAS_GPU:
                 assert fuzz_conv.serve(c, t) == c, c.label()
         big = replace(gather[0], C=7, R=13, S=13, padding=6, stride=1, dilation=1, drawn="", refused="")
@@ -211,9 +211,11 @@ def test_gather_cases_pass_conv04s_own_check_on_fake_cuda_tensors_and_replay(cas
 def _fake(case):
     dtype = fuzz_conv.DTYPES[case.dtype]
     fmt = lambda cl: torch.channels_last if cl else torch.contiguous_format  # noqa: E731
-    x = torch.empty(case.N, case.C, case.H, case.W, device="cuda", dtype=dtype, memory_format=fmt(case.x_channels_last))
-    w = torch.empty(case.K, case.C, case.R, case.S, device="cuda", dtype=dtype, memory_format=fmt(case.w_channels_last))
-    bias = torch.empty(case.K, device="cuda", dtype=dtype) if case.bias else None
+    x = torch.empty(case.N, case.in_channels, case.H, case.W, device="cuda", dtype=dtype,
+                    memory_format=fmt(case.x_channels_last))  # fmt: skip
+    w = torch.empty(case.out_channels, case.C, case.R, case.S, device="cuda", dtype=dtype,
+                    memory_format=fmt(case.w_channels_last))  # fmt: skip
+    bias = torch.empty(case.out_channels, device="cuda", dtype=dtype) if case.bias else None
     return fuzz_conv.Built(x, w, bias)
 
 
@@ -223,7 +225,7 @@ def test_the_cases_pass_conv2ds_own_checks_on_fake_cuda_tensors(cases):
     the case as drawn (the device's own refusal is the one left for run time)."""
     with FakeTensorMode():
         for c in cases[:600]:
-            t = _fake(c)
+            t = fuzz_conv.Built(*fuzz_conv.group_views(c, _fake(c), c.groups - 1))  # (the last group's slices)
             if c.algorithm == "tma":
                 assert tma_why_not(t.x, t.w, t.bias, *c.g_args) is None, c.label()
             if c.algorithm == "implicit":
@@ -237,7 +239,7 @@ def test_the_cases_pass_conv2ds_own_checks_on_fake_cuda_tensors(cases):
             if c.drawn and c.algorithm == "im2col":
                 assert gather_why_not(t.x, t.w, t.bias, *c.g_args) is not None, c.label()
             if not HAS_GPU:
-                assert fuzz_conv.serve(c, t) == c
+                assert fuzz_conv.serve(c, _fake(c)) == c
         stem = fuzz_conv.ConvCase(1, "layer", "bf16", 2, 3, 32, 32, 64, 7, 7, 2, 3, 1, True, False, "tma")
         fell = fuzz_conv.serve(stem, _fake(stem))
         assert fell.algorithm == "gather" and fell.drawn == "tma" and "multiple of 8" in fell.refused
@@ -651,3 +653,33 @@ def test_a_short_gather_run_with_the_grid_forced_down_finds_nothing_wrong(monkey
     assert not s.wrong, s.wrong[:3]
     assert s.tried == 80 and s.by_algorithm["gather"] == 80, s.record()
     assert s.by_walk["conv04: several tiles a block"] > 40 and sum(s.by_grad.values()) > 5, s.record()
+
+
+def test_grouped_cases_stay_within_the_work_limits_and_their_reference_is_torchs(cases):
+    """A share of the forward cases are grouped (never a gradient case), every group's geometry the
+    drawn one; the whole convolution within the work limits; and the float64 reference of a grouped
+    case (run on the CPU) is torch's grouped convolution plus the bias, its norm at least the
+    brute-force norm of its terms (sum over outputs of sum_j (x_j w_jk)^2, j over the group's fields)."""
+    from gemmlab.fuzz_conv_cases import GROUPED_SHARE, LIMITS
+
+    grouped = [c for c in cases if c.groups > 1]
+    forward = [c for c in cases if not c.grad]
+    assert not any(c.grad for c in grouped)
+    assert 0.5 * GROUPED_SHARE < len(grouped) / len(forward) < 1.5 * GROUPED_SHARE
+    assert {c.algorithm for c in grouped} == {"tma", "implicit", "gather", "im2col"}
+    for c in grouped:
+        g = c.geometry()
+        rows = c.N * g["P"] * g["Q"]
+        assert rows * c.out_channels * c.C * c.R * c.S <= LIMITS[0] and rows * c.out_channels <= LIMITS[1], c.label()
+        assert f"groups={c.groups}" in c.call() and f"groups={c.groups}" in c.label()
+    case = replace(next(c for c in grouped if c.R > 1 and c.bias), N=1, H=9, W=8, special="", dtype="fp32")
+    case = replace(case, padding=1, stride=1, dilation=1)
+    t = fuzz_conv.build(case, device="cpu")
+    ref, scale, norm = fuzz_conv._forward64(case, t)
+    want = F.conv2d(t.x.double(), t.w.double(), t.bias.double(), padding=1, groups=case.groups)
+    assert torch.allclose(ref, want.permute(0, 2, 3, 1).reshape(-1, case.out_channels))
+    fields = F.unfold(t.x.double(), (case.R, case.S), padding=1)  # [1, C_all*R*S, P*Q]
+    fields = fields.reshape(case.groups, case.C * case.R * case.S, -1)
+    w = t.w.double().reshape(case.groups, case.K, -1)
+    terms = (fields.square().transpose(1, 2) @ w.square().transpose(1, 2)).sum().sqrt()
+    assert torch.allclose(norm, torch.maximum(terms, torch.linalg.vector_norm(want))), (norm, terms)

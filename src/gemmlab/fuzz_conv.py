@@ -13,7 +13,9 @@ formats of x and of the weight, dtype, algorithm, bias, a NaN or Inf in x or w, 
 for a quarter of conv03's cases one of its tiles forced through conv03.TILE, for a quarter its
 staged TMA-store epilogue forced on and for a quarter of the rest its register epilogue forced,
 through conv03.TMA_STORE),
-so any one can be run again alone (`gemmlab conv-fuzz --replay '<case>'`). The cases and their
+so any one can be run again alone (`gemmlab conv-fuzz --replay '<case>'`). A share of the forward
+cases are grouped (groups > 1: the drawn geometry is one group's, and every group runs on the
+algorithm drawn, each on its channel slices of x and w). The cases and their
 drawing live in gemmlab.fuzz_conv_cases; this module runs and judges them.
 
 Each case: x and w drawn fresh (normal; w scaled by 1/sqrt(C*R*S)), the memory the result will
@@ -76,16 +78,16 @@ class Built:
 
 
 def build(case: ConvCase, device: str = "cuda") -> Built:
-    """The case's tensors: x, w (scaled by 1/sqrt(C*R*S)) and the bias drawn from a generator
+    """The case's tensors: x, w (scaled by 1/sqrt(C*R*S), C a group's) and the bias drawn from a generator
     seeded by the case, in its dtype and memory formats, the special value placed; for a gradient
     case dY too (normal, in the dtype and the memory format conv2d's result takes)."""
     dtype = DTYPES[case.dtype]
     gen = torch.Generator(device=device)
     gen.manual_seed(case.seed)
-    x = torch.randn(case.N, case.C, case.H, case.W, generator=gen, device=device).to(dtype)
-    w = torch.randn(case.K, case.C, case.R, case.S, generator=gen, device=device)
+    x = torch.randn(case.N, case.in_channels, case.H, case.W, generator=gen, device=device).to(dtype)
+    w = torch.randn(case.out_channels, case.C, case.R, case.S, generator=gen, device=device)
     w = (w / math.sqrt(case.C * case.R * case.S)).to(dtype)
-    bias = torch.randn(case.K, generator=gen, device=device).to(dtype) if case.bias else None
+    bias = torch.randn(case.out_channels, generator=gen, device=device).to(dtype) if case.bias else None
     dy = None
     if case.grad:  # (drawn last, so that x, w and the bias are what a forward case of this seed gets)
         g = case.geometry()
@@ -112,12 +114,15 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
         if algorithms is not None and algorithm not in algorithms:
             continue
         why = None
-        if algorithm == "tma":
-            why = tma_why_not(t.x, t.w, t.bias, *case.g_args)
-        elif algorithm == "implicit":
-            why = implicit_gemm_why_not(t.x, t.w, t.bias)
-        elif algorithm == "gather":
-            why = gather_why_not(t.x, t.w, t.bias, *case.g_args)
+        for x, w, bias in (group_views(case, t, i) for i in range(case.groups)):  # (each group's own call)
+            if algorithm == "tma":
+                why = tma_why_not(x, w, bias, *case.g_args)
+            elif algorithm == "implicit":
+                why = implicit_gemm_why_not(x, w, bias)
+            elif algorithm == "gather":
+                why = gather_why_not(x, w, bias, *case.g_args)
+            if why is not None:
+                break
         if why is None:
             if algorithm == case.algorithm:
                 return case
@@ -126,6 +131,12 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
                            register_store=False)  # fmt: skip
         reasons.append(f"{algorithm}: {why}")
     return None
+
+
+def group_views(case: ConvCase, t: Built, i: int) -> tuple:
+    """Group i's x, w and bias: the channel slices conv2d hands that group's own call."""
+    return (t.x.narrow(1, i * case.C, case.C), t.w.narrow(0, i * case.K, case.K),
+            None if t.bias is None else t.bias.narrow(0, i * case.K, case.K))  # fmt: skip
 
 
 def _staged(case: ConvCase) -> bool:
@@ -161,15 +172,17 @@ def _forward64(case: ConvCase, t: Built) -> tuple[torch.Tensor, torch.Tensor, to
     terms'). It pads x with zeros itself and runs with cuDNN off (torch's im2col and DGEMM)."""
     g = case.geometry()
     top, bottom, left, right = g["pads"]
-    kw = dict(stride=g["stride"], dilation=g["dilation"])
+    kw = dict(stride=g["stride"], dilation=g["dilation"], groups=case.groups)
     x64 = F.pad(t.x.double().contiguous(), (left, right, top, bottom))
     w64 = t.w.double().contiguous()
     with torch.backends.cudnn.flags(enabled=False):
         ref = _as_rows(F.conv2d(x64, w64, **kw))
         scale = _as_rows(F.conv2d(x64.abs(), w64.abs(), **kw))
-        # ||T||^2 = sum over outputs of sum_j (x_j w_jk)^2: one convolution of x^2 with sum_k w^2
+        # ||T||^2 = sum over outputs of sum_j (x_j w_jk)^2: one convolution of x^2 with sum_k w^2 (the
+        # k of each group, over that group's channels)
         clean = lambda v: torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
-        terms = F.conv2d(clean(x64).square(), clean(w64).square().sum(0, keepdim=True), **kw).sum().sqrt()
+        w2 = clean(w64).square().reshape(case.groups, case.K, *w64.shape[1:]).sum(1)
+        terms = F.conv2d(clean(x64).square(), w2, **kw).sum().sqrt()
     ref, scale = reference_post(ref, scale, t.bias, None)
     norm = torch.maximum(torch.linalg.vector_norm(ref.where(torch.isfinite(ref), torch.zeros_like(ref))), terms)
     return ref, scale, norm
@@ -182,7 +195,7 @@ def _errors(case: ConvCase, t: Built, y: torch.Tensor, forward: tuple | None = N
     ref, scale = reference_post(ref, scale, None, case.activation)
     ours = error_terms(_as_rows(y), ref, scale, norm)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        theirs = F.conv2d(t.x, t.w, t.bias, *case.g_args)
+        theirs = F.conv2d(t.x, t.w, t.bias, *case.g_args, groups=case.groups)
     if case.activation:
         theirs = ACTIVATIONS[case.activation](theirs)
     return torch.cat([ours, error_terms(_as_rows(theirs), ref, scale, norm)])
@@ -321,7 +334,7 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
 
         return _chosen(_im2col_problem(case, g), "auto"), ""
     activation = None if case.grad else case.activation  # (a gradient case's forward pass leaves it to torch)
-    plan = conv03.cached_plan(t.x, t.w, t.bias, case.g_args, activation) if t is not None else None
+    plan = conv03.cached_plan(*group_views(case, t, 0), case.g_args, activation) if t is not None else None
     if plan is not None:
         cfg, blocks = plan.cfg, plan.grid[0]
     else:
@@ -348,7 +361,7 @@ def _chosen_gather(case: ConvCase, g: dict, t: Built | None) -> tuple[str, str]:
     from . import conv04
 
     activation = None if case.grad else case.activation  # (a gradient case's forward pass leaves it to torch)
-    plan = conv04.cached_plan(t.x, t.w, t.bias, case.g_args, activation) if t is not None else None
+    plan = conv04.cached_plan(*group_views(case, t, 0), case.g_args, activation) if t is not None else None
     if plan is not None:
         cfg, blocks, tiles = plan.cfg, plan.grid[0], plan.tiles
     else:
@@ -390,10 +403,11 @@ def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
     from . import conv03
 
     g = served.geometry()
-    poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
+    poison(g["N"] * g["P"] * g["Q"] * case.out_channels, DTYPES[case.dtype])
     with conv03.on_tile(served.tile), conv03.staged_stores(_staged(served)), torch.no_grad():
         # (its plan is looked up under the tile and the epilogue too)
-        y = conv2d(t.x, t.w, t.bias, *served.g_args, activation=served.activation, algorithm=served.algorithm)
+        y = conv2d(t.x, t.w, t.bias, *served.g_args, groups=served.groups, activation=served.activation,
+                   algorithm=served.algorithm)  # fmt: skip
         kernel, walk = chosen(served, t)
     return served, kernel, walk, _errors(served, t, y)
 

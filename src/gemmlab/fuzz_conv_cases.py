@@ -7,7 +7,9 @@ regime's geometry with few input channels (mostly no multiple of 8), at most 256
 within its builds' filter entries and shared memory, and in the layer regime the stem for half of
 them. For a share of conv03's cases a tile its rule would not pick or its staged TMA-store
 epilogue, and for a share of conv02's, conv03's and conv04's cases a backward pass too (`grad`:
-dx, dw and db checked beside y)."""
+dx, dw and db checked beside y). A share of the forward cases are grouped (`groups`): the drawn
+geometry is one group's, repeated over the channels, so each group is a convolution of the regime
+on channel slices of the input and the filter."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ DGRAD_ON_STEP = 0.75  # of those, the share whose K is made a multiple of 8, so 
 # others: dx's convolution reads K channels, no multiple of 8, and runs on conv04 where its build holds it)
 FEW_SHARE = 0.85  # of conv04's cases whose regime drew C a multiple of 8, those given few channels instead
 STEM_SHARE = 0.5  # of conv04's cases in the layer regime, those on a stem (7x7 at stride 2 over 1-4 channels)
+GROUPED_SHARE = 0.12  # of the forward cases, those grouped (conv2d's groups > 1), within the work limits
+GROUP_COUNTS = (2, 3, 4, 8, 32, 64)  # the groups such a case draws from (fewer where the limits hold fewer)
 
 # Each case's work, so that one costs about a millisecond: multiply-adds, output elements, the
 # im2col matrix's elements (N*P*Q x C*R*S: im2col's copy, and the float64 reference's columns) and
@@ -91,13 +95,23 @@ class ConvCase:
     grad: bool = False  # x, w and the bias require grad: y.backward(dY) runs, and dx, dw, db are checked too
     tma_store: bool = False  # conv03's staged TMA-store epilogue forced on (conv03.TMA_STORE); False: as set
     register_store: bool = False  # conv03's register epilogue forced (conv03.TMA_STORE off); False: as set
+    groups: int = 1  # C and K are one group's: x has C * groups channels, w is [K * groups, C, R, S]
 
     @property
     def g_args(self) -> tuple:
         return self.stride, self.padding, self.dilation
 
     def geometry(self) -> dict:
+        """One group's geometry (the whole convolution's where groups = 1): what each step sees."""
         return conv_geometry((self.N, self.C, self.H, self.W), (self.K, self.C, self.R, self.S), *self.g_args)
+
+    @property
+    def in_channels(self) -> int:
+        return self.C * self.groups
+
+    @property
+    def out_channels(self) -> int:
+        return self.K * self.groups
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -109,8 +123,9 @@ class ConvCase:
 
     def label(self) -> str:
         fmt = lambda cl: " channels_last" if cl else ""  # noqa: E731
-        return (f"x={self.N}x{self.C}x{self.H}x{self.W}{fmt(self.x_channels_last)} "
-                f"w={self.K}x{self.C}x{self.R}x{self.S}{fmt(self.w_channels_last)} stride={self.stride} "
+        return (f"x={self.N}x{self.in_channels}x{self.H}x{self.W}{fmt(self.x_channels_last)} "
+                f"w={self.out_channels}x{self.C}x{self.R}x{self.S}{fmt(self.w_channels_last)} stride={self.stride} "
+                + (f"groups={self.groups} " if self.groups > 1 else "") +
                 f"padding={self.padding!r} dilation={self.dilation} algorithm={self.algorithm} dtype={self.dtype}"
                 + (" bias" if self.bias else "") + (f" activation={self.activation}" if self.activation else "")
                 + (f" special={self.special}" if self.special else "")
@@ -125,6 +140,8 @@ class ConvCase:
         if self.grad:
             args = [f"{a}.requires_grad_()" for a in args]
         kw = [f"stride={self.stride!r}", f"padding={self.padding!r}", f"dilation={self.dilation!r}"]
+        if self.groups > 1:
+            kw.append(f"groups={self.groups}")
         if self.activation:
             kw.append(f"activation={self.activation!r}")
         call = f"gemmlab.conv2d({', '.join(args + kw + [f'algorithm={self.algorithm!r}'])})"
@@ -403,6 +420,21 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     tile = trng.choice(list(CONV03_TILES)) if algorithm == "tma" and trng.random() < TILE_SHARE else None
     staged = algorithm == "tma" and random.Random(f"staged {seed}").random() < STAGED_SHARE
     registers = algorithm == "tma" and not staged and random.Random(f"registers {seed}").random() < REGISTER_SHARE
+    groups = 1 if grad else _groups(random.Random(f"groups {seed}"), N, C, H, W, K, R, S, g)
     return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
                     act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad, staged,
-                    registers)  # fmt: skip
+                    registers, groups)  # fmt: skip
+
+
+def _groups(rng: random.Random, N: int, C: int, H: int, W: int, K: int, R: int, S: int, g: dict) -> int:
+    """A forward case's groups: 1, or for a GROUPED_SHARE of them one of GROUP_COUNTS, at most what
+    keeps the whole convolution (every group's work) within the work limits."""
+    if rng.random() >= GROUPED_SHARE:
+        return 1
+    macs, output, fields, input_ = LIMITS
+    rows = N * g["P"] * g["Q"]
+    groups = rng.choice(GROUP_COUNTS)
+    while groups > 1 and not (rows * K * C * R * S * groups <= macs and rows * K * groups <= output
+                              and rows * C * R * S * groups <= fields and N * C * groups * H * W <= input_):  # fmt: skip
+        groups //= 2
+    return groups
