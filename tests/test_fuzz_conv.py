@@ -487,11 +487,11 @@ def test_warm_finds_the_conv04_builds_the_gather_cases_launch():
     dgrad = [c for c in gather if c.grad and c.K % 8]
     assert dgrad, "gather gradient cases whose dx runs on conv04"
     for c in dgrad:
-        cfg = fuzz_conv._gather_dgrad_config(c, c.geometry())
+        cfg = fuzz_conv_cases._gather_dgrad_config(c, c.geometry())
         assert cfg is None or (cfg["C"], cfg["KT"], cfg["SH"], cfg["SW"]) == (c.K, -(-c.C // 64), 1, 1), c.label()
         if cfg is not None:
             assert CONV_04.name_expression(cfg, *[fuzz_conv.DTYPES[c.dtype]] * 2, 0) in names, c.label()
-    assert any(fuzz_conv._gather_dgrad_config(c, c.geometry()) is not None for c in dgrad)
+    assert any(fuzz_conv_cases._gather_dgrad_config(c, c.geometry()) is not None for c in dgrad)
     assert not any(spec is CONV_04 for spec, *_ in fuzz_conv._drawn_jobs(0, "relu", None, ("tma", "im2col"), 300))
 
 

@@ -53,10 +53,11 @@ import torch
 import torch.nn.functional as F
 
 from .activations import ACTIVATIONS, post_code
-from .conv import conv2d, conv_geometry, gather_why_not, implicit_gemm_why_not, tma_why_not
+from .conv import conv2d, gather_why_not, implicit_gemm_why_not, tma_why_not
 from .fuzz import run_activation
 from .fuzz_loop import Summary as RunSummary, drive, reasons
-from .fuzz_conv_cases import ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, draw, why_not
+from .fuzz_conv_cases import (ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, _gather_dgrad_config, _im2col_problem,
+                               _wgrad_problem, draw, why_not)
 from .reference import error_terms, reference_post, tolerance
 from .specs.conv import CONV03_TILES, CONV_02, CONV_03, CONV_04, conv03_config, conv03_tile_config, conv04_config
 
@@ -372,24 +373,6 @@ def _chosen_gather(case: ConvCase, g: dict, t: Built | None) -> tuple[str, str]:
     return f"{CONV_04.id} TP={cfg['TP']},TQ={cfg['TQ']},KT={cfg['KT']}", f"conv04: {walk}"
 
 
-def _im2col_problem(case: ConvCase, g: dict):
-    """The GEMM problem im2col hands gemm(), on the meta device (shapes and strides only), asked as
-    of the GPU's SM count where there is one."""
-    from .problem import problem_from_tensors
-
-    from .conv import _aligned_rows
-
-    dtype, rsc = DTYPES[case.dtype], case.C * case.R * case.S
-    like = torch.empty(0, dtype=dtype, device="meta")
-    # the rows spaced to 16 bytes, as im2col(aligned=True) and filter_matrix(aligned=True) lay them out
-    # on a GPU, except a 1x1 filter at stride 1 without padding: x's own memory, C to a row
-    rows = g["N"] * g["P"] * g["Q"]
-    view = case.R == case.S == 1 and g["stride"] == (1, 1) and not any(g["pads"])
-    a = torch.empty(rows, rsc, dtype=dtype, device="meta") if view else _aligned_rows(rows, rsc, like)
-    b = _aligned_rows(case.K, rsc, like).t()  # the filter matrix, read transposed
-    return replace(problem_from_tensors(a, b, device_type="meta"), device=torch.device("cuda"))
-
-
 def start(case: ConvCase, algorithms: tuple[str, ...] | None = None):
     """Build and run a case and queue its checks: (the case as it ran, its kernel, its walk, the
     error terms still on the GPU), or (the case, None, None, None) where no algorithm asked for
@@ -573,33 +556,6 @@ def _drawn_jobs(seed: int, activation, dtypes, algorithms, count: int) -> list[t
             if dgrad is not None:
                 jobs.append((CONV_04, dgrad, dtype, dtype, 0))
     return jobs
-
-
-def _gather_dgrad_config(case: ConvCase, g: dict):
-    """conv04's config for a gather gradient case's dgrad convolution (conv.conv_dgrad: the spread
-    dY, K channels, by the flipped filter into C), where that lands on conv04: K no multiple of 8
-    (else conv03 or conv02 take it) and a build that holds it; else None."""
-    from .conv_grad import dgrad_operands
-
-    if case.K % 8 == 0:
-        return None
-    dy = torch.empty(g["N"], g["K"], g["P"], g["Q"], device="meta")
-    z, w2, pad = dgrad_operands(dy, torch.empty(case.K, case.C, case.R, case.S, device="meta"), g)
-    try:
-        return conv04_config(conv_geometry(tuple(z.shape), tuple(w2.shape), 1, pad, g["dilation"]))
-    except ValueError:
-        return None
-
-
-def _wgrad_problem(case: ConvCase, g: dict):
-    """The GEMM problem conv.conv_wgrad hands gemm() for a gradient case, on the meta device:
-    dY's rows read transposed, [K, N*P*Q], times im2col's matrix, [N*P*Q, R*S*C]."""
-    from .problem import problem_from_tensors
-
-    dtype, rows = DTYPES[case.dtype], g["N"] * g["P"] * g["Q"]
-    a = torch.empty(rows, case.K, dtype=dtype, device="meta").t()
-    b = torch.empty(rows, case.C * case.R * case.S, dtype=dtype, device="meta")
-    return replace(problem_from_tensors(a, b, device_type="meta"), device=torch.device("cuda"))
 
 
 def replay(case: ConvCase, repeats: int = 1, algorithms: tuple[str, ...] | None = None) -> list[Outcome]:

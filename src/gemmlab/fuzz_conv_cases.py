@@ -13,7 +13,7 @@ on channel slices of the input and the filter."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 import json
 import random
 from typing import Callable
@@ -438,3 +438,51 @@ def _groups(rng: random.Random, N: int, C: int, H: int, W: int, K: int, R: int, 
                               and rows * C * R * S * groups <= fields and N * C * groups * H * W <= input_):  # fmt: skip
         groups //= 2
     return groups
+
+
+# ---- The GEMMs and builds a case reaches (chosen's labels and warm's jobs) ----------------------
+
+
+def _im2col_problem(case: ConvCase, g: dict):
+    """The GEMM problem im2col hands gemm(), on the meta device (shapes and strides only), asked as
+    of the GPU's SM count where there is one."""
+    from .problem import problem_from_tensors
+
+    from .conv import _aligned_rows
+
+    dtype, rsc = DTYPES[case.dtype], case.C * case.R * case.S
+    like = torch.empty(0, dtype=dtype, device="meta")
+    # the rows spaced to 16 bytes, as im2col(aligned=True) and filter_matrix(aligned=True) lay them out
+    # on a GPU, except a 1x1 filter at stride 1 without padding: x's own memory, C to a row
+    rows = g["N"] * g["P"] * g["Q"]
+    view = case.R == case.S == 1 and g["stride"] == (1, 1) and not any(g["pads"])
+    a = torch.empty(rows, rsc, dtype=dtype, device="meta") if view else _aligned_rows(rows, rsc, like)
+    b = _aligned_rows(case.K, rsc, like).t()  # the filter matrix, read transposed
+    return replace(problem_from_tensors(a, b, device_type="meta"), device=torch.device("cuda"))
+
+
+def _gather_dgrad_config(case: ConvCase, g: dict):
+    """conv04's config for a gather gradient case's dgrad convolution (conv.conv_dgrad: the spread
+    dY, K channels, by the flipped filter into C), where that lands on conv04: K no multiple of 8
+    (else conv03 or conv02 take it) and a build that holds it; else None."""
+    from .conv_grad import dgrad_operands
+
+    if case.K % 8 == 0:
+        return None
+    dy = torch.empty(g["N"], g["K"], g["P"], g["Q"], device="meta")
+    z, w2, pad = dgrad_operands(dy, torch.empty(case.K, case.C, case.R, case.S, device="meta"), g)
+    try:
+        return conv04_config(conv_geometry(tuple(z.shape), tuple(w2.shape), 1, pad, g["dilation"]))
+    except ValueError:
+        return None
+
+
+def _wgrad_problem(case: ConvCase, g: dict):
+    """The GEMM problem conv.conv_wgrad hands gemm() for a gradient case, on the meta device:
+    dY's rows read transposed, [K, N*P*Q], times im2col's matrix, [N*P*Q, R*S*C]."""
+    from .problem import problem_from_tensors
+
+    dtype, rows = DTYPES[case.dtype], g["N"] * g["P"] * g["Q"]
+    a = torch.empty(rows, case.K, dtype=dtype, device="meta").t()
+    b = torch.empty(rows, case.C * case.R * case.S, dtype=dtype, device="meta")
+    return replace(problem_from_tensors(a, b, device_type="meta"), device=torch.device("cuda"))
