@@ -427,6 +427,7 @@ class Summary(RunSummary):
     by_walk: Counter = field(default_factory=Counter)  # a persistent build's blocks: one or several tiles each
     # (conv03's as "one tile a block", conv04's as "conv04: one tile a block")
     by_grad: Counter = field(default_factory=Counter)  # the gradient cases (dx, dw, db checked too), by algorithm
+    by_groups: Counter = field(default_factory=Counter)  # the grouped cases (groups > 1), by algorithm
     refused: Counter = field(default_factory=Counter)  # "drawn -> ran" (-> none: skipped), never judged
     refusals: dict = field(default_factory=dict)  # an example reason of each
 
@@ -467,6 +468,8 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
             s.by_walk[walk] += 1
         if case.grad:
             s.by_grad[case.algorithm] += 1
+        if case.groups > 1:
+            s.by_groups[case.algorithm] += 1
 
     def refused(case: ConvCase, exc: ValueError) -> Outcome:  # conv2d refused a case its own check had accepted
         return Outcome(case, case.algorithm, True, f"conv2d raised, though its check accepted the case: {exc}",

@@ -68,7 +68,7 @@ def conv_fuzz_cmd(
         t.add_column(col, no_wrap=True)
     for name, counts in (("regime", summary.by_regime), ("dtype", summary.by_dtype), ("algorithm", summary.by_algorithm),
                          ("kernel", summary.by_kernel), ("walk", summary.by_walk), ("gradients", summary.by_grad),
-                         ("refused", summary.refused)):  # fmt: skip
+                         ("grouped", summary.by_groups), ("refused", summary.refused)):  # fmt: skip
         for k, v in sorted(counts.items()):
             t.add_row(f"{name} {k}", str(v))
     console.print(t)
