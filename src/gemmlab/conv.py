@@ -368,6 +368,13 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     return y if kind.channels_last else y.contiguous()
 
 
+def group_slices(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, i: int) -> tuple:
+    """Group i's input channels, filters and bias: views, narrowed (an indexed slice of a fake CUDA
+    tensor fails where torch has no CUDA)."""
+    cg, kg = x.shape[1] // groups, weight.shape[0] // groups
+    return x.narrow(1, i * cg, cg), weight.narrow(0, i * kg, kg), None if bias is None else bias.narrow(0, i * kg, kg)
+
+
 def _grouped(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
              activation: str | None, precision: str, algorithm: str) -> Tensor:  # fmt: skip
     """A grouped convolution as torch defines it: group i convolves input channels
@@ -378,11 +385,8 @@ def _grouped(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, di
     groups' are)."""
     if algorithm not in CHOICES:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, CHOICES))}, got {algorithm!r}")
-    cg, kg = x.shape[1] // groups, weight.shape[0] // groups
-    conv_geometry(tuple(x.shape[:1]) + (cg,) + tuple(x.shape[2:]), tuple(weight.shape), stride, padding, dilation)
-    # (narrow, not indexing: an indexed slice of a fake CUDA tensor fails where torch has no CUDA)
-    ys = [conv2d(x.narrow(1, i * cg, cg), weight.narrow(0, i * kg, kg), None if bias is None else bias.narrow(0, i * kg, kg),
-                 stride, padding, dilation, 1, activation, precision, algorithm)
+    conv_geometry((x.shape[0], x.shape[1] // groups, *x.shape[2:]), tuple(weight.shape), stride, padding, dilation)
+    ys = [conv2d(*group_slices(x, weight, bias, groups, i), stride, padding, dilation, 1, activation, precision, algorithm)
           for i in range(groups)]  # fmt: skip
     last = _suggests_channels_last(x) or _suggests_channels_last(weight)
     return torch.cat(ys, dim=1).contiguous(memory_format=torch.channels_last if last else torch.contiguous_format)

@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from .activations import ACTIVATIONS, post_code
-from .conv import conv2d, gather_why_not, implicit_gemm_why_not, tma_why_not
+from .conv import conv2d, gather_why_not, group_slices, implicit_gemm_why_not, tma_why_not
 from .fuzz import run_activation
 from .fuzz_loop import Summary as RunSummary, drive, reasons
 from .fuzz_conv_cases import (ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, _gather_dgrad_config, _im2col_problem,
@@ -136,8 +136,7 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
 
 def group_views(case: ConvCase, t: Built, i: int) -> tuple:
     """Group i's x, w and bias: the channel slices conv2d hands that group's own call."""
-    return (t.x.narrow(1, i * case.C, case.C), t.w.narrow(0, i * case.K, case.K),
-            None if t.bias is None else t.bias.narrow(0, i * case.K, case.K))  # fmt: skip
+    return group_slices(t.x, t.w, t.bias, case.groups, i)
 
 
 def _staged(case: ConvCase) -> bool:
