@@ -445,8 +445,8 @@ def test_every_tile_against_float64_on_the_gpu(tile, monkeypatch):
         pytest.skip("conv03 needs a Hopper GPU")
     from gemmlab import conv03
 
-    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False, tma_store=False: conv03_tile_config(
-        tile, persistent, tma_store))  # fmt: skip
+    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False, tma_store=False, a_rows=False:
+                        conv03_tile_config(tile, persistent, tma_store, a_rows))  # fmt: skip
     monkeypatch.setattr(conv03, "_PLANS", {})
     for i, g in enumerate(_geometries(12, seed=10 + tile[0] + tile[1])):
         x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
@@ -495,8 +495,8 @@ def test_the_persistent_build_walks_several_tiles_a_block_on_the_gpu(tile, monke
     from gemmlab import conv03, launch
 
     monkeypatch.setattr(conv03, "PERSISTENT", True)
-    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False, tma_store=False: conv03_tile_config(
-        tile, persistent, tma_store))  # fmt: skip
+    monkeypatch.setattr(conv03, "conv03_config", lambda k, rows, sms, persistent=False, tma_store=False, a_rows=False:
+                        conv03_tile_config(tile, persistent, tma_store, a_rows))  # fmt: skip
     for i, g in enumerate(_geometries(16, seed=20 + tile[0] + tile[1])):
         blocks = (1, 2, 3, 5)[i % 4]
         monkeypatch.setattr(launch, "resident_blocks", lambda *a, n=blocks: n)

@@ -47,6 +47,9 @@ TILE: tuple[int, int] | None = None
 # Launch the staged TMA-store epilogue where the output takes it (TMA_STORE = 1); False: register
 # stores. Plans are kept apart by it.
 TMA_STORE = True
+# Read A through a tiled map of x's rows where the filter is 1x1 at stride 1 without padding (the
+# A_ROWS build); False: the im2col map for every layer. Plans are kept apart by it.
+A_ROWS = True
 
 _PLANS: dict[tuple, Plan] = {}
 _PLANS_MAX = 256  # kinds of call remembered; past it the table starts again
@@ -68,7 +71,8 @@ class Plan(LaunchPlan):
 
 def _key(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, activation: str | None) -> tuple:
     b = None if bias is None else (bias.dtype, bias.stride())
-    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), b, activation, g_args, PERSISTENT, TILE, TMA_STORE)
+    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), b, activation, g_args, PERSISTENT, TILE, TMA_STORE,
+            A_ROWS)  # fmt: skip
 
 
 def cached_plan(x: Tensor, weight: Tensor, bias: Tensor | None, g_args: tuple, activation: str | None) -> Plan | None:
@@ -86,11 +90,11 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
     device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
     from .device import sm_count
 
-    staged = stores_staged(K)
+    staged, a_rows = stores_staged(K), rows_of_x(g)
     if TILE is None:
-        cfg = conv03_config(K, M, sm_count(device_id), persistent=PERSISTENT, tma_store=staged)
+        cfg = conv03_config(K, M, sm_count(device_id), persistent=PERSISTENT, tma_store=staged, a_rows=a_rows)
     else:
-        cfg = conv03_tile_config(TILE, PERSISTENT, staged)
+        cfg = conv03_tile_config(TILE, PERSISTENT, staged, a_rows)
     loaded = jit.load_kernel(CONV_03, cfg, device_id, x.dtype, x.dtype, post=post_code(bias is not None, activation))
     launch.ensure_current(device_id)
     resident = launch.resident_blocks(loaded, device_id, CONV_03.block(cfg), None) if cfg["PERSISTENT"] else 0
@@ -108,6 +112,13 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             _PLANS.clear()
         _PLANS[key] = plan
     return plan
+
+
+def rows_of_x(g: dict) -> bool:
+    """Whether a plan reads A through a tiled map of x's rows (the A_ROWS build): the filter is 1x1
+    at stride 1 without padding, so that the im2col matrix is x's NHWC memory itself, and A_ROWS is
+    on."""
+    return A_ROWS and g["R"] == g["S"] == 1 and tuple(g["stride"]) == (1, 1) and not any(g["pads"])
 
 
 def stores_staged(K: int) -> bool:
@@ -185,7 +196,10 @@ def run(plan: Plan, xs: Tensor, wm: Tensor, bias: Tensor | None) -> Tensor:
         wm = wm.clone(memory_format=torch.channels_last if wm.dim() == 4 else torch.contiguous_format)
     d = torch.empty((g["N"], g["P"], g["Q"], g["K"]), dtype=xs.dtype, device=xs.device)  # NHWC
     if d.numel():
-        map_x = _map(plan.x_maps, xs, lambda t: tma.im2col_map(t, g, plan.cfg["BM"], CONV03_BK))
+        if plan.cfg["A_ROWS"]:
+            map_x = _map(plan.x_maps, xs, lambda t: tma.rows_map(t, plan.M, g["C"], plan.cfg["BM"], CONV03_BK))
+        else:
+            map_x = _map(plan.x_maps, xs, lambda t: tma.im2col_map(t, g, plan.cfg["BM"], CONV03_BK))
         map_w = _map(plan.w_maps, wm, lambda t: tma.filter_map(t, plan.K, g["R"], g["S"], g["C"], plan.cfg["BN"], CONV03_BK))
         map_d = _map(plan.d_maps, d, lambda t: tma.output_map(t, plan.M, plan.K)) if plan.cfg["TMA_STORE"] else plan.args[-1]
         stream = launch.driver_stream(plan.device_id)

@@ -340,13 +340,15 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
     else:
         with conv03.staged_stores(_staged(case)):
             staged = conv03.stores_staged(case.K)
-        cfg, blocks = conv03_config(case.K, M, 132, persistent=conv03.PERSISTENT, tma_store=staged), 132
+        rows = conv03.rows_of_x(g)
+        cfg, blocks = conv03_config(case.K, M, 132, persistent=conv03.PERSISTENT, tma_store=staged, a_rows=rows), 132
         if case.tile:
-            cfg = conv03_tile_config(case.tile, conv03.PERSISTENT, staged)
+            cfg = conv03_tile_config(case.tile, conv03.PERSISTENT, staged, rows)
     tiles = -(-M // cfg["BM"]) * -(-case.K // cfg["BN"])
     walk = "" if not cfg["PERSISTENT"] else "several tiles a block" if tiles > blocks else "one tile a block"
     return (f"{CONV_03.id} BM={cfg['BM']},BN={cfg['BN']}" + (",PERSISTENT=1" if cfg["PERSISTENT"] else "")
-            + (",TMA_STORE=1" if cfg["TMA_STORE"] else "") + (" (forced)" if case.tile else "")), walk  # fmt: skip
+            + (",TMA_STORE=1" if cfg["TMA_STORE"] else "") + (",A_ROWS=1" if cfg["A_ROWS"] else "")
+            + (" (forced)" if case.tile else "")), walk  # fmt: skip
 
 
 GATHER_SM_SMEM = 228 * 1024  # an H100 SM's shared memory, 1 KiB of it reserved a block
@@ -491,7 +493,8 @@ WARM_CASES_MAX = 20000
 def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = None,
          algorithms: tuple[str, ...] | None = None, max_cases: int | None = None) -> int:  # fmt: skip
     """Compile, side by side in threads, the builds a run will launch: every conv03 tile's
-    persistent (or one-tile) build (cases force each tile) and conv02's, plain, with the run's
+    persistent (or one-tile) build (cases force each tile), with A through the im2col map and
+    through x's rows (A_ROWS: the 1x1 cases at stride 1 without padding), and conv02's, plain, with the run's
     fused epilogue and with a bias alone (a gradient case's forward pass: torch applies its
     activation), in the dtypes drawn, and over the run's first cases (all of max_cases, up to
     WARM_CASES_MAX; WARM_CASES without max_cases) the GEMM builds
@@ -513,8 +516,10 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
         for post in dict.fromkeys((0, fused, post_code(True, None))):
             # (a gather gradient case's dgrad with K a multiple of 8 runs on conv03 or conv02)
             if (algorithms is None or {"tma", "gather"} & set(algorithms)) and hopper:
-                for tile, staged in itertools.product(CONV03_TILES, (False, True)):
-                    cfg = conv03_tile_config(tile, conv03.PERSISTENT, staged)
+                for tile, staged, rows in itertools.product(CONV03_TILES, (False, True), (False, True)):
+                    if rows and not conv03.A_ROWS:
+                        continue
+                    cfg = conv03_tile_config(tile, conv03.PERSISTENT, staged, rows)
                     jobs.setdefault(CONV_03.name_expression(cfg, dtype, dtype, post), (CONV_03, cfg, dtype, dtype, post))
             if algorithms is None or {"implicit", "tma", "gather"} & set(algorithms):  # (tma falls back to it)
                 cfg = CONV_02.default_config()

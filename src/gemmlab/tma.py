@@ -324,6 +324,22 @@ def filter_map(w: torch.Tensor, K: int, R: int, S: int, C: int, box_rows: int, b
     return map_bytes(tmap)
 
 
+def rows_map(x: torch.Tensor, rows: int, channels: int, box_rows: int, box_channels: int) -> bytes:
+    """The tiled tensor map (its 128 bytes) of the NHWC memory of x read as the [rows = N*H*W][channels]
+    matrix it is, in boxes of box_rows rows x box_channels channels, 128-byte swizzled, zeros past
+    its edges: conv03's A where the filter is 1x1 at stride 1 without padding, whose im2col matrix
+    is x itself (the same shared-memory layout as im2col_map's boxes). Encoded on every call, as
+    im2col_map."""
+    if (channels * x.element_size()) % TMA_ALIGN_BYTES or x.data_ptr() % TMA_ALIGN_BYTES:
+        raise ValueError(f"TMA needs a 16-byte aligned input with rows of whole 16-byte units; got {channels} channels "
+                         f"at address {x.data_ptr():#x}")  # fmt: skip
+    p = dict(dims=(channels, rows), strides=(channels * x.element_size(),), box=(box_channels, box_rows))
+    driver, data_type = _driver_enums(x.dtype)
+    err, tmap = encode_filter(driver, data_type, x.data_ptr(), p)
+    _check(driver, err, f"cuTensorMapEncodeTiled({p})")
+    return map_bytes(tmap)
+
+
 def output_map(d: torch.Tensor, M: int, K: int, box: int = 64) -> bytes:
     """The tiled tensor map (its 128 bytes) of the contiguous [M][K] output at d, stored to in box x
     box chunks from 128-byte-swizzled staging buffers. Encoded on every call, as im2col_map."""

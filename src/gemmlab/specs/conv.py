@@ -80,6 +80,8 @@ def _conv03_check(c: GemmConfig) -> str | None:
         return "PERSISTENT must be 0 (one tile a block) or 1 (blocks walk tiles)"
     if c["TMA_STORE"] not in (0, 1):
         return "TMA_STORE must be 0 (register stores) or 1 (staged through shared memory, TMA stores)"
+    if c["A_ROWS"] not in (0, 1):
+        return "A_ROWS must be 0 (the im2col map) or 1 (a tiled map of the input's rows)"
     return _smem_fits(_conv03_smem(c), 227 * 1024)
 
 
@@ -106,6 +108,7 @@ CONV_03 = KernelSpec(
         Param("STAGES", 6, "shared buffers in the TMA ring (a stage: one tap x 64 channels)"),
         Param("PERSISTENT", 0, "0 one tile a block; 1 at most one block an SM, each walking tiles"),
         Param("TMA_STORE", 0, "0 the epilogue stores from registers; 1 through shared memory with TMA stores"),
+        Param("A_ROWS", 0, "0 A through the im2col map; 1 through a tiled map of the input's rows (1x1, stride 1, no padding)"),
     ),
     block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
     grid=_conv03_grid,
@@ -136,21 +139,24 @@ CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128)
 CONV03_ONE_TILE_A_BLOCK = ((128, 256), (128, 128), (64, 256), (64, 128))
 
 
-def conv03_tile_config(tile: tuple[int, int], persistent: bool = False, tma_store: bool = False) -> GemmConfig:
+def conv03_tile_config(tile: tuple[int, int], persistent: bool = False, tma_store: bool = False,
+                       a_rows: bool = False) -> GemmConfig:  # fmt: skip
     """conv03's config on a tile (BM, BN) of CONV03_TILES: its ring (CONV03_STAGED_TILES' with the
-    staged epilogue), the build (PERSISTENT) and the epilogue (TMA_STORE)."""
+    staged epilogue), the build (PERSISTENT), the epilogue (TMA_STORE) and A's map (A_ROWS)."""
     stages = (CONV03_STAGED_TILES if tma_store else CONV03_TILES)[tile]
-    return CONV_03.config(BM=tile[0], BN=tile[1], STAGES=stages, PERSISTENT=int(persistent), TMA_STORE=int(tma_store))
+    return CONV_03.config(BM=tile[0], BN=tile[1], STAGES=stages, PERSISTENT=int(persistent), TMA_STORE=int(tma_store),
+                          A_ROWS=int(a_rows))  # fmt: skip
 
 
 def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, persistent: bool = False,
-                  tma_store: bool = False) -> GemmConfig:  # fmt: skip
+                  tma_store: bool = False, a_rows: bool = False) -> GemmConfig:  # fmt: skip
     """conv03's config for a convolution of out_channels (the GEMM's N) over rows output pixels (its
     M) on sms SMs: the tile whose busiest SM takes least time by CONV03_TILE_COST, the larger tile
     where two tie. Without rows, the rule for a large layer: 128 x 256 tiles where there are at
     least 256 output channels, else 128 x 128. persistent: the persistent build's config
     (PERSISTENT = 1), chosen among every tile of CONV03_TILES. tma_store: the staged epilogue's
-    (TMA_STORE = 1, conv03_tile_config's ring); the tile rule is the same.
+    (TMA_STORE = 1, conv03_tile_config's ring); the tile rule is the same. a_rows: A through a tiled
+    map of the input's rows (A_ROWS = 1: a 1x1 filter at stride 1 without padding).
 
     Either way one block an SM holds the ring (no two fit), so the busiest SM runs ceil(tiles /
     sms) tiles: waves of blocks, or the longest walk of a persistent block. The rule charges k-step
@@ -158,14 +164,15 @@ def conv03_config(out_channels: int, rows: int | None = None, sms: int = 132, pe
     larger tiles; the persistent build overlaps those with the next tile's loads and MMAs, so the
     same count is a closer model of it. That is a guess, not a measurement."""
     if rows is None:
-        return conv03_tile_config((128, 256) if out_channels >= 256 else (128, 128), persistent, tma_store)
+        return conv03_tile_config((128, 256) if out_channels >= 256 else (128, 128), persistent, tma_store, a_rows)
 
     def cost(tile):
         bm, bn = tile
         tiles = -(-rows // bm) * -(-out_channels // bn)
         return -(-tiles // sms) * CONV03_TILE_COST[tile], -bm * bn
 
-    return conv03_tile_config(min(CONV03_TILES if persistent else CONV03_ONE_TILE_A_BLOCK, key=cost), persistent, tma_store)
+    tile = min(CONV03_TILES if persistent else CONV03_ONE_TILE_A_BLOCK, key=cost)
+    return conv03_tile_config(tile, persistent, tma_store, a_rows)
 
 
 # conv04: a block stages the input its TP x TQ output pixels reach (with the halo) in shared memory

@@ -23,6 +23,11 @@
 // staging buffers (stmatrix) and one thread stores each chunk with a TMA store, as tc07 does
 // (gemmlab::store_tile_64xn). The buffers take shared memory from the ring: fewer stages for the
 // 64-wide tiles (gemmlab.specs.conv).
+//
+// A as rows (A_ROWS = 1). A 1x1 filter at stride 1 without padding makes the im2col matrix the
+// input's own NHWC memory, [N*H*W][C]: the producer then copies A with a plain tiled map of that
+// matrix (box: BM rows x 64 channels, the same 128-byte-swizzled layout in shared memory) instead
+// of the im2col map. gemmlab.conv03 takes it for such layers.
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of D (T or float). BM x BN: the block's tile of D
@@ -33,13 +38,17 @@
 // 0 one tile a block (grid: N tiles x M tiles), 1 the persistent build above (grid: at most the
 // blocks resident at once, gemmlab.conv03). TMA_STORE: 0 the register epilogue, 1 the staged one
 // above (16-bit D; where D's rows are not whole, aligned 16-byte units it stores from registers).
-// POST: the fused epilogue (bias, activation), 0 for none.
+// A_ROWS: 0 A through the im2col map, 1 through a tiled map of the input as a matrix (above; the
+// host passes it only for a 1x1 filter at stride 1 without padding). POST: the fused epilogue
+// (bias, activation), 0 for none.
 //
-// tmX: the im2col map of the NHWC input (box: BM pixels x 64 channels, 128-byte swizzle); tmW: the
+// tmX: the im2col map of the NHWC input (box: BM pixels x 64 channels, 128-byte swizzle), or with
+// A_ROWS the tiled map of [N*H*W][C] (box: BM rows x 64 channels, 128-byte swizzle); tmW: the
 // tiled map of the filter as [K][R*S][C] (box: 64 channels x 1 tap x BN output channels, 128-byte
 // swizzle). D, [M = N*P*Q][K] row-major, is the NHWC output; tmD its tiled map (box: 64 x 64,
 // 128-byte swizzle), read only by the staged epilogue (the register one is passed any 128 bytes).
-template <typename T, typename TD, int BM, int BN, int STAGES, int PERSISTENT = 0, int TMA_STORE = 0, int POST = 0>
+template <typename T, typename TD, int BM, int BN, int STAGES, int PERSISTENT = 0, int TMA_STORE = 0, int A_ROWS = 0,
+          int POST = 0>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_constant__ gemmlab::TensorMap tmW, TD* D,
                 int M, int out_c, int in_c, int f_r, int f_s, int out_p, int out_q, int stride_h, int stride_w,
@@ -60,6 +69,7 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT: 0 one tile a block, 1 a walk over tiles");
     static_assert(sizeof(T) == 2, "16-bit inputs");
     static_assert(TMA_STORE == 0 || (TMA_STORE == 1 && sizeof(TD) == 2), "TMA_STORE: 0 registers, 1 staged (a 16-bit D)");
+    static_assert(A_ROWS == 0 || A_ROWS == 1, "A_ROWS: 0 the im2col map, 1 a tiled map of the input's rows");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     T* sA = reinterpret_cast<T*>(smem);  // [STAGES][BM][64]: pixels x channels, K-major
@@ -115,8 +125,12 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
                     if (u >= STAGES) gemmlab::mbar_wait(&empty[stage], (u / STAGES - 1) & 1);
                     const unsigned bar = gemmlab::smem_addr(&full[stage]);
                     gemmlab::mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                    gemmlab::tma_load_im2col_4d(a0 + stage * STAGE_A * 2, &tmX, bar, c0, w0, h0, img,
-                                                static_cast<unsigned short>(s * dil_w), static_cast<unsigned short>(r * dil_h));
+                    if constexpr (A_ROWS)  // 1x1, stride 1, no padding: one tap, and the tile's rows are x's rows
+                        gemmlab::tma_load_2d(a0 + stage * STAGE_A * 2, &tmX, bar, row0, c0);
+                    else
+                        gemmlab::tma_load_im2col_4d(a0 + stage * STAGE_A * 2, &tmX, bar, c0, w0, h0, img,
+                                                    static_cast<unsigned short>(s * dil_w),
+                                                    static_cast<unsigned short>(r * dil_h));
                     gemmlab::tma_load_3d(b0 + stage * STAGE_B * 2, &tmW, bar, c0, tap, col0);
                 }
                 it += KT;
