@@ -16,7 +16,8 @@ import torch.nn.functional as F
 import gemmlab
 from gemmlab import conv03, conv04, launch
 
-# (N, C, H, W, K, R, stride, padding): a 1x1 (short reduction: one stage a tile), a 3x3, a strided
+# (N, C, H, W, K, R, stride, padding): a 1x1 (short reduction: one stage a tile; A through x's rows,
+# the A_ROWS build), a 3x3, a strided
 # 3x3 with an odd output-channel count (the register fallback of the staged build), a 1x1/2
 CASES = [(2, 64, 20, 20, 128, 1, 1, 0), (2, 32, 13, 11, 192, 3, 1, 1), (1, 16, 17, 17, 130, 3, 2, 1),
          (2, 128, 14, 14, 256, 1, 2, 0)]  # fmt: skip
