@@ -612,12 +612,15 @@ def test_conv_table_of_an_auto_run_says_which_step_ran_each_layer():
             dict(base, name="s1 3x3", R=3, S=3, gemm=dict(M=100352, N=64, K=576), im2col_ms=None, algorithm="tma",
                  conv03=dict(BM=128, BN=64, STAGES=6, persistent=True, grid=132, tiles=784)),
             dict(base, name="stem", C=3, R=7, S=7, stride=2, gemm=dict(M=401408, N=64, K=147), im2col_ms=0.5,
-                 algorithm="im2col")]  # fmt: skip
+                 algorithm="im2col"),
+            dict(base, name="s4 1x1", C=2048, K=512, R=1, S=1, gemm=dict(M=1568, N=512, K=2048), im2col_ms=None,
+                 algorithm="tma", conv03=dict(BM=64, BN=128, STAGES=8, persistent=True, a_rows=True, grid=100, tiles=100))]  # fmt: skip
     run = {"meta": {"gpu": "GPU", "commit": "abc", "time": "t", "dtype": "bf16", "algorithm": "auto"}, "records": recs}
     table = tables.conv_table(run)
     assert "| ratio | ran |" in table and "algorithm='auto'" in table
     assert "| 1.00x | im2col (view) |" in table
-    assert "| 1.00x | conv03 128x64, 6 a block |" in table
+    assert "| 1.00x | conv03 128x64, 6 a block |" in table  # (a record from before the rows build: no a_rows)
+    assert "| 1.00x | conv03 64x128, 1 a block, A as rows |" in table
     assert "| 1.00x | im2col (50% im2col) |" in table
 
 

@@ -227,8 +227,8 @@ def test_a_plan_says_what_it_launches_and_a_forced_tile_keeps_plans_apart(monkey
 
     walk = CONV_03.config(BM=64, BN=128, STAGES=8, PERSISTENT=1)
     plan = SimpleNamespace(cfg=walk, M=100352, K=256, grid=grid_for(100352, 256, walk, 132))
-    assert conv03.describe(plan) == dict(BM=64, BN=128, STAGES=8, persistent=True, tma_store=False, grid=132,
-                                         tiles=1568 * 2)  # fmt: skip
+    assert conv03.describe(plan) == dict(BM=64, BN=128, STAGES=8, persistent=True, tma_store=False, a_rows=False,
+                                         grid=132, tiles=1568 * 2)  # fmt: skip
     with FakeTensorMode():
         x, w = _fake((2, 64, 9, 9), memory_format=torch.channels_last), _fake((128, 64, 3, 3))
         rule = conv03._key(x, w, None, (1, 1, 1), None)

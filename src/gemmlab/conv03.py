@@ -139,9 +139,10 @@ def on_tile(tile: tuple[int, int] | None):
 
 
 def describe(plan: Plan) -> dict:
-    """What a plan launches, for a benchmark's record: the tile, the builds and the grid."""
+    """What a plan launches, for a benchmark's record: the tile, the builds (a_rows: A through x's
+    rows) and the grid."""
     return dict(BM=plan.cfg["BM"], BN=plan.cfg["BN"], STAGES=plan.cfg["STAGES"], persistent=bool(plan.cfg["PERSISTENT"]),
-                tma_store=bool(plan.cfg["TMA_STORE"]),
+                tma_store=bool(plan.cfg["TMA_STORE"]), a_rows=bool(plan.cfg["A_ROWS"]),
                 grid=plan.grid[0] * plan.grid[1] * plan.grid[2],
                 tiles=-(-plan.M // plan.cfg["BM"]) * -(-plan.K // plan.cfg["BN"]))  # fmt: skip
 

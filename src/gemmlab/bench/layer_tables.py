@@ -44,7 +44,7 @@ def conv_table(run: dict) -> str:
         what = ("algorithm='auto': the step conv2d picks for the layer (choose_algorithm, as of the run's commit: "
                 "the ran column says which)")  # fmt: skip
         note = ("ran: the step that ran the layer (conv03 with its tile and, in the persistent build, the most tiles one "
-                "block walks; conv04 with its tile of output pixels and the most tiles one block walks; im2col with its "
+                "block walks, A as rows where it read x's rows for a 1x1 filter at stride 1; conv04 with its tile of output pixels and the most tiles one block walks; im2col with its "
                 "im2col share, view where A is the input itself).")  # fmt: skip
     elif old:
         what = "im2col by torch's unfold, then gemm()"
@@ -92,6 +92,7 @@ def _tile_cells(r: dict, with_best: bool) -> str:
     if c is None:
         return " | ".join(["im2col (not conv03)"] + (["-"] if with_best else []))
     tile = f"{c['BM']}x{c['BN']}" + (f", {-(-c['tiles'] // c['grid'])} a block" if c["persistent"] else "")
+    tile += ", A as rows" if c.get("a_rows") else ""  # (records from before the rows build have no a_rows)
     if not with_best:
         return tile
     times = r.get("tile_ms") or {}
