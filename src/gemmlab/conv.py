@@ -325,8 +325,10 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     product runs on gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor
     cores); CPU tensors run the CPU ladder (float32). groups > 1 (grouped and depthwise
     convolutions, weight [K, C / groups, R, S]) runs one ordinary convolution a group, each on the
-    step algorithm picks for it, and concatenates their channels (_grouped): a launch a group, so
-    many small groups (a depthwise layer of hundreds of channels) cost that many launches.
+    step algorithm picks for it, and concatenates their channels (_grouped): a launch a group. A
+    depthwise layer (groups = C = K) under "auto" runs instead in one launch of conv05 (bf16, fp16 or
+    float32 CUDA tensors; in fp32 arithmetic), except where a gradient will be taken or
+    torch.compile traces the call: those keep the grouped path.
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
     matrix of receptive fields, then gemm()), "implicit" (conv02, implicit GEMM: bf16/fp16 CUDA
@@ -339,6 +341,12 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     implementation and those gradients, so that a compiled model keeps them."""
     if not (_is_int(groups) and groups == 1):
         _check(x, weight, bias, groups, activation)  # every error before the first group's launch
+        if algorithm == "auto" and _depthwise_serves(x, weight, bias, groups):
+            from . import conv05
+
+            g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+            last = _suggests_channels_last(x) or _suggests_channels_last(weight)
+            return conv05.run(x, weight, bias, g, activation, last)
         return _grouped(x, weight, bias, stride, padding, dilation, groups, activation, precision, algorithm)
     kind = _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
     algorithm = kind.algorithm
@@ -373,6 +381,16 @@ def group_slices(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, i:
     tensor fails where torch has no CUDA)."""
     cg, kg = x.shape[1] // groups, weight.shape[0] // groups
     return x.narrow(1, i * cg, cg), weight.narrow(0, i * kg, kg), None if bias is None else bias.narrow(0, i * kg, kg)
+
+
+def _depthwise_serves(x: Tensor, weight: Tensor, bias: Tensor | None, groups) -> bool:
+    """Whether conv05 takes a grouped call in one launch: a depthwise layer (conv05.depthwise_why_not)
+    whose tensors need no gradient and are not traced (those keep the grouped path: its groups are
+    ordinary convolutions, with their gradients and their operator)."""
+    from .conv05 import depthwise_why_not
+
+    return (not _traced(x, weight, bias) and not wants_grad(x, weight, bias)
+            and depthwise_why_not(x, weight, groups) is None)  # fmt: skip
 
 
 def _grouped(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,

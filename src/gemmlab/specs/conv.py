@@ -264,4 +264,41 @@ def conv04_config(g: dict) -> GemmConfig:
     return CONV_04.config(C=g["C"], R=g["R"], S=g["S"], SH=sh, SW=sw, DH=dh, DW=dw, KT=-(-g["K"] // 64), TP=tp, TQ=tq)
 
 
-CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04)
+# conv05: a depthwise convolution (groups = C = K) computed directly, each thread VEC channels of
+# one output pixel over the taps: memory-bound, no MMA. The host picks VEC per call.
+CONV05_THREADS = 256
+
+
+def _conv05_check(c: GemmConfig) -> str | None:
+    if c["VEC"] not in (1, 4, 8):
+        return "VEC must be 1 or 16 bytes of channels (8 16-bit ones, 4 fp32 ones)"
+    return None
+
+
+CONV_05 = KernelSpec(
+    id="conv05_depthwise",
+    step=5,
+    title="depthwise",
+    idea="one filter a channel: each thread 16 bytes of channels of one output pixel over the taps, in fp32, "
+    "one launch for every group where the grouped path launches one a group",
+    source="conv/05_depthwise.cu",
+    entry="conv_depthwise",
+    params=(Param("VEC", 8, "channels a thread: 16 bytes of them (8 16-bit, 4 fp32) or 1"),),
+    block=lambda c: (CONV05_THREADS, 1, 1),
+    grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),  # an upper bound: the host caps it
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    check_config=_conv05_check,
+    seeds="a depthwise layer is C products of one channel each: a direct loop, not a GEMM",
+    type_param=True,
+    epilogues=True,
+)
+
+
+def conv05_vec(dtype: torch.dtype, channels: int, aligned: bool) -> int:
+    """conv05's VEC for a call: 16 bytes of channels where C is a multiple of them and every
+    address 16-byte aligned (aligned), else 1."""
+    vec = 16 // (2 if dtype in (torch.bfloat16, torch.float16) else 4)
+    return vec if aligned and channels % vec == 0 else 1
+
+
+CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04, CONV_05)
