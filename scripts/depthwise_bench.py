@@ -42,7 +42,7 @@ def main() -> None:
             grouped = f"  grouped {ms['grouped'] * 1e3:8.1f} us ({ms['cudnn'] / ms['grouped']:.3f}x)" if "grouped" in ms else ""
             print(f"{name} {layer:12s} C={C:4d} {HW:3d}x{HW:<3d} {R}x{R}/{stride}  conv05 {ms['conv05'] * 1e3:7.1f} us  "
                   f"cuDNN {ms['cudnn'] * 1e3:7.1f} us  ratio {ms['cudnn'] / ms['conv05']:.3f}x  "
-                  f"{moved / ms['conv05'] / 1e9:6.0f} GB/s  error {err:.1e}{grouped}", flush=True)  # fmt: skip
+                  f"{moved / ms['conv05'] / 1e6:6.0f} GB/s  error {err:.1e}{grouped}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

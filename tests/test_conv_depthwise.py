@@ -69,9 +69,14 @@ def test_which_calls_conv2d_sends_to_it(monkeypatch):
         assert (g["C"], g["K"], g["P"], g["Q"], g["stride"], g["pads"]) == (32, 32, 5, 6, (2, 2), (1, 1, 1, 1))
         assert act == "relu" and last
         gemmlab.conv2d(x, w, groups=32, algorithm="im2col")
-        gemmlab.conv2d(x, w.requires_grad_(), groups=32)
+        gemmlab.conv2d(x, w.detach().requires_grad_(), groups=32)
         gemmlab.conv2d(x, torch.empty(64, 1, 3, 3, device="cuda", dtype=torch.bfloat16), groups=32)
-    assert len(ran) == 1 and len(grouped) == 3
+        gemmlab.conv2d(x, w, groups=32, algorithm="depthwise")  # asked for by name
+        with pytest.raises(ValueError, match="algorithm='depthwise': conv05 is depthwise"):
+            gemmlab.conv2d(x, torch.empty(64, 1, 3, 3, device="cuda", dtype=torch.bfloat16), groups=32, algorithm="depthwise")
+        with pytest.raises(ValueError, match="algorithm='depthwise': conv05 computes no gradients"):
+            gemmlab.conv2d(x, w.detach().requires_grad_(), groups=32, algorithm="depthwise")
+    assert len(ran) == 2 and len(grouped) == 3
 
 
 def _geometries(count: int, seed: int):

@@ -44,7 +44,7 @@ def test_drawn_geometries_are_valid_and_inside_the_limits(cases):
         assert rows * c.K * c.C * c.R * c.S <= MAX_MACS and rows * c.K <= MAX_OUTPUT, c.label()
         assert rows * c.C * c.R * c.S <= MAX_FIELDS and c.N * c.C * c.H * c.W <= MAX_INPUT, c.label()
         assert 1 <= c.N <= 8, c.label()
-        assert c.dtype != "fp32" or c.algorithm == "im2col", c.label()
+        assert c.dtype != "fp32" or c.algorithm in ("im2col", "depthwise"), c.label()
         assert fuzz_conv.why_not(c.algorithm, c.dtype, g) is None, c.label()
 
 
@@ -655,6 +655,20 @@ def test_a_short_gather_run_with_the_grid_forced_down_finds_nothing_wrong(monkey
     assert s.by_walk["conv04: several tiles a block"] > 40 and sum(s.by_grad.values()) > 5, s.record()
 
 
+def test_depthwise_cases_are_one_channel_a_group_within_the_work_limits(cases):
+    """conv05's cases: every channel its own group (C = K = 1 a group), every dtype, no gradient,
+    the whole layer within the work limits."""
+    from gemmlab.fuzz_conv_cases import LIMITS
+
+    depthwise = [c for c in cases if c.algorithm == "depthwise"]
+    assert len(depthwise) > 20 and {c.dtype for c in depthwise} == {"bf16", "fp16", "fp32"}
+    assert any(c.groups % 8 for c in depthwise) and any(c.groups % 8 == 0 for c in depthwise)  # (VEC 1 and 16 bytes)
+    for c in depthwise:
+        g = c.geometry()
+        assert c.C == c.K == 1 and not c.grad and c.in_channels == c.out_channels == c.groups, c.label()
+        assert c.N * g["P"] * g["Q"] * c.groups <= LIMITS[1] and c.N * c.groups * c.H * c.W <= LIMITS[3], c.label()
+
+
 def test_grouped_cases_stay_within_the_work_limits_and_their_reference_is_torchs(cases):
     """A share of the forward cases are grouped (never a gradient case), every group's geometry the
     drawn one; the whole convolution within the work limits; and the float64 reference of a grouped
@@ -662,8 +676,8 @@ def test_grouped_cases_stay_within_the_work_limits_and_their_reference_is_torchs
     brute-force norm of its terms (sum over outputs of sum_j (x_j w_jk)^2, j over the group's fields)."""
     from gemmlab.fuzz_conv_cases import GROUPED_SHARE, LIMITS
 
-    grouped = [c for c in cases if c.groups > 1]
-    forward = [c for c in cases if not c.grad]
+    grouped = [c for c in cases if c.groups > 1 and c.algorithm != "depthwise"]
+    forward = [c for c in cases if not c.grad and c.algorithm != "depthwise"]
     assert not any(c.grad for c in grouped)
     assert 0.5 * GROUPED_SHARE < len(grouped) / len(forward) < 1.5 * GROUPED_SHARE
     assert {c.algorithm for c in grouped} == {"tma", "implicit", "gather", "im2col"}

@@ -328,7 +328,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     step algorithm picks for it, and concatenates their channels (_grouped): a launch a group. A
     depthwise layer (groups = C = K) under "auto" runs instead in one launch of conv05 (bf16, fp16 or
     float32 CUDA tensors; in fp32 arithmetic), except where a gradient will be taken or
-    torch.compile traces the call: those keep the grouped path.
+    torch.compile traces the call: those keep the grouped path. algorithm="depthwise" asks for conv05
+    (a ValueError where it cannot serve the call).
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
     matrix of receptive fields, then gemm()), "implicit" (conv02, implicit GEMM: bf16/fp16 CUDA
@@ -339,15 +340,12 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad); where torch.compile traces the call, they
     run as the operator torch.ops.gemmlab.conv2d_step (conv_step_op), which has a fake
     implementation and those gradients, so that a compiled model keeps them."""
-    if not (_is_int(groups) and groups == 1):
+    if algorithm == "depthwise" or not (_is_int(groups) and groups == 1):
         _check(x, weight, bias, groups, activation)  # every error before the first group's launch
-        if algorithm == "auto" and _depthwise_serves(x, weight, bias, groups):
-            from . import conv05
-
-            g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
-            last = _suggests_channels_last(x) or _suggests_channels_last(weight)
-            return conv05.run(x, weight, bias, g, activation, last)
-        return _grouped(x, weight, bias, stride, padding, dilation, groups, activation, precision, algorithm)
+        y = algorithm in ("depthwise", "auto") and _depthwise(x, weight, bias, stride, padding, dilation, groups,
+                                                               activation, algorithm == "depthwise")  # fmt: skip
+        return y if isinstance(y, Tensor) else _grouped(x, weight, bias, stride, padding, dilation, groups, activation,
+                                                        precision, algorithm)  # fmt: skip
     kind = _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
     algorithm = kind.algorithm
     if algorithm != "im2col" and _traced(x, weight, bias):  # through the operator
@@ -383,14 +381,22 @@ def group_slices(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, i:
     return x.narrow(1, i * cg, cg), weight.narrow(0, i * kg, kg), None if bias is None else bias.narrow(0, i * kg, kg)
 
 
-def _depthwise_serves(x: Tensor, weight: Tensor, bias: Tensor | None, groups) -> bool:
-    """Whether conv05 takes a grouped call in one launch: a depthwise layer (conv05.depthwise_why_not)
-    whose tensors need no gradient and are not traced (those keep the grouped path: its groups are
-    ordinary convolutions, with their gradients and their operator)."""
-    from .conv05 import depthwise_why_not
+def _depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
+               activation: str | None, asked: bool = True) -> Tensor | None:  # fmt: skip
+    """A depthwise layer in one launch of conv05 (conv05.depthwise_why_not), where no gradient or trace
+    needs the grouped path (whose groups are ordinary convolutions, with gradients and an operator);
+    None where it cannot serve, or asked (algorithm="depthwise"): a ValueError saying why."""
+    from . import conv05
 
-    return (not _traced(x, weight, bias) and not wants_grad(x, weight, bias)
-            and depthwise_why_not(x, weight, groups) is None)  # fmt: skip
+    why = conv05.depthwise_why_not(x, weight, groups)
+    if why is None and (_traced(x, weight, bias) or wants_grad(x, weight, bias)):
+        why = "conv05 computes no gradients and is no operator torch.compile traces: use algorithm='auto'"
+    if why is not None:
+        if asked:
+            raise ValueError(f"algorithm='depthwise': {why}")
+        return None
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
+    return conv05.run(x, weight, bias, g, activation, _suggests_channels_last(x) or _suggests_channels_last(weight))
 
 
 def _grouped(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,

@@ -56,10 +56,12 @@ from .activations import ACTIVATIONS, post_code
 from .conv import conv2d, gather_why_not, group_slices, implicit_gemm_why_not, tma_why_not
 from .fuzz import run_activation
 from .fuzz_loop import Summary as RunSummary, drive, reasons
-from .fuzz_conv_cases import (ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, ConvCase, _gather_dgrad_config, _im2col_problem,
-                               _wgrad_problem, draw, why_not)
+from .fuzz_conv_cases import (ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, STEPS, ConvCase, _gather_dgrad_config,
+                               _im2col_problem, _wgrad_problem, draw, why_not)  # fmt: skip
 from .reference import error_terms, reference_post, tolerance
-from .specs.conv import CONV03_TILES, CONV_02, CONV_03, CONV_04, conv03_config, conv03_tile_config, conv04_config
+from .conv05 import depthwise_why_not
+from .specs.conv import (CONV03_TILES, CONV_02, CONV_03, CONV_04, CONV_05, conv03_config, conv03_tile_config, conv04_config,
+                         conv05_vec)  # fmt: skip
 
 # (the cases and their drawing, imported here too: fuzz_conv.draw, fuzz_conv.ConvCase)
 __all__ = ["ALGORITHM_WEIGHTS", "DTYPES", "REGIMES", "ConvCase", "draw", "why_not", "run_activation", "run", "replay",
@@ -114,8 +116,8 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
     for algorithm in (case.algorithm, *FALLBACK[case.algorithm]):
         if algorithms is not None and algorithm not in algorithms:
             continue
-        why = None
-        for x, w, bias in (group_views(case, t, i) for i in range(case.groups)):  # (each group's own call)
+        why = depthwise_why_not(t.x, t.w, case.groups) if algorithm == "depthwise" else None  # (one call)
+        for x, w, bias in (group_views(case, t, i) for i in range(case.groups) if algorithm in STEPS):  # (each group's)
             if algorithm == "tma":
                 why = tma_why_not(x, w, bias, *case.g_args)
             elif algorithm == "implicit":
@@ -329,6 +331,8 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
         return f"{CONV_02.id} BM={cfg['BM']},BN={cfg['BN']}", ""
     if case.algorithm == "gather":
         return _chosen_gather(case, g, t)
+    if case.algorithm == "depthwise":
+        return f"{CONV_05.id} VEC={conv05_vec(DTYPES[case.dtype], case.groups, True)}", ""
     if case.algorithm == "im2col":
         from .fuzz import _chosen
 

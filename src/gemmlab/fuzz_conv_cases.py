@@ -26,10 +26,10 @@ from .specs.conv import CONV03_BK, CONV03_TILES, CONV04_MAX_K, CONV_03, CONV_04,
 from .tma import im2col_why_not
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-ALGORITHM_WEIGHTS = {"tma": 0.37, "implicit": 0.21, "gather": 0.17, "im2col": 0.25}
+ALGORITHM_WEIGHTS = {"tma": 0.37, "implicit": 0.21, "gather": 0.17, "im2col": 0.25, "depthwise": 0.06}
 # where the drawn one refuses, the next that serves runs: conv2d's algorithm="auto" order
 FALLBACK = {"tma": ("implicit", "gather", "im2col"), "implicit": ("gather", "im2col"), "gather": ("im2col",),
-            "im2col": ()}  # fmt: skip
+            "im2col": (), "depthwise": ("im2col",)}  # fmt: skip
 STEPS = ("tma", "implicit", "gather")  # the algorithms of our own kernels, whose cases may check gradients
 FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cuDNN with TF32 off)
 SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
@@ -85,7 +85,7 @@ class ConvCase:
     dilation: int | tuple
     x_channels_last: bool
     w_channels_last: bool
-    algorithm: str  # what runs: "tma", "implicit", "gather" or "im2col"
+    algorithm: str  # what runs: "tma", "implicit", "gather", "im2col" or "depthwise" (conv05: groups = channels, C = K = 1)
     bias: bool = False
     activation: str | None = None
     special: str = ""  # "", or a NaN or an Inf in x or w: "nan-x", "inf-x", "nan-w", "inf-w"
@@ -350,7 +350,7 @@ def why_not(algorithm: str, dtype: str, g: dict) -> str | None:
     multiple of 8, conv03 only what its im2col map can describe (gemmlab.tma.im2col_why_not, as
     conv.tma_why_not asks it), conv04 only what one of its builds holds (conv04_config's refusals,
     as conv.gather_why_not words them)."""
-    if algorithm == "im2col":
+    if algorithm in ("im2col", "depthwise"):  # (a depthwise case's geometry is drawn as one: draw)
         return None
     if dtype == "fp32":
         return "it takes bf16 or fp16, not float32"
@@ -389,12 +389,14 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
         drawn = _weighted(rng, {a: ALGORITHM_WEIGHTS[a] for a in allowed})
         if drawn == "gather":
             drawn_geo = _few_channels(rng, regime, drawn_geo)
-        weights = {"bf16": 0.5, "fp16": 0.5} | ({"fp32": FP32_SHARE / (1 - FP32_SHARE)} if drawn == "im2col" else {})
+        weights = {"bf16": 0.5, "fp16": 0.5} | ({"fp32": FP32_SHARE / (1 - FP32_SHARE)} if drawn in ("im2col", "depthwise") else {})
         dtype = _weighted(rng, {d: w for d, w in weights.items() if d in wanted} or {d: 1.0 for d in wanted})
         small = wants_grad and drawn in STEPS  # within a gradient case's limits
         N, C, H, W, K, R, S, stride, padding, dilation = _fit(*drawn_geo, limits=GRAD_LIMITS if small else LIMITS)
         if drawn == "gather":
             N, C, H, W, K, R, S, stride, padding, dilation = _gather_fit(N, C, H, W, K, R, S, stride, padding, dilation)
+        if drawn == "depthwise":  # one filter a channel: the regime's C channels in and out
+            N, C, H, W, K, R, S, stride, padding, dilation = _fit(N, C, H, W, C, R, S, stride, padding, dilation)
         if small and K >= 8 and random.Random(f"dgrad {seed}").random() < DGRAD_ON_STEP:
             K -= K % 8  # dx's convolution reads K channels: a multiple of 8 runs it on conv02/conv03
         g = conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
@@ -421,6 +423,8 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     staged = algorithm == "tma" and random.Random(f"staged {seed}").random() < STAGED_SHARE
     registers = algorithm == "tma" and not staged and random.Random(f"registers {seed}").random() < REGISTER_SHARE
     groups = 1 if grad else _groups(random.Random(f"groups {seed}"), N, C, H, W, K, R, S, g)
+    if algorithm == "depthwise":  # every channel its own group (C and K are a group's)
+        C, K, groups = 1, 1, C
     return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
                     act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad, staged,
                     registers, groups)  # fmt: skip
