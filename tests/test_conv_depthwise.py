@@ -141,3 +141,48 @@ def test_a_gradient_takes_the_grouped_path_and_is_torchs_on_the_gpu():
     F.conv2d(xd, wd, padding=1, groups=24).square().sum().backward()
     assert (x.grad.double() - xd.grad).abs().max() / xd.grad.abs().max() < 1e-5
     assert (w.grad.double() - wd.grad).abs().max() / wd.grad.abs().max() < 1e-5
+
+
+# ---- conv-bench over depthwise layers ---------------------------------------------------------
+
+
+def test_the_depthwise_sweep_parses_and_a_bad_groups_is_a_clear_error(tmp_path):
+    from pathlib import Path
+
+    from gemmlab.bench.conv import read_conv_sweep
+
+    sweep = read_conv_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "conv" / "depthwise.toml")
+    assert sweep["tag"] == "conv-depthwise" and len(sweep["layers"]) == 12
+    assert all(l.groups == l.C == l.K for l in sweep["layers"]) and {l.R for l in sweep["layers"]} == {3, 7}
+    bad = tmp_path / "s.toml"
+    bad.write_text('batches = [1]\nlayers = [{ name = "x", C = 6, H = 9, W = 9, K = 6, R = 3, S = 3, groups = 4 }]\n')
+    with pytest.raises(ValueError, match="groups=4 must divide C=6 and K=6"):
+        read_conv_sweep(bad)
+
+
+def test_depthwise_records_have_a_table_of_their_own(tmp_path):
+    """conv-depthwise-auto records merge among themselves (DEPTHWISE_TAGS) and stay out of ResNet-50's
+    tables (CONV_TAGS); their rows say conv05 ran and show the groups."""
+    from conftest import conv_run
+    from gemmlab.bench import layer_tables, records
+    from gemmlab.bench.run import write_run
+
+    run = conv_run("auto", {("mbv2 112", 32): 0.5}, "dddd")
+    run["records"][0].update(algorithm="depthwise", C=32, K=32, R=3, S=3, stride=1, groups=32, tflops=1.0,
+                             cudnn_tflops=2.0, gemm=dict(M=401408, N=1, K=9))  # fmt: skip
+    write_run(tmp_path / "nvidia-h200" / "conv-depthwise-auto-20261128T000000Z.json", run["meta"], run["records"])
+    assert records.merged_conv(tmp_path) == []
+    (merged,) = records.merged_conv(tmp_path, records.DEPTHWISE_TAGS)
+    table = layer_tables.conv_table(merged)
+    assert "| mbv2 112 | 32 | 32 -> 32 | 3x3/1, groups 32 | 401408x1x9 |" in table and "| 0.50x | conv05 |" in table
+
+
+@pytest.mark.gpu
+def test_a_depthwise_bench_run_says_conv05_ran_on_the_gpu(tmp_path):
+    from gemmlab.bench import conv as conv_bench
+
+    layer = conv_bench.Layer("dw", 24, 15, 13, 24, 3, 3, 1, 1, groups=24)
+    sweep = dict(layers=[layer], batches=[2], dtypes=["bf16", "float32"], tag="t", reps=3, warmup=1)
+    for _, (r,) in conv_bench.run_conv_bench(sweep, tmp_path, algorithm="auto"):
+        assert r["algorithm"] == "depthwise" and r["groups"] == 24 and r["gemm"] == dict(M=2 * 15 * 13, N=1, K=9)
+        assert r["error"] < 2e-2 and r["ms"] > 0 and r["cudnn_ms"] > 0

@@ -7,7 +7,9 @@ the step that builds the GEMM's A operand: padding and the one copy of the recep
 timed alone beside them, so a table can show what the data movement costs. Where that operand is a
 view of the input (a 1x1 filter at stride 1 without padding), there is nothing to time and the
 record says so (im2col_ms null). Each result is checked against float64 on the batch's first
-images before it is timed.
+images before it is timed. A layer may be grouped (groups: a depthwise one has groups = C = K);
+algorithm="auto" then runs what conv2d picks for it -- conv05 for a depthwise layer ("depthwise"),
+else one convolution a group ("grouped") -- and the record says which.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import torch.nn.functional as F
 
 from ..conv import (choose_algorithm, conv2d, conv_geometry, gather_why_not, im2col, implicit_gemm_why_not,
                     tma_why_not)  # fmt: skip
+from ..conv05 import depthwise_why_not
 from . import environment
 from .run import DTYPES, PRECISIONS, REPS, record_cases, results_path
 from .timing import L2Flusher, interleaved, median
 
-LAYER_KEYS = {"name", "C", "H", "W", "K", "R", "S", "stride", "padding"}
+LAYER_KEYS = {"name", "C", "H", "W", "K", "R", "S", "stride", "padding", "groups"}
 SWEEP_KEYS = {"tag", "batches", "dtypes", "reps", "warmup", "layers"}
 CHECK_IMAGES = 4  # images of a batch compared with float64 before timing
 # The largest error (max element over max |result|) against float64 a result may have and be timed:
@@ -46,6 +49,7 @@ class Layer:
     S: int
     stride: int = 1
     padding: int = 0
+    groups: int = 1  # C and K are the whole layer's; each group convolves C / groups channels into K / groups
 
 
 def read_conv_sweep(path: Path) -> dict:
@@ -59,10 +63,12 @@ def read_conv_sweep(path: Path) -> dict:
     layers = []
     for i, raw in enumerate(data.get("layers", [])):
         bad = set(raw) - LAYER_KEYS
-        missing = LAYER_KEYS - {"stride", "padding"} - set(raw)
+        missing = LAYER_KEYS - {"stride", "padding", "groups"} - set(raw)
         if bad or missing:
             raise ValueError(f"{path}: layer {i}: unknown keys {sorted(bad)}, missing {sorted(missing)}")
         layer = Layer(**raw)
+        if layer.groups < 1 or layer.C % layer.groups or layer.K % layer.groups:
+            raise ValueError(f"{path}: layer {i}: groups={layer.groups} must divide C={layer.C} and K={layer.K}")
         conv_geometry((1, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
         layers.append(layer)
     dtypes = list(data.get("dtypes", ["bf16"]))
@@ -114,19 +120,24 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
     dtype, precision = DTYPES[dtype_name], PRECISIONS.get(dtype_name, "fp32")
     g = conv_geometry((batch, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
     x = torch.randn(batch, layer.C, layer.H, layer.W, device=device).to(dtype).to(memory_format=torch.channels_last)
-    w = (torch.randn(layer.K, layer.C, layer.R, layer.S, device=device) / (layer.C * layer.R * layer.S) ** 0.5).to(dtype)
+    cg = layer.C // layer.groups  # a group's input channels
+    w = (torch.randn(layer.K, cg, layer.R, layer.S, device=device) / (cg * layer.R * layer.S) ** 0.5).to(dtype)
     w = w.to(memory_format=torch.channels_last)
-    kw = dict(stride=layer.stride, padding=layer.padding)
-    if algorithm == "auto":  # the record says which step ran
+    kw = dict(stride=layer.stride, padding=layer.padding) | ({"groups": layer.groups} if layer.groups > 1 else {})
+    if algorithm == "auto" and layer.groups > 1:  # the record says which path ran
+        algorithm = "depthwise" if depthwise_why_not(x, w, layer.groups) is None else "grouped"
+    elif algorithm == "auto":  # the record says which step ran
         algorithm = choose_algorithm(x, w, None, layer.stride, layer.padding)
-    if algorithm == "implicit" and implicit_gemm_why_not(x, w, None) is not None:
+    single = layer.groups == 1  # (a grouped layer's groups each take the algorithm, or conv2d says why not)
+    if single and algorithm == "implicit" and implicit_gemm_why_not(x, w, None) is not None:
         algorithm = "im2col"
-    if algorithm == "tma" and tma_why_not(x, w, None, **kw) is not None:
+    if single and algorithm == "tma" and tma_why_not(x, w, None, **kw) is not None:
         algorithm = "im2col"
-    if algorithm == "gather" and gather_why_not(x, w, None, **kw) is not None:
+    if single and algorithm == "gather" and gather_why_not(x, w, None, **kw) is not None:
         algorithm = "im2col"
-    kw_ours = dict(kw, precision=precision, algorithm=algorithm)
-    copies = algorithm == "im2col" and im2col(x, g).untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    kw_ours = dict(kw, precision=precision, algorithm="auto" if algorithm == "grouped" else algorithm)
+    copies = (algorithm == "im2col" and layer.groups == 1
+              and im2col(x, g).untyped_storage().data_ptr() != x.untyped_storage().data_ptr())  # fmt: skip
     fns = {"ours": lambda: conv2d(x, w, **kw_ours), "cudnn": lambda: F.conv2d(x, w, **kw)}
     if copies:
         fns["im2col"] = lambda: im2col(x, g)
@@ -141,22 +152,22 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
                                f"is {err:.2e}, over {WRONG_ABOVE[dtype_name]:.0e} (cuDNN's: {cudnn_err:.2e}); not timed")  # fmt: skip
         times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
         extra = {}
-        if algorithm == "tma":  # read before the tiles' plans can push the timed one out of conv03's table
+        if algorithm == "tma" and single:  # read before the tiles' plans can push the timed one out of conv03's table
             from .. import conv03
 
             extra["conv03"] = conv03.describe(conv03.cached_plan(x, w, None, (layer.stride, layer.padding, 1), None))
-        if algorithm == "gather":
+        if algorithm == "gather" and single:
             from .. import conv04
 
             extra["conv04"] = conv04.describe(conv04.cached_plan(x, w, None, (layer.stride, layer.padding, 1), None))
-        if tiles and algorithm == "tma":
+        if tiles and algorithm == "tma" and single:
             extra["tile_ms"] = _tile_times(x, w, kw, ref, dtype_name, reps, warmup, flusher)
     ms = {k: median(v) for k, v in times.items()}
-    flops = 2.0 * batch * g["P"] * g["Q"] * layer.K * layer.C * layer.R * layer.S
+    flops = 2.0 * batch * g["P"] * g["Q"] * layer.K * cg * layer.R * layer.S
     return dict(
         name=layer.name, N=batch, C=layer.C, H=layer.H, W=layer.W, K=layer.K, R=layer.R, S=layer.S,
-        stride=layer.stride, padding=layer.padding, P=g["P"], Q=g["Q"], dtype=dtype_name,
-        gemm=dict(M=batch * g["P"] * g["Q"], N=layer.K, K=layer.C * layer.R * layer.S),
+        stride=layer.stride, padding=layer.padding, groups=layer.groups, P=g["P"], Q=g["Q"], dtype=dtype_name,
+        gemm=dict(M=batch * g["P"] * g["Q"], N=layer.K // layer.groups, K=cg * layer.R * layer.S),  # (a group's)
         ms=ms["ours"], cudnn_ms=ms["cudnn"], im2col_ms=ms.get("im2col"), times_ms=times["ours"],
         cudnn_times_ms=times["cudnn"], tflops=flops / ms["ours"] / 1e9, cudnn_tflops=flops / ms["cudnn"] / 1e9,
         ratio=ms["cudnn"] / ms["ours"],

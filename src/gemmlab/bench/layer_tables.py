@@ -33,7 +33,8 @@ def conv_table(run: dict) -> str:
     for r in recs:
         g = r["gemm"]
         cells = _ran_cell(r) if auto else _tile_cells(r, with_best) if tiles else _im2col_share(r)
-        lines.append(f"| {r['name']} | {r['N']} | {r['C']} -> {r['K']} | {r['R']}x{r['S']}/{r['stride']} | "
+        groups = f", groups {r['groups']}" if r.get("groups", 1) > 1 else ""
+        lines.append(f"| {r['name']} | {r['N']} | {r['C']} -> {r['K']} | {r['R']}x{r['S']}/{r['stride']}{groups} | "
                      f"{g['M']}x{g['N']}x{g['K']} | {r['tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['ratio']:.2f}x | "
                      f"{cells} |")  # fmt: skip
     means = []
@@ -44,8 +45,9 @@ def conv_table(run: dict) -> str:
         what = ("algorithm='auto': the step conv2d picks for the layer (choose_algorithm, as of the run's commit: "
                 "the ran column says which)")  # fmt: skip
         note = ("ran: the step that ran the layer (conv03 with its tile and, in the persistent build, the most tiles one "
-                "block walks, A as rows where it read x's rows for a 1x1 filter at stride 1; conv04 with its tile of output pixels and the most tiles one block walks; im2col with its "
-                "im2col share, view where A is the input itself).")  # fmt: skip
+                "block walks, A as rows where it read x's rows for a 1x1 filter at stride 1; conv04 with its tile of "
+                "output pixels and the most tiles one block walks; conv05 for a depthwise layer, a convolution a group "
+                "for another grouped one; im2col with its im2col share, view where A is the input itself).")  # fmt: skip
     elif old:
         what = "im2col by torch's unfold, then gemm()"
         note = "unfold share: torch's unfold alone against conv2d's time."
@@ -78,6 +80,8 @@ def _ran_cell(r: dict) -> str:
         return f"conv03 {_tile_cells(r, False)}"
     if r.get("algorithm") == "implicit":
         return "conv02"
+    if r.get("algorithm") in ("depthwise", "grouped"):
+        return "conv05" if r["algorithm"] == "depthwise" else f"a convolution a group ({r.get('groups')})"
     if r.get("algorithm") == "gather":
         c = r.get("conv04")
         return "conv04" + (f" {c['TP']}x{c['TQ']}, {-(-c['tiles'] // c['grid'])} a block" if c else "")

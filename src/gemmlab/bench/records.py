@@ -87,15 +87,17 @@ def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
 
 
 CONV_TAGS = ("conv-resnet50", "conv-resnet50-implicit", "conv-resnet50-tma", "conv-resnet50-auto")  # conv-bench's sweep, per algorithm
+DEPTHWISE_TAGS = ("conv-depthwise-auto",)  # sweeps/conv/depthwise.toml on auto: conv05, a table of its own
 
 
-def merged_conv(results_root: Path) -> list[dict]:
-    """conv-bench's runs on ResNet-50's layers, one per (algorithm, GPU, dtype): the newest record of
+def merged_conv(results_root: Path, tags: tuple[str, ...] = CONV_TAGS) -> list[dict]:
+    """conv-bench's runs on ResNet-50's layers (tags: those of another sweep, DEPTHWISE_TAGS), one per
+    (algorithm, GPU, dtype): the newest record of
     every (layer, batch) across that group's runs -- a run of one batch leaves the other batch's
     newest records standing -- under the newest run's header, whose 'commits' lists every run that
     contributed. In CONV_TAGS' order, then by GPU folder and dtype; records by batch, then layer."""
     merged = []
-    for tag in CONV_TAGS:
+    for tag in tags:
         groups: dict[tuple[str, str], list[dict]] = {}
         for p in sorted(find_runs(results_root, tag), key=_record_order):
             run = load_run(p)
