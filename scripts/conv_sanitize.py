@@ -1,9 +1,10 @@
-"""conv03 and conv04 under compute-sanitizer: a few small convolutions, each checked against
+"""conv03, conv04 and conv05 under compute-sanitizer: a few small convolutions, each checked against
 float64, with the persistent grid forced down to 3 blocks so that every block walks several tiles
 (where a hand-over of shared memory between tiles would race). conv03 through algorithm="tma",
 with the staged TMA-store epilogue and the register one; conv04 through algorithm="gather" (few
 input channels: the stem, a dilated 3x3, a 5x5 over one channel), its input tile staged in shared
-memory while the last tile's fragments are gathered. Run by scripts/gpu_run.sh's "conv-sanitize"
+memory while the last tile's fragments are gathered; conv05 through algorithm="depthwise" (its reads
+at the borders, 16 bytes of channels a thread and one). Run by scripts/gpu_run.sh's "conv-sanitize"
 step:
   compute-sanitizer --tool racecheck python3 scripts/conv_sanitize.py
 Exit 1 on a wrong result; the sanitizer's own exit code reports hazards."""
@@ -21,6 +22,10 @@ from gemmlab import conv03, conv04, launch
 # 3x3 with an odd output-channel count (the register fallback of the staged build), a 1x1/2
 CASES = [(2, 64, 20, 20, 128, 1, 1, 0), (2, 32, 13, 11, 192, 3, 1, 1), (1, 16, 17, 17, 130, 3, 2, 1),
          (2, 128, 14, 14, 256, 1, 2, 0)]  # fmt: skip
+# conv05's depthwise layers (N, C, H, W, R, stride, padding, dilation, dtype): 16 bytes of channels a
+# thread (24 bf16 channels, 12 float32 ones) and one (13 channels), the padding's reads at every border
+DEPTHWISE_CASES = [(2, 24, 13, 11, 3, 1, 1, 1, torch.bfloat16), (1, 12, 9, 17, 7, 2, 3, 1, torch.float32),
+                   (2, 13, 8, 8, 5, 1, "same", 2, torch.float16)]  # fmt: skip
 # conv04's (N, C, H, W, K, R, stride, padding, dilation): the stem on a small odd image, a 3x3 over 5
 # channels dilated 2 into 130 output channels (three 64-channel parts held), a 5x5 over one channel
 GATHER_CASES = [(2, 3, 37, 45, 64, 7, 2, 3, 1), (1, 5, 29, 23, 130, 3, 1, 2, 2), (2, 1, 31, 33, 24, 5, 1, 2, 1)]
@@ -69,6 +74,19 @@ def main() -> int:
             print(f"{'passed' if ok else 'FAIL'} gather x={N}x{C}x{H}x{W} w={K}x{C}x{R}x{R} stride={stride} "
                   f"padding={padding} dilation={dilation} {str(dtype).removeprefix('torch.')} error {err:.1e} {what}",
                   flush=True)  # fmt: skip
+    with torch.no_grad():
+        for N, C, H, W, R, stride, padding, dilation, dtype in DEPTHWISE_CASES:
+            x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+            w = (torch.randn(C, 1, R, R, device="cuda") / R).to(dtype)
+            bias = torch.randn(C, device="cuda").to(dtype)
+            kw = dict(stride=stride, padding=padding, dilation=dilation, groups=C)
+            y = gemmlab.conv2d(x, w, bias, **kw, activation="silu", algorithm="depthwise")
+            ref = F.silu(F.conv2d(x.double(), w.double(), bias.double(), **kw))
+            err = _error(y, ref)
+            ok = err < 2e-2 and not y.isnan().any()
+            wrong += not ok
+            print(f"{'passed' if ok else 'FAIL'} depthwise x={N}x{C}x{H}x{W} w={C}x1x{R}x{R} stride={stride} padding={padding} "
+                  f"dilation={dilation} {str(dtype).removeprefix('torch.')} error {err:.1e}", flush=True)  # fmt: skip
     return 1 if wrong else 0
 
 
