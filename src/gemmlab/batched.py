@@ -19,6 +19,8 @@ torch.compile needs it: gradients and traces come as gemm's do.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -112,3 +114,40 @@ def _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activatio
     if batched_tc07.prepared(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation):
         return None  # a call of this kind was served before: nothing in the refusal has changed
     return batched_tc07.refusal(a, b, c, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+
+
+def matmul(a: Tensor, b: Tensor, *, kernel="auto", precision="fp32", out_dtype=None, device=None) -> Tensor:
+    """a @ b with torch.matmul's semantics on gemmlab's kernels: 1-D operands are vectors (a's gets
+    a row dimension, b's a column, removed from the result), 2-D ones one product (gemm), and
+    anything with more dimensions a batch over the leading ones, broadcast against each other as
+    torch broadcasts them. A batch against a 2-D b stacks a's rows into one GEMM (a view where a's
+    matrices follow one another); a batched b goes to bmm over the batch flattened (broadcast
+    operands are expanded, as torch.matmul expands them). The keywords as gemmlab.gemm takes them.
+    Gradients and torch.compile come through gemm and bmm."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch tensor, got {type(t).__name__}")
+        if t.dim() == 0:
+            raise ValueError(f"{name} is a scalar (0-d): matmul needs at least one dimension on each side")
+    kw = dict(kernel=kernel, precision=precision, out_dtype=out_dtype, device=device)
+    A = a.unsqueeze(0) if a.dim() == 1 else a  # [..., M, K]
+    B = b.unsqueeze(-1) if b.dim() == 1 else b  # [..., K, N]
+    M, K = A.shape[-2:]
+    N = B.shape[-1]
+    if B.shape[-2] != K:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    if A.dim() == 2 and B.dim() == 2:
+        d = gemm(A, B, **kw)
+    elif B.dim() == 2:  # a batch against one matrix: a's rows stacked, one GEMM
+        d = gemm(A.reshape(math.prod(A.shape[:-1]), K), B, **kw).reshape(*A.shape[:-1], N)
+    else:
+        try:
+            batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+        except RuntimeError:
+            raise ValueError(f"batch dimensions do not broadcast: a is {tuple(a.shape)}, b is {tuple(b.shape)}") from None
+        n = math.prod(batch)  # (not -1 in the reshapes: a batch of empty matrices has no size to infer)
+        a3 = A if A.dim() == 2 else A.expand(*batch, M, K).reshape(n, M, K)
+        d = bmm(a3, B.expand(*batch, K, N).reshape(n, K, N), **kw).reshape(*batch, M, N)
+    if a.dim() == 1:
+        d = d.squeeze(-2)
+    return d.squeeze(-1) if b.dim() == 1 else d
