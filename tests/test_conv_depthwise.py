@@ -79,6 +79,31 @@ def test_which_calls_conv2d_sends_to_it(monkeypatch):
     assert len(ran) == 2 and len(grouped) == 3
 
 
+def test_a_traced_call_runs_as_the_operator_with_torchs_shape_and_format(monkeypatch):
+    """Where torch.compile traces conv2d (fake tensors read as traced), a depthwise call goes through
+    torch.ops.gemmlab.conv2d_depthwise, whose fake implementation gives torch's shape and memory
+    format without a GPU; a call that takes a gradient (wants_grad, stood in for) keeps the grouped
+    path."""
+    calls = []
+    real = conv05.depthwise_op
+    monkeypatch.setattr(conv05, "depthwise_op", lambda *a: (calls.append(a[3:]), real(*a))[1])
+    with FakeTensorMode():
+        for C, R, stride, padding, last in [(32, 3, 2, 1, True), (12, 7, 1, "same", False), (8, 5, (1, 2), (2, 0), True)]:
+            x = torch.empty(2, C, 15, 17, device="cuda", dtype=torch.bfloat16)
+            x = x.to(memory_format=torch.channels_last) if last else x
+            w = torch.empty(C, 1, R, R, device="cuda", dtype=torch.bfloat16)
+            y = gemmlab.conv2d(x, w, stride=stride, padding=padding, groups=C, activation="gelu")
+            g = conv.conv_geometry(tuple(x.shape), tuple(w.shape), stride, padding)
+            assert y.shape == (2, C, g["P"], g["Q"]) and y.device.type == "cuda"
+            assert y.is_contiguous(memory_format=torch.channels_last if last else torch.contiguous_format)
+        grouped = []
+        monkeypatch.setattr(conv, "wants_grad", lambda *t: True)
+        monkeypatch.setattr(conv, "_grouped", lambda *a, **k: grouped.append(a) or torch.empty(0))
+        gemmlab.conv2d(x, w, stride=(1, 2), padding=(2, 0), groups=8)
+    assert calls == [([2, 2], [1, 1], "", [1, 1], "gelu"), ([1, 1], [0, 0], "same", [1, 1], "gelu"),
+                     ([1, 2], [2, 0], "", [1, 1], "gelu")] and len(grouped) == 1  # fmt: skip
+
+
 def _geometries(count: int, seed: int):
     rng = random.Random(seed)
     for _ in range(count):
@@ -124,6 +149,25 @@ def test_values_against_float64_on_the_gpu(dtype, tol, monkeypatch):
         assert torch.equal(y.isinf(), ref.isinf()), case
         err = float((y.double() - ref)[finite].abs().max() / ref[finite].abs().max().clamp_min(1e-30)) if finite.any() else 0.0
         assert err < tol, f"{case}: {err:.2e}"
+
+
+@pytest.mark.gpu
+def test_the_operator_passes_opcheck_and_a_compiled_model_runs_it_on_the_gpu():
+    """torch.library.opcheck over gemmlab::conv2d_depthwise (its fake implementation against the
+    launch, its schema), and a MobileNet-like block under torch.compile(fullgraph=True), no
+    gradients, within bf16 roundings of float64."""
+    x = torch.randn(2, 24, 15, 13, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+    w, b = torch.randn(24, 1, 3, 3, device="cuda").bfloat16(), torch.randn(24, device="cuda").bfloat16()
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_depthwise.default, (x, w, b, [2, 2], [1, 1], "", [1, 1], "relu"))
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_depthwise.default, (x.float(), w.float(), None, [1, 1], [0, 0], "same",
+                                                                      [2, 2], ""))  # fmt: skip
+    model = torch.nn.Sequential(gemmlab.nn.Conv2d(24, 24, 3, padding=1, groups=24), torch.nn.ReLU(),
+                                gemmlab.nn.Conv2d(24, 32, 1)).cuda().bfloat16().to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        y = torch.compile(model, fullgraph=True)(x)
+        w0, b0, w2, b2 = (p.double() for p in model.parameters())
+        want = F.conv2d(F.relu(F.conv2d(x.double(), w0, b0, padding=1, groups=24)), w2, b2)
+    assert ((y.double() - want).norm() / want.norm()).item() < 2e-2
 
 
 @pytest.mark.gpu

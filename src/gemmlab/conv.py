@@ -26,57 +26,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .activations import ACTIVATIONS
+from .conv_shape import _is_int, _pair, _suggests_channels_last, conv_geometry  # noqa: F401  (conv's names too)
 from .ops import _plain, gemm, wants_grad
 
 
 ALGORITHMS = ("im2col", "implicit", "tma", "gather")  # conv01 (on gemm()), conv02, conv03, conv04
 CHOICES = ("auto", *ALGORITHMS)  # conv2d's algorithm=: "auto" picks one of the steps a call (choose_algorithm)
-
-
-def _is_int(v) -> bool:
-    """An int (not a bool), or torch.compile's symbolic one (a size it traces with dynamic shapes)."""
-    return isinstance(v, torch.SymInt) or (isinstance(v, int) and not isinstance(v, bool))
-
-
-def _pair(value, name: str) -> tuple[int, int]:
-    if _is_int(value):
-        return value, value
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_int(v) for v in value):
-        return value[0], value[1]
-    raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-
-
-def conv_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1) -> dict:
-    """The output size and the padding of each side, as F.conv2d computes them, or a ValueError:
-    x [N, C, H, W], weight [K, C, R, S]; padding an int, a pair, "same" (stride 1 only; an even
-    reach pads one more on the bottom and right, as torch does) or "valid"."""
-    N, C, H, W = x_shape
-    K, Cw, R, S = w_shape
-    sh, sw = _pair(stride, "stride")
-    dh, dw = _pair(dilation, "dilation")
-    if min(sh, sw) < 1 or min(dh, dw) < 1:
-        raise ValueError(f"stride and dilation must be positive, got stride={stride!r}, dilation={dilation!r}")
-    if isinstance(padding, str):
-        if padding == "valid":
-            pads = (0, 0, 0, 0)
-        elif padding == "same":
-            if (sh, sw) != (1, 1):
-                raise ValueError("padding='same' needs stride 1 (as torch.nn.functional.conv2d)")
-            th, tw = dh * (R - 1), dw * (S - 1)
-            pads = (th // 2, th - th // 2, tw // 2, tw - tw // 2)  # top, bottom, left, right
-        else:
-            raise ValueError(f"padding must be an int, a pair, 'same' or 'valid', got {padding!r}")
-    else:
-        ph, pw = _pair(padding, "padding")
-        if min(ph, pw) < 0:
-            raise ValueError(f"padding must not be negative, got {padding!r}")
-        pads = (ph, ph, pw, pw)
-    P = (H + pads[0] + pads[1] - dh * (R - 1) - 1) // sh + 1
-    Q = (W + pads[2] + pads[3] - dw * (S - 1) - 1) // sw + 1
-    if P < 1 or Q < 1:
-        raise ValueError(f"the {R}x{S} filter (dilation {(dh, dw)}) does not fit the {H}x{W} input padded by "
-                         f"{pads}: the output would be {P}x{Q}")  # fmt: skip
-    return dict(N=N, C=C, H=H, W=W, K=K, R=R, S=S, P=P, Q=Q, stride=(sh, sw), dilation=(dh, dw), pads=pads)
 
 
 def _check(x, weight, bias, groups, activation) -> None:
@@ -103,21 +58,6 @@ def _check(x, weight, bias, groups, activation) -> None:
         raise ValueError(f"bias must be [{weight.shape[0]}] on {x.device}, got shape {tuple(bias.shape)} on {bias.device}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r} is not one of {', '.join(repr(k) for k in ACTIVATIONS)}")
-
-
-def _suggests_channels_last(t: Tensor) -> bool:
-    """Whether torch reads a 4-D tensor's strides as channels_last (c10's suggest_memory_format):
-    strides that do not decrease in the order C, W, H, N, each at least the extent of the one before;
-    where size-1 dimensions leave it ambiguous, NCHW, as torch decides."""
-    sizes, strides = t.shape, t.stride()
-    if strides[1] == 0:
-        return False
-    reach = 0
-    for d in (1, 3, 2, 0):
-        if sizes[d] == 0 or strides[d] < reach or (d == 0 and reach == strides[1]):
-            return False
-        reach = strides[d] * max(sizes[d], 1)
-    return True
 
 
 def im2col(x: Tensor, g: dict, aligned: bool = False) -> Tensor:
@@ -327,8 +267,9 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     convolutions, weight [K, C / groups, R, S]) runs one ordinary convolution a group, each on the
     step algorithm picks for it, and concatenates their channels (_grouped): a launch a group. A
     depthwise layer (groups = C = K) under "auto" runs instead in one launch of conv05 (bf16, fp16 or
-    float32 CUDA tensors; in fp32 arithmetic), except where a gradient will be taken or
-    torch.compile traces the call: those keep the grouped path. algorithm="depthwise" asks for conv05
+    float32 CUDA tensors; in fp32 arithmetic; under torch.compile as the operator
+    gemmlab::conv2d_depthwise), except where a gradient will be taken: that keeps the grouped path.
+    algorithm="depthwise" asks for conv05
     (a ValueError where it cannot serve the call).
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
@@ -383,18 +324,20 @@ def group_slices(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, i:
 
 def _depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
                activation: str | None, asked: bool = True) -> Tensor | None:  # fmt: skip
-    """A depthwise layer in one launch of conv05 (conv05.depthwise_why_not), where no gradient or trace
-    needs the grouped path (whose groups are ordinary convolutions, with gradients and an operator);
+    """A depthwise layer in one launch of conv05 (conv05.depthwise_why_not; traced: its operator), where
+    no gradient needs the grouped path (whose groups are ordinary convolutions, with gradients);
     None where it cannot serve, or asked (algorithm="depthwise"): a ValueError saying why."""
     from . import conv05
 
     why = conv05.depthwise_why_not(x, weight, groups)
-    if why is None and (_traced(x, weight, bias) or wants_grad(x, weight, bias)):
-        why = "conv05 computes no gradients and is no operator torch.compile traces: use algorithm='auto'"
+    if why is None and wants_grad(x, weight, bias):
+        why = "conv05 computes no gradients: use algorithm='auto', which takes the grouped path for them"
     if why is not None:
         if asked:
             raise ValueError(f"algorithm='depthwise': {why}")
         return None
+    if _traced(x, weight, bias):  # through its operator
+        return conv05.depthwise_op(x, weight, bias, *_step_args(stride, padding, dilation), activation or "")
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
     return conv05.run(x, weight, bias, g, activation, _suggests_channels_last(x) or _suggests_channels_last(weight))
 

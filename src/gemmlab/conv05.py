@@ -1,9 +1,11 @@
 """conv05's host side: a depthwise convolution (groups = C = K) in one launch of
 kernels/conv/05_depthwise.cu, where conv2d's grouped path makes one convolution a group.
 
-conv2d(..., groups=C) takes it under algorithm="auto" for CUDA tensors that need no gradient and
-are not being traced (depthwise_why_not says where it does not serve); the gradients and
-torch.compile's traces keep the grouped path, whose groups are ordinary convolutions."""
+conv2d(..., groups=C) takes it under algorithm="auto" for CUDA tensors that need no gradient
+(depthwise_why_not says where it does not serve); a call that takes a gradient keeps the grouped
+path, whose groups are ordinary convolutions. Under torch.compile it runs as the operator
+torch.ops.gemmlab.conv2d_depthwise (depthwise_op: a fake implementation for tracing, no
+gradients), so that a compiled model's depthwise layers are one launch each too."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from torch import Tensor
 
 from . import jit, launch
 from .activations import post_code
+from .conv_shape import _suggests_channels_last, conv_geometry
 from .specs.conv import CONV05_THREADS, CONV_05, conv05_vec
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -59,3 +62,27 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
                       0 if b is None else b.data_ptr(), *(i32(v) for v in sizes))  # fmt: skip
     out = y.permute(0, 3, 1, 2)
     return out if channels_last else out.contiguous()
+
+
+def _op(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int], padding: list[int], padding_name: str,
+        dilation: list[int], activation: str) -> Tensor:  # fmt: skip
+    """The operator's launch: run() over the layer's geometry (activation "" for none)."""
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
+    return run(x, weight, bias, g, activation or None, _suggests_channels_last(x) or _suggests_channels_last(weight))
+
+
+depthwise_op = torch.library.custom_op(
+    "gemmlab::conv2d_depthwise", _op, mutates_args=(), device_types="cuda",
+    schema="(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, str padding_name, int[] dilation, "
+           "str activation) -> Tensor",
+)  # fmt: skip
+
+
+@depthwise_op.register_fake
+def _op_fake(x, weight, bias, stride, padding, padding_name, dilation, activation):
+    """The result's shape and memory format without a launch, as run() returns it."""
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
+    last = _suggests_channels_last(x) or _suggests_channels_last(weight)
+    return torch.empty((g["N"], g["K"], g["P"], g["Q"]), dtype=x.dtype, device=x.device,
+                       memory_format=torch.channels_last if last else torch.contiguous_format)  # fmt: skip
+
