@@ -30,6 +30,29 @@ def conv_run(algorithm: str, ratios: dict[tuple[str, int], float], commit: str =
     return {"meta": meta, "records": recs}
 
 
+def fake_conv03_loading(monkeypatch) -> list:
+    """conv03.plan_for without a GPU: the kernel's loading, the context, the occupancy query and the
+    function handle stood in for (132 SMs, one resident block), conv03's plan table emptied. Returns
+    the list each loaded config is appended to."""
+    from types import SimpleNamespace
+
+    from gemmlab import conv03, device, jit, launch
+
+    loaded = []
+
+    def load(spec, cfg, device_id, dtype, out_dtype, post=0):
+        loaded.append(cfg)
+        return SimpleNamespace(compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=spec.dynamic_smem(cfg))))
+
+    monkeypatch.setattr(jit, "load_kernel", load)
+    monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
+    monkeypatch.setattr(launch, "resident_blocks", lambda *a: 1)
+    monkeypatch.setattr(launch, "function_handle", lambda *a: None)
+    monkeypatch.setattr(device, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(conv03, "_PLANS", {})
+    return loaded
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return

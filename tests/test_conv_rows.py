@@ -7,7 +7,6 @@ the same plan through the im2col map (the same bytes land in the same shared mem
 MMAs run on them)."""
 
 import random
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -45,17 +44,10 @@ def test_a_plan_takes_the_rows_build_and_the_switch_keeps_plans_apart(monkeypatc
     """plan_for with the kernel's loading faked: a 1x1 layer at stride 1 gets A_ROWS = 1 on the
     rule's tile, a 3x3 one A_ROWS = 0, and with conv03.A_ROWS off the 1x1 layer's plan is another
     (its key differs) with A_ROWS = 0 and otherwise the same config."""
-    from gemmlab import conv03, device, jit as jit_module, launch
+    from conftest import fake_conv03_loading
+    from gemmlab import conv03
 
-    def load(spec, cfg, device_id, dtype, out_dtype, post=0):
-        return SimpleNamespace(compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=spec.dynamic_smem(cfg))))
-
-    monkeypatch.setattr(jit_module, "load_kernel", load)
-    monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
-    monkeypatch.setattr(launch, "resident_blocks", lambda *a: 1)
-    monkeypatch.setattr(launch, "function_handle", lambda *a: None)
-    monkeypatch.setattr(device, "sm_count", lambda device_id: 132)
-    monkeypatch.setattr(conv03, "_PLANS", {})
+    fake_conv03_loading(monkeypatch)
     with FakeTensorMode():
         x = torch.empty(32, 2048, 7, 7, dtype=torch.bfloat16, device="cuda:0").to(memory_format=torch.channels_last)
         w1 = torch.empty(512, 2048, 1, 1, dtype=torch.bfloat16, device="cuda:0")

@@ -113,22 +113,10 @@ def test_a_plan_takes_the_staged_build_where_it_can(K, staged, monkeypatch):
     """plan_for with the kernel's loading faked: under TMA_STORE the plan's config has TMA_STORE = 1
     and the staged ring, except where K is not a multiple of 8; a D map slot (128 bytes) ends the
     launch's arguments either way, after the bias's address; plans of the two switches are apart."""
-    from types import SimpleNamespace
+    from conftest import fake_conv03_loading
+    from gemmlab import conv03
 
-    from gemmlab import conv03, device, jit as jit_module, launch
-
-    loaded = []
-
-    def load(spec, cfg, device_id, dtype, out_dtype, post=0):
-        loaded.append(cfg)
-        return SimpleNamespace(compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=spec.dynamic_smem(cfg))))
-
-    monkeypatch.setattr(jit_module, "load_kernel", load)
-    monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
-    monkeypatch.setattr(launch, "resident_blocks", lambda *a: 1)
-    monkeypatch.setattr(launch, "function_handle", lambda *a: None)
-    monkeypatch.setattr(device, "sm_count", lambda device_id: 132)
-    monkeypatch.setattr(conv03, "_PLANS", {})
+    loaded = fake_conv03_loading(monkeypatch)
     monkeypatch.setattr(conv03, "TMA_STORE", True)
     with FakeTensorMode():
         x, w = _fake((4, 64, 28, 28), memory_format=torch.channels_last, dev="cuda:0"), _fake((K, 64, 1, 1), dev="cuda:0")

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .activations import ACTIVATIONS
-from .conv_shape import _is_int, _pair, _suggests_channels_last, conv_geometry  # noqa: F401  (conv's names too)
+from .conv_shape import CONV_OP_ARGS, _is_int, _pair, _suggests_channels_last, conv_geometry, empty_result  # noqa: F401
 from .ops import _plain, gemm, wants_grad
 
 
@@ -502,21 +502,14 @@ def _conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int]
                      algorithm)  # fmt: skip
 
 
-conv_step_op = torch.library.custom_op(
-    "gemmlab::conv2d_step", _conv_step, mutates_args=(), device_types="cuda",
-    schema="(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, str padding_name, int[] dilation, "
-           "str activation, str algorithm) -> Tensor",
-)  # fmt: skip
+conv_step_op = torch.library.custom_op("gemmlab::conv2d_step", _conv_step, mutates_args=(), device_types="cuda",
+                                       schema=f"({CONV_OP_ARGS}, str algorithm) -> Tensor")
 
 
 @conv_step_op.register_fake
 def _conv_step_fake(x, weight, bias, stride, padding, padding_name, dilation, activation, algorithm):
-    """The result's shape and memory format without a launch: [N, K, P, Q] by conv_geometry,
-    channels_last where x's or the weight's strides are (as the steps return it)."""
-    g = conv_geometry(tuple(x.shape), tuple(weight.shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
-    last = _suggests_channels_last(x) or _suggests_channels_last(weight)
-    return torch.empty((g["N"], g["K"], g["P"], g["Q"]), dtype=x.dtype, device=x.device,
-                       memory_format=torch.channels_last if last else torch.contiguous_format)  # fmt: skip
+    """The result's shape and memory format without a launch (conv_shape.empty_result)."""
+    return empty_result(x, weight, stride, padding, padding_name, dilation)
 
 
 def _conv_step_setup(ctx, inputs, output) -> None:

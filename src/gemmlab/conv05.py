@@ -14,7 +14,7 @@ from torch import Tensor
 
 from . import jit, launch
 from .activations import post_code
-from .conv_shape import _suggests_channels_last, conv_geometry
+from .conv_shape import CONV_OP_ARGS, _suggests_channels_last, conv_geometry, empty_result
 from .specs.conv import CONV05_THREADS, CONV_05, conv05_vec
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -71,18 +71,11 @@ def _op(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int], paddi
     return run(x, weight, bias, g, activation or None, _suggests_channels_last(x) or _suggests_channels_last(weight))
 
 
-depthwise_op = torch.library.custom_op(
-    "gemmlab::conv2d_depthwise", _op, mutates_args=(), device_types="cuda",
-    schema="(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, str padding_name, int[] dilation, "
-           "str activation) -> Tensor",
-)  # fmt: skip
+depthwise_op = torch.library.custom_op("gemmlab::conv2d_depthwise", _op, mutates_args=(), device_types="cuda",
+                                       schema=f"({CONV_OP_ARGS}) -> Tensor")
 
 
 @depthwise_op.register_fake
 def _op_fake(x, weight, bias, stride, padding, padding_name, dilation, activation):
     """The result's shape and memory format without a launch, as run() returns it."""
-    g = conv_geometry(tuple(x.shape), tuple(weight.shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
-    last = _suggests_channels_last(x) or _suggests_channels_last(weight)
-    return torch.empty((g["N"], g["K"], g["P"], g["Q"]), dtype=x.dtype, device=x.device,
-                       memory_format=torch.channels_last if last else torch.contiguous_format)  # fmt: skip
-
+    return empty_result(x, weight, stride, padding, padding_name, dilation)

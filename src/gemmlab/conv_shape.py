@@ -67,3 +67,21 @@ def _suggests_channels_last(t: Tensor) -> bool:
             return False
         reach = strides[d] * max(sizes[d], 1)
     return True
+
+
+# The arguments of gemmlab's convolution operators (gemmlab::conv2d_step, gemmlab::conv2d_depthwise)
+# in torch.library's schema language: stride, padding as pairs, the padding's name ("same", "valid"
+# or "" for numbers), dilation, the fused activation ("" for none).
+CONV_OP_ARGS = ("Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, str padding_name, int[] dilation, "
+                "str activation")  # fmt: skip
+
+
+def empty_result(x: Tensor, weight: Tensor, stride, padding, padding_name: str, dilation) -> Tensor:
+    """An uninitialised result of the convolution, as an operator's fake implementation gives it:
+    [N, K, P, Q] by conv_geometry (padding_name, where not "", instead of padding), channels_last
+    where x's or the weight's strides are (as the steps return it)."""
+    g = conv_geometry(tuple(x.shape), tuple(weight.shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
+    last = _suggests_channels_last(x) or _suggests_channels_last(weight)
+    return torch.empty((g["N"], g["K"], g["P"], g["Q"]), dtype=x.dtype, device=x.device,
+                       memory_format=torch.channels_last if last else torch.contiguous_format)  # fmt: skip
+
