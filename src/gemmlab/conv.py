@@ -269,8 +269,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     depthwise layer (groups = C = K) under "auto" runs instead in one launch of conv05 (bf16, fp16 or
     float32 CUDA tensors; in fp32 arithmetic; under torch.compile as the operator
     gemmlab::conv2d_depthwise), except where a gradient will be taken: that keeps the grouped path.
-    algorithm="depthwise" asks for conv05
-    (a ValueError where it cannot serve the call).
+    algorithm="depthwise" asks for conv05 by name (a ValueError where it cannot serve the call).
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
     matrix of receptive fields, then gemm()), "implicit" (conv02, implicit GEMM: bf16/fp16 CUDA
