@@ -19,17 +19,17 @@ def conv_fuzz_cmd(
     cases: Optional[int] = typer.Option(None, help="stop after this many convolutions have run"),
     min_cases: int = typer.Option(0, help="fail (exit 1) if fewer convolutions than this ran"),
     seed: Optional[int] = typer.Option(None, help="case i has seed SEED + i (default: a fresh SEED, printed)"),
-    algorithm: Optional[list[str]] = typer.Option(None, "--algorithm", help="only these (repeatable): tma, implicit, gather, im2col; a case one of them refuses falls back to the next asked for"),
+    algorithm: Optional[list[str]] = typer.Option(None, "--algorithm", help="only these (repeatable): tma, implicit, gather, im2col, depthwise; a case one of them refuses falls back to the next asked for"),
     dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="only these (repeatable): bf16, fp16, fp32 (im2col only)"),
     replay: Optional[str] = typer.Option(None, help="run one case again: the JSON printed after 'replay:'"),
     repeats: int = typer.Option(1, help="with --replay: how many times"),
     out: Path = _out_option("conv-fuzz"),
 ) -> None:
-    """Random convolutions in conv02's, conv03's, conv04's and im2col's risky regimes against float64 and cuDNN; exit 1 on any wrong result.
+    """Random convolutions in conv02's, conv03's, conv04's, conv05's and im2col's risky regimes against float64 and cuDNN; exit 1 on any wrong result.
 
     Every case comes from one seed: its geometry (tile edges, short reductions, several tiles a
     persistent block, prime images, stride, dilation, padding; for gather few input channels and a
-    CNN's stem), memory formats, dtype, algorithm, bias, activation, a NaN or Inf now and then, and
+    CNN's stem; for depthwise one filter a channel), memory formats, dtype, algorithm, bias, activation, a NaN or Inf now and then, and
     for a quarter of the tma, implicit and gather cases a backward pass (dx, dw, db checked too). A wrong case is printed with its conv2d() call and a
     --replay line; the record (conv-fuzz-<time>.json) counts the cases by regime, dtype, algorithm,
     kernel tile and gradients, and the refusals apart."""
