@@ -105,3 +105,18 @@ def test_a_compiled_bmm_is_one_graph():
     torch.testing.assert_close(f(a, b), torch.relu(torch.bmm(a, b)), rtol=1e-5, atol=1e-5)
     g = torch.compile(lambda a: gemmlab.bmm(a, w, device="cpu"), fullgraph=True)  # the one-GEMM path
     torch.testing.assert_close(g(a), a @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_fake_tensors_take_the_per_matrix_path():
+    """Over fake tensors (a trace outside torch.compile's own, such as AOT autograd's), the one-launch
+    path, which is no operator yet, refuses, so bmm goes through gemm's operator; plain tensors are
+    not refused for being plain."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a = torch.empty(4, 7, 64, device="cuda", dtype=torch.bfloat16)
+        b = torch.empty(4, 64, 32, device="cuda", dtype=torch.bfloat16)
+        why = batched._one_launch_refusal(a, b, None, 1.0, 0.0, "auto", None, None, None)
+    assert "fake tensors" in why
+    a, b = torch.randn(4, 7, 64), torch.randn(4, 64, 32)
+    assert "fake" not in (batched._one_launch_refusal(a, b, None, 1.0, 0.0, "auto", None, None, None) or "")

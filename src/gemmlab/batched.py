@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from . import batched_tc07
-from .ops import gemm
+from .ops import _plain, gemm
 
 # Whether bmm takes the one-launch path (batched_tc07) wherever it can serve a call: on since its
 # GPU tests (tests/test_batched_tc07.py) and the fuzz's batched problems passed on an H100, where it
@@ -109,8 +109,9 @@ def _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activatio
         return f"kernel={kernel!r} asks for per-matrix launches of that kernel; the one-launch path is tc07's batched build"
     if torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (a, b, c)):
         return "an input requires grad, and the one-launch path has no autograd yet (the per-matrix path has)"
-    if torch.compiler.is_compiling():
-        return "under torch.compile the per-matrix path's operators trace; the one-launch path is no operator yet"
+    if torch.compiler.is_compiling() or not _plain(a, b, c):
+        return ("under torch.compile (or over fake tensors) the per-matrix path's operators trace; the one-launch path "
+                "is no operator yet")  # fmt: skip
     if batched_tc07.prepared(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation):
         return None  # a call of this kind was served before: nothing in the refusal has changed
     return batched_tc07.refusal(a, b, c, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
