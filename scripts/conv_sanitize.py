@@ -4,7 +4,7 @@ float64, with the persistent grid forced down to 3 blocks so that every block wa
 with the staged TMA-store epilogue and the register one; conv04 through algorithm="gather" (few
 input channels: the stem, a dilated 3x3, a 5x5 over one channel), its input tile staged in shared
 memory while the last tile's fragments are gathered; conv05 through algorithm="depthwise" (its reads
-at the borders, 16 bytes of channels a thread and one). Run by scripts/gpu_run.sh's "conv-sanitize"
+at the borders, 16 bytes of channels a thread and one), forward, dgrad and wgrad. Run by scripts/gpu_run.sh's "conv-sanitize"
 step:
   compute-sanitizer --tool racecheck python3 scripts/conv_sanitize.py
 Exit 1 on a wrong result; the sanitizer's own exit code reports hazards."""
@@ -74,19 +74,24 @@ def main() -> int:
             print(f"{'passed' if ok else 'FAIL'} gather x={N}x{C}x{H}x{W} w={K}x{C}x{R}x{R} stride={stride} "
                   f"padding={padding} dilation={dilation} {str(dtype).removeprefix('torch.')} error {err:.1e} {what}",
                   flush=True)  # fmt: skip
-    with torch.no_grad():
-        for N, C, H, W, R, stride, padding, dilation, dtype in DEPTHWISE_CASES:
-            x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
-            w = (torch.randn(C, 1, R, R, device="cuda") / R).to(dtype)
-            bias = torch.randn(C, device="cuda").to(dtype)
-            kw = dict(stride=stride, padding=padding, dilation=dilation, groups=C)
+    for N, C, H, W, R, stride, padding, dilation, dtype in DEPTHWISE_CASES:
+        x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last).requires_grad_()
+        w = (torch.randn(C, 1, R, R, device="cuda") / R).to(dtype).requires_grad_()
+        bias = torch.randn(C, device="cuda").to(dtype)
+        kw = dict(stride=stride, padding=padding, dilation=dilation, groups=C)
+        with torch.no_grad():
             y = gemmlab.conv2d(x, w, bias, **kw, activation="silu", algorithm="depthwise")
-            ref = F.silu(F.conv2d(x.double(), w.double(), bias.double(), **kw))
-            err = _error(y, ref)
-            ok = err < 2e-2 and not y.isnan().any()
-            wrong += not ok
-            print(f"{'passed' if ok else 'FAIL'} depthwise x={N}x{C}x{H}x{W} w={C}x1x{R}x{R} stride={stride} padding={padding} "
-                  f"dilation={dilation} {str(dtype).removeprefix('torch.')} error {err:.1e}", flush=True)  # fmt: skip
+        ref = F.silu(F.conv2d(x.detach().double(), w.detach().double(), bias.double(), **kw))
+        # and its gradients (dgrad, wgrad) at a random dY, against float64's
+        dy = torch.randn(ref.shape, device="cuda").to(dtype)
+        got = torch.autograd.grad(gemmlab.conv2d(x, w, **kw, algorithm="depthwise"), (x, w), dy)
+        x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        want = torch.autograd.grad(F.conv2d(x64, w64, **kw), (x64, w64), dy.double())
+        err = max(_error(y, ref), *(_error(a, b) for a, b in zip(got, want)))
+        ok = err < 2e-2 and not y.isnan().any() and all(g.isfinite().all() for g in got)
+        wrong += not ok
+        print(f"{'passed' if ok else 'FAIL'} depthwise x={N}x{C}x{H}x{W} w={C}x1x{R}x{R} stride={stride} padding={padding} "
+              f"dilation={dilation} {str(dtype).removeprefix('torch.')} error (y, dx, dw) {err:.1e}", flush=True)  # fmt: skip
     return 1 if wrong else 0
 
 

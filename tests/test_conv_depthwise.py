@@ -16,16 +16,53 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import gemmlab
 from gemmlab import conv, conv05, jit
 from gemmlab.activations import ACTIVATIONS, post_code
-from gemmlab.specs.conv import CONV_05, conv05_vec
+from gemmlab.specs.conv import CONV_05, CONV_05_DGRAD, CONV_05_WGRAD, conv05_channel_vectors, conv05_vec
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 def test_compiles_for_hopper_without_spills(dtype):
+    """The forward kernel (each TQ the host picks, plain and fused), dgrad and wgrad, at both VECs."""
     for vec in (conv05_vec(dtype, 64, True), 1):
-        for post in (0, post_code(True, "gelu")):
-            ck = jit.compile_kernel(CONV_05, CONV_05.config(VEC=vec), "sm_90a", dtype, None, post)
+        jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq), post) for tq in (1, 4) for post in (0, post_code(True, "gelu"))]
+        jobs += [(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq), 0) for tq in (1, 4)]
+        jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec), 0)]
+        for spec, cfg, post in jobs:
+            ck = jit.compile_kernel(spec, cfg, "sm_90a", dtype, None, post)
             assert ck.usage.spills == 0 and ck.usage.stack_frame == 0, f"{ck.name_expression}: {ck.usage}"
-            assert ck.usage.registers * 256 <= 65536
+            assert ck.usage.registers * 256 <= 65536 and ck.usage.static_smem <= 16384, f"{ck.name_expression}: {ck.usage}"
+
+
+def test_a_block_covers_channel_vectors_whose_taps_fit_its_staged_copy():
+    assert conv05_channel_vectors(32, 8, 9) == 4  # every vector of C = 32 in one block
+    assert conv05_channel_vectors(576, 8, 9) == 16  # 72 vectors: 32 would leave 24 of the last block's idle, 16 leaves 8
+    assert conv05_channel_vectors(768, 8, 49) == 8  # 49 taps x 8 vectors x 8 channels fit 4096
+    assert conv05_channel_vectors(768, 8, 64) == 8 and conv05_channel_vectors(768, 8, 65) == 4
+    assert conv05_channel_vectors(13, 1, 9) == 2 and conv05_channel_vectors(3, 1, 4096) == 1
+    assert conv05_channel_vectors(3, 1, 4097) is None and conv05_channel_vectors(64, 8, 513) is None
+    for C, vec, taps in [(96, 8, 9), (100, 1, 49), (960, 4, 9), (24, 8, 25)]:
+        cv = conv05_channel_vectors(C, vec, taps)
+        assert cv & (cv - 1) == 0 and taps * cv * vec <= 4096, (C, vec, taps)
+
+
+def test_wgrad_chunks_depend_on_the_shapes_and_sms_alone():
+    g = conv.conv_geometry((32, 96, 56, 56), (96, 1, 7, 7), 1, 3)
+    chunk = conv05.wgrad_chunk(g, 8, 132)
+    assert chunk == conv05.wgrad_chunk(dict(g), 8, 132) and 16 <= chunk < 32 * 56 * 56
+    chunks = -(-32 * 56 * 56 // chunk)
+    assert chunks * 49 * 96 <= conv05._WGRAD_PARTS_MAX and chunks * 7 * (96 // 8) >= 132 * 1024
+    tiny = conv.conv_geometry((1, 8, 3, 3), (8, 1, 3, 3), 1, 1)
+    assert conv05.wgrad_chunk(tiny, 8, 132) == 9  # 9 pixels: one chunk
+
+
+def test_the_gradient_operators_fake_implementations_give_torchs_shapes():
+    with FakeTensorMode():
+        dy = torch.empty(2, 24, 8, 9, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(24, 1, 3, 3, device="cuda", dtype=torch.bfloat16)
+        dx = torch.ops.gemmlab.conv2d_depthwise_dgrad(dy, w, [2, 24, 15, 17], [2, 2], [1, 1], "", [1, 1], True)
+        assert dx.shape == (2, 24, 15, 17) and dx.is_contiguous(memory_format=torch.channels_last)
+        x = torch.empty(2, 24, 15, 17, device="cuda", dtype=torch.bfloat16)
+        dw = torch.ops.gemmlab.conv2d_depthwise_wgrad(x, dy, [24, 1, 3, 3], [2, 2], [1, 1], "", [1, 1], torch.float32)
+        assert dw.shape == (24, 1, 3, 3) and dw.dtype == torch.float32
 
 
 def test_vec_is_sixteen_bytes_of_channels_where_they_fit():
@@ -48,17 +85,25 @@ def test_what_it_refuses():
 
 def test_which_calls_conv2d_sends_to_it(monkeypatch):
     """With the trace check standing aside (fake tensors read as traced), a depthwise call under
-    auto goes to conv05.run with the whole layer's geometry; one that wants a gradient, an explicit
-    algorithm, or a grouped layer that is not depthwise goes to the grouped path."""
-    ran = []
+    auto goes to conv05.run with the whole layer's geometry, one that wants a gradient to
+    conv05.DepthwiseConv (without the activation, which torch applies after it); an explicit
+    algorithm, or a grouped layer that is not depthwise, goes to the grouped path."""
+    ran, with_grad = [], []
 
     def fake_run(x, weight, bias, g, activation, channels_last):
         ran.append((g, activation, channels_last))
         return torch.empty(g["N"], g["K"], g["P"], g["Q"], dtype=x.dtype, device=x.device)
 
+    class FakeAutograd:  # (autograd over fake CUDA tensors needs a CUDA build of torch)
+        @staticmethod
+        def apply(x, weight, bias, g, channels_last):
+            with_grad.append((g["P"], g["Q"], channels_last))
+            return torch.empty(g["N"], g["K"], g["P"], g["Q"], dtype=x.dtype, device=x.device)
+
     grouped = []
     monkeypatch.setattr(conv, "_traced", lambda *a: False)
     monkeypatch.setattr(conv05, "run", fake_run)
+    monkeypatch.setattr(conv05, "DepthwiseConv", FakeAutograd)
     monkeypatch.setattr(conv, "_grouped", lambda *a, **k: grouped.append(a) or torch.empty(0))
     with FakeTensorMode():
         x = torch.empty(2, 32, 9, 11, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
@@ -69,21 +114,24 @@ def test_which_calls_conv2d_sends_to_it(monkeypatch):
         assert (g["C"], g["K"], g["P"], g["Q"], g["stride"], g["pads"]) == (32, 32, 5, 6, (2, 2), (1, 1, 1, 1))
         assert act == "relu" and last
         gemmlab.conv2d(x, w, groups=32, algorithm="im2col")
-        gemmlab.conv2d(x, w.detach().requires_grad_(), groups=32)
+        y = gemmlab.conv2d(x, w.detach().requires_grad_(), groups=32, activation="silu")
+        assert y.shape == (2, 32, 7, 9) and with_grad == [(7, 9, True)]
         gemmlab.conv2d(x, torch.empty(64, 1, 3, 3, device="cuda", dtype=torch.bfloat16), groups=32)
         gemmlab.conv2d(x, w, groups=32, algorithm="depthwise")  # asked for by name
+        gemmlab.conv2d(x, w.detach().requires_grad_(), padding=1, groups=32, algorithm="depthwise")
         with pytest.raises(ValueError, match="algorithm='depthwise': conv05 is depthwise"):
             gemmlab.conv2d(x, torch.empty(64, 1, 3, 3, device="cuda", dtype=torch.bfloat16), groups=32, algorithm="depthwise")
-        with pytest.raises(ValueError, match="algorithm='depthwise': conv05 computes no gradients"):
-            gemmlab.conv2d(x, w.detach().requires_grad_(), groups=32, algorithm="depthwise")
-    assert len(ran) == 2 and len(grouped) == 3
+        with pytest.raises(ValueError, match="algorithm='depthwise': conv05 holds filters of at most 4096 taps"):
+            gemmlab.conv2d(x, torch.empty(32, 1, 65, 65, device="cuda", dtype=torch.bfloat16), groups=32, algorithm="depthwise")
+    assert len(ran) == 2 and len(grouped) == 2 and with_grad == [(7, 9, True), (9, 11, True)]
 
 
 def test_a_traced_call_runs_as_the_operator_with_torchs_shape_and_format(monkeypatch):
     """Where torch.compile traces conv2d (fake tensors read as traced), a depthwise call goes through
     torch.ops.gemmlab.conv2d_depthwise, whose fake implementation gives torch's shape and memory
-    format without a GPU; a call that takes a gradient (wants_grad, stood in for) keeps the grouped
-    path."""
+    format without a GPU; a call that takes a gradient (wants_grad, stood in for) goes through it
+    without the activation, which torch applies after it; a grouped layer that is not depthwise
+    takes the grouped path."""
     calls = []
     real = conv05.depthwise_op
     monkeypatch.setattr(conv05, "depthwise_op", lambda *a: (calls.append(a[3:]), real(*a))[1])
@@ -99,9 +147,11 @@ def test_a_traced_call_runs_as_the_operator_with_torchs_shape_and_format(monkeyp
         grouped = []
         monkeypatch.setattr(conv, "wants_grad", lambda *t: True)
         monkeypatch.setattr(conv, "_grouped", lambda *a, **k: grouped.append(a) or torch.empty(0))
-        gemmlab.conv2d(x, w, stride=(1, 2), padding=(2, 0), groups=8)
+        y = gemmlab.conv2d(x, w, stride=(1, 2), padding=(2, 0), groups=8, activation="gelu")
+        assert y.shape == (2, 8, 15, 7)
+        gemmlab.conv2d(x, torch.empty(8, 2, 5, 5, device="cuda", dtype=torch.bfloat16), groups=4)
     assert calls == [([2, 2], [1, 1], "", [1, 1], "gelu"), ([1, 1], [0, 0], "same", [1, 1], "gelu"),
-                     ([1, 2], [2, 0], "", [1, 1], "gelu")] and len(grouped) == 1  # fmt: skip
+                     ([1, 2], [2, 0], "", [1, 1], "gelu"), ([1, 2], [2, 0], "", [1, 1], "")] and len(grouped) == 1  # fmt: skip
 
 
 def _geometries(count: int, seed: int):
@@ -170,21 +220,93 @@ def test_the_operator_passes_opcheck_and_a_compiled_model_runs_it_on_the_gpu():
     assert ((y.double() - want).norm() / want.norm()).item() < 2e-2
 
 
+def _error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
+
+
 @pytest.mark.gpu
-def test_a_gradient_takes_the_grouped_path_and_is_torchs_on_the_gpu():
-    """Where a gradient will be taken the call keeps the grouped path: the forward result equals
-    conv05's, and the gradients are torch's (float32, against float64)."""
-    x = torch.randn(2, 24, 13, 11, device="cuda", requires_grad=True)
-    w = torch.randn(24, 1, 3, 3, device="cuda", requires_grad=True)
-    y = gemmlab.conv2d(x, w, padding=1, groups=24)
-    with torch.no_grad():
-        direct = gemmlab.conv2d(x, w, padding=1, groups=24)
-    assert (y - direct).abs().max() < 1e-4
-    y.square().sum().backward()
-    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    F.conv2d(xd, wd, padding=1, groups=24).square().sum().backward()
-    assert (x.grad.double() - xd.grad).abs().max() / xd.grad.abs().max() < 1e-5
-    assert (w.grad.double() - wd.grad).abs().max() / wd.grad.abs().max() < 1e-5
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 3e-2), (torch.float16, 5e-3), (torch.float32, 2e-5)],
+                         ids=["bf16", "fp16", "fp32"])  # fmt: skip
+def test_gradients_against_float64_on_the_gpu(dtype, tol, monkeypatch):
+    """dx, dw and the bias's gradient of random depthwise layers (strides, paddings, dilations,
+    channel counts that are and are not 16 bytes of channels), every other one channels_last, an
+    activation now and then (applied by torch after conv05), into poisoned memory: each against
+    float64 F.conv2d's, the result's gradient exact in both (it is a tensor of the dtype); and no
+    launch a group (the grouped path fails the test if taken)."""
+    monkeypatch.setattr(conv, "_grouped", lambda *a, **k: pytest.fail("the grouped path ran"))
+    for i, g in enumerate(_geometries(16, seed=41 + len(str(dtype)))):
+        last = bool(i % 2)
+        fmt = torch.channels_last if last else torch.contiguous_format
+        x = torch.randn(g["N"], g["C"], g["H"], g["W"], device="cuda").to(dtype).contiguous(memory_format=fmt)
+        w = (torch.randn(g["C"], 1, g["R"], g["S"], device="cuda") / (g["R"] * g["S"]) ** 0.5).to(dtype)
+        bias = torch.randn(g["C"], device="cuda").to(dtype) if i % 3 else None
+        activation = (None, "relu", "silu", None)[i % 4]
+        kw = dict(stride=g["stride"], padding=g["padding"], dilation=g["dilation"], groups=g["C"])
+        leaves = [t.detach().requires_grad_() for t in (x, w, bias) if t is not None]
+        torch.full((1 << 22,), float("nan"), dtype=dtype, device="cuda")  # freed: poison for the gradients
+        y = gemmlab.conv2d(*leaves[:2], leaves[2] if bias is not None else None, activation=activation, **kw)
+        r = torch.randn(y.shape, device="cuda").to(dtype)
+        (y * r).sum().backward()
+        ref_leaves = [t.detach().double().requires_grad_() for t in (x, w, bias) if t is not None]
+        ref = F.conv2d(*ref_leaves[:2], ref_leaves[2] if bias is not None else None, **kw)
+        ref = ACTIVATIONS[activation](ref) if activation else ref
+        (ref * r.double()).sum().backward()
+        case = f"{g} {dtype} bias={bias is not None} {activation} channels_last={last}"
+        for name, got, want in zip(("dx", "dw", "db"), leaves, ref_leaves):
+            assert got.grad.shape == want.shape and got.grad.dtype == dtype, f"{case} {name}"
+            assert got.grad.isfinite().all(), f"{case} {name}: not finite"
+            assert _error(got.grad, want.grad) < tol, f"{case} {name}: {_error(got.grad, want.grad):.2e}"
+        assert leaves[0].grad.is_contiguous(memory_format=fmt), case
+
+
+@pytest.mark.gpu
+def test_the_filter_gradient_has_the_same_bits_every_launch_and_long_batches_split_into_launches(monkeypatch):
+    """wgrad's parts are added by torch in a fixed order: two backward passes give the same bits.
+    With the kernels' 32-bit count limit stood in for by a small one, a batch runs as several
+    launches of fewer images each, with the same forward and dx and, within fp32 sums, dw."""
+    x = torch.randn(6, 40, 23, 19, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+    w = torch.randn(40, 1, 5, 5, device="cuda").bfloat16()
+    dy = torch.randn(6, 40, 12, 10, device="cuda").bfloat16()
+    g = conv.conv_geometry(tuple(x.shape), tuple(w.shape), 2, 2)
+    y = conv05.run(x, w, None, g, None, True)
+    dx = conv05.dgrad(dy, w, g, True)
+    dw = conv05.wgrad(x, dy, g, torch.float32)
+    assert torch.equal(dw, conv05.wgrad(x, dy, g, torch.float32))
+    launches = []
+    real = conv05.launch.launch
+    monkeypatch.setattr(conv05.launch, "launch", lambda *a, **k: (launches.append(a[2]), real(*a, **k)))
+    monkeypatch.setattr(conv05, "_COUNT_LIMIT", 256 * 8 + 100)
+    assert torch.equal(conv05.run(x, w, None, g, None, True), y) and len(launches) >= 3
+    launches.clear()
+    assert torch.equal(conv05.dgrad(dy, w, g, True), dx) and len(launches) >= 3
+    launches.clear()
+    assert _error(conv05.wgrad(x, dy, g, torch.float32), dw.double()) < 1e-5 and len(launches) >= 2
+
+
+@pytest.mark.gpu
+def test_the_gradient_operators_pass_opcheck_and_a_compiled_block_trains_on_the_gpu():
+    """torch.library.opcheck over gemmlab::conv2d_depthwise_dgrad and _wgrad, and a depthwise block
+    under torch.compile(fullgraph=True), forward and backward: its gradients those of the same
+    block run eagerly."""
+    x = torch.randn(2, 24, 15, 13, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+    w, dy = torch.randn(24, 1, 3, 3, device="cuda").bfloat16(), torch.randn(2, 24, 8, 7, device="cuda").bfloat16()
+    args = ([2, 2], [1, 1], "", [1, 1])
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_depthwise_dgrad.default, (dy, w, list(x.shape), *args, True))
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_depthwise_wgrad.default, (x, dy, list(w.shape), *args, torch.float32))
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_depthwise.default, (x, w, None, *args, ""))
+    model = torch.nn.Sequential(gemmlab.nn.Conv2d(24, 24, 3, padding=1, groups=24), torch.nn.GELU(),
+                                gemmlab.nn.Conv2d(24, 24, 5, stride=2, padding=2, groups=24))  # fmt: skip
+    model = model.cuda().to(memory_format=torch.channels_last)
+    xf = x.float().requires_grad_()
+    compiled = torch.compile(model, fullgraph=True)
+    compiled(xf).square().sum().backward()
+    got = [p.grad.clone() for p in model.parameters()] + [xf.grad.clone()]
+    model.zero_grad()
+    xf.grad = None
+    model(xf).square().sum().backward()
+    want = [p.grad for p in model.parameters()] + [xf.grad]
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and _error(a, b.double()) < 1e-5
 
 
 # ---- conv-bench over depthwise layers ---------------------------------------------------------

@@ -251,26 +251,29 @@ def test_the_cases_pass_conv2ds_own_checks_on_fake_cuda_tensors(cases):
         assert fuzz_conv.serve(stem, _fake(stem), algorithms=("tma", "implicit")) is None
 
 
-def test_a_quarter_of_conv02s_conv03s_and_conv04s_cases_check_their_gradients(cases):
-    """Gradient cases: drawn for about a quarter of the tma, implicit and gather cases and never for
-    im2col's, fixed by their seed, within GRAD_LIMITS, without NaN or Inf, and over both
-    algorithms, every epilogue, strides past 1 (dgrad's spread dY) and forced conv03 tiles."""
+def test_a_quarter_of_conv02s_to_conv05s_cases_check_their_gradients(cases):
+    """Gradient cases: drawn for about a quarter of the tma, implicit, gather and depthwise cases
+    and never for im2col's, fixed by their seed, within GRAD_LIMITS (every group's work counted),
+    without NaN or Inf, and over every algorithm, every epilogue, strides past 1 (dgrad's spread dY)
+    and forced conv03 tiles."""
     grad = [c for c in cases if c.grad]
-    served = [c for c in cases if c.algorithm in ("implicit", "tma", "gather")]
+    served = [c for c in cases if c.algorithm in ("implicit", "tma", "gather", "depthwise")]
     assert 0.2 < len(grad) / len(served) < 0.3, f"{len(grad)} of {len(served)}"
-    assert {c.algorithm for c in grad} == {"implicit", "tma", "gather"}
+    assert {c.algorithm for c in grad} == {"implicit", "tma", "gather", "depthwise"}
     assert all(fuzz_conv.draw(c.seed, activation="gelu").grad for c in grad[::10])
     macs, outputs, fields, inputs = GRAD_LIMITS
     for c in grad:
         g = c.geometry()
         rows = c.N * g["P"] * g["Q"]
-        assert rows * c.K * c.C * c.R * c.S <= macs and rows * c.K <= outputs, c.label()
-        assert rows * c.C * c.R * c.S <= fields and c.N * c.C * c.H * c.W <= inputs, c.label()
+        assert rows * c.K * c.C * c.R * c.S * c.groups <= macs and rows * c.K * c.groups <= outputs, c.label()
+        assert rows * c.C * c.R * c.S * c.groups <= fields and c.N * c.C * c.groups * c.H * c.W <= inputs, c.label()
         assert c.special == "", c.label()
+        assert c.groups == 1 or (c.algorithm == "depthwise" and c.C == c.K == 1), c.label()
     assert {(c.bias, c.activation) for c in grad} == {(b, a) for b in (False, True) for a in (None, "gelu")}
     assert any(c.stride != 1 for c in grad) and any(c.tile for c in grad)
     # most with K a multiple of 8: their dx convolution runs on conv02/conv03 (the others' on im2col)
-    assert 0.6 < sum(c.K % 8 == 0 for c in grad) / len(grad) < 0.95 and any(c.K % 8 for c in grad)
+    steps = [c for c in grad if c.algorithm != "depthwise"]
+    assert 0.6 < sum(c.K % 8 == 0 for c in steps) / len(steps) < 0.95 and any(c.K % 8 for c in steps)
     assert not any(fuzz_conv.draw(s, algorithms=("im2col",)).grad for s in range(300))
 
 
@@ -656,8 +659,8 @@ def test_a_short_gather_run_with_the_grid_forced_down_finds_nothing_wrong(monkey
 
 
 def test_depthwise_cases_are_one_channel_a_group_within_the_work_limits(cases):
-    """conv05's cases: every channel its own group (C = K = 1 a group), every dtype, no gradient,
-    the whole layer within the work limits."""
+    """conv05's cases: every channel its own group (C = K = 1 a group), every dtype, a share with
+    their gradients checked, the whole layer within the work limits."""
     from gemmlab.fuzz_conv_cases import LIMITS
 
     depthwise = [c for c in cases if c.algorithm == "depthwise"]
@@ -665,8 +668,9 @@ def test_depthwise_cases_are_one_channel_a_group_within_the_work_limits(cases):
     assert any(c.groups % 8 for c in depthwise) and any(c.groups % 8 == 0 for c in depthwise)  # (VEC 1 and 16 bytes)
     for c in depthwise:
         g = c.geometry()
-        assert c.C == c.K == 1 and not c.grad and c.in_channels == c.out_channels == c.groups, c.label()
+        assert c.C == c.K == 1 and c.in_channels == c.out_channels == c.groups, c.label()
         assert c.N * g["P"] * g["Q"] * c.groups <= LIMITS[1] and c.N * c.groups * c.H * c.W <= LIMITS[3], c.label()
+    assert 0 < sum(c.grad for c in depthwise) < len(depthwise) / 2
 
 
 def test_grouped_cases_stay_within_the_work_limits_and_their_reference_is_torchs(cases):

@@ -268,7 +268,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     step algorithm picks for it, and concatenates their channels (_grouped): a launch a group. A
     depthwise layer (groups = C = K) under "auto" runs instead in one launch of conv05 (bf16, fp16 or
     float32 CUDA tensors; in fp32 arithmetic; under torch.compile as the operator
-    gemmlab::conv2d_depthwise), except where a gradient will be taken: that keeps the grouped path.
+    gemmlab::conv2d_depthwise), its gradients one launch each too (conv05.DepthwiseConv).
     algorithm="depthwise" asks for conv05 by name (a ValueError where it cannot serve the call).
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
@@ -323,22 +323,26 @@ def group_slices(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, i:
 
 def _depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
                activation: str | None, asked: bool = True) -> Tensor | None:  # fmt: skip
-    """A depthwise layer in one launch of conv05 (conv05.depthwise_why_not; traced: its operator), where
-    no gradient needs the grouped path (whose groups are ordinary convolutions, with gradients);
-    None where it cannot serve, or asked (algorithm="depthwise"): a ValueError saying why."""
+    """A depthwise layer in one launch of conv05 (conv05.depthwise_why_not; traced: its operator;
+    with a gradient to take: conv05.DepthwiseConv, the activation after it through torch); None
+    where it cannot serve, or asked (algorithm="depthwise"): a ValueError saying why."""
     from . import conv05
 
     why = conv05.depthwise_why_not(x, weight, groups)
-    if why is None and wants_grad(x, weight, bias):
-        why = "conv05 computes no gradients: use algorithm='auto', which takes the grouped path for them"
     if why is not None:
         if asked:
             raise ValueError(f"algorithm='depthwise': {why}")
         return None
+    grad = wants_grad(x, weight, bias)
     if _traced(x, weight, bias):  # through its operator
-        return conv05.depthwise_op(x, weight, bias, *_step_args(stride, padding, dilation), activation or "")
+        y = conv05.depthwise_op(x, weight, bias, *_step_args(stride, padding, dilation), "" if grad else activation or "")
+        return y if activation is None or not grad else ACTIVATIONS[activation](y)
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)
-    return conv05.run(x, weight, bias, g, activation, _suggests_channels_last(x) or _suggests_channels_last(weight))
+    last = _suggests_channels_last(x) or _suggests_channels_last(weight)
+    if grad:
+        y = conv05.DepthwiseConv.apply(x, weight, bias, g, last)
+        return y if activation is None else ACTIVATIONS[activation](y)
+    return conv05.run(x, weight, bias, g, activation, last)
 
 
 def _grouped(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,

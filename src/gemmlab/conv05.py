@@ -1,11 +1,14 @@
 """conv05's host side: a depthwise convolution (groups = C = K) in one launch of
-kernels/conv/05_depthwise.cu, where conv2d's grouped path makes one convolution a group.
+kernels/conv/05_depthwise.cu, where conv2d's grouped path makes one convolution a group, and its
+gradients in one launch each (dgrad; wgrad, whose fp32 parts torch adds).
 
-conv2d(..., groups=C) takes it under algorithm="auto" for CUDA tensors that need no gradient
-(depthwise_why_not says where it does not serve); a call that takes a gradient keeps the grouped
-path, whose groups are ordinary convolutions. Under torch.compile it runs as the operator
-torch.ops.gemmlab.conv2d_depthwise (depthwise_op: a fake implementation for tracing, no
-gradients), so that a compiled model's depthwise layers are one launch each too."""
+conv2d(..., groups=C) takes it under algorithm="auto" for CUDA tensors (depthwise_why_not says
+where it does not serve). A call that takes a gradient runs through DepthwiseConv (autograd: the
+forward pass without the activation, which conv2d applies through torch to keep its input; dgrad,
+wgrad and the bias's sum backward). Under torch.compile it runs as the operator
+torch.ops.gemmlab.conv2d_depthwise (depthwise_op), whose gradients are the operators
+gemmlab::conv2d_depthwise_dgrad and gemmlab::conv2d_depthwise_wgrad, each with a fake
+implementation for tracing."""
 
 from __future__ import annotations
 
@@ -15,16 +18,22 @@ from torch import Tensor
 from . import jit, launch
 from .activations import post_code
 from .conv_shape import CONV_OP_ARGS, _suggests_channels_last, conv_geometry, empty_result
-from .specs.conv import CONV05_THREADS, CONV_05, conv05_vec
+from .specs.conv import (CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD, conv05_channel_vectors,
+                         conv05_vec)  # fmt: skip
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BLOCKS_AN_SM = 16  # the grid's cap: blocks of 256 threads an SM; past it each thread strides over more pixels
+MAX_TAPS = 4096  # R*S a block's staged copy holds for one channel (CONV05_TAPS_SMEM)
+_COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus its grid's threads stay below
+_WGRAD_THREADS_AN_SM = 2048  # wgrad's chunks: about this many tasks an SM
+_WGRAD_PARTS_MAX = 1 << 25  # fp32 elements of wgrad's parts at most (128 MB): past it the chunks grow
 _ALIGN = 16
 
 
 def depthwise_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
     """Why conv05 cannot serve this call (None where it can): it takes CUDA tensors in bf16, fp16
-    or float32 with one filter a channel (groups = C = K, weight [C, 1, R, S])."""
+    or float32 with one filter a channel (groups = C = K, weight [C, 1, R, S]) of at most MAX_TAPS
+    taps."""
     if x.device.type != "cuda":
         return f"conv05 runs on CUDA tensors, not {x.device.type}"
     if x.dtype not in DTYPES:
@@ -32,6 +41,8 @@ def depthwise_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
     C = x.shape[1]
     if not (groups == C and weight.shape[0] == C and weight.shape[1] == 1):
         return f"conv05 is depthwise: groups = in_channels = out_channels ({C}), one filter a channel"
+    if weight.shape[2] * weight.shape[3] > MAX_TAPS:
+        return f"conv05 holds filters of at most {MAX_TAPS} taps, not {weight.shape[2]} x {weight.shape[3]}"
     return None
 
 
@@ -39,35 +50,167 @@ def _aligned(*ts: Tensor | None) -> bool:
     return all(t is None or t.data_ptr() % _ALIGN == 0 for t in ts)
 
 
+def _vectors(dtype: torch.dtype, C: int, taps: int, *operands: Tensor) -> tuple[int, int]:
+    """(VEC, CV) for a launch over these NHWC operands: 16 bytes of channels a thread where they
+    allow it, and the channel vectors a block covers (its taps staged in shared memory)."""
+    vec = conv05_vec(dtype, C, _aligned(*operands))
+    cv = conv05_channel_vectors(C, vec, taps)
+    if cv is None:  # (VEC = 1 holds MAX_TAPS, which depthwise_why_not checks)
+        vec, cv = 1, conv05_channel_vectors(C, 1, taps)
+    return vec, cv
+
+
+def _device(t: Tensor) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def _launches(N: int, per_image: int, C: int, vec: int, cv: int, device_id: int) -> tuple[tuple, int]:
+    """The grid of a launch over images, and how many images one launch takes so that its 32-bit
+    counts hold (tasks: per_image an image, one a lane)."""
+    from .device import sm_count
+
+    lanes = CONV05_THREADS // cv
+    ys = -(-(-(-C // vec)) // cv)
+    xs = max(1, min(-(-N * per_image // lanes), max(1, BLOCKS_AN_SM * sm_count(device_id) // ys)))
+    room = _COUNT_LIMIT - xs * CONV05_THREADS
+    if per_image > room:
+        raise ValueError(f"conv05 counts in 32 bits: {per_image} tasks an image are too many")
+    return (xs, ys, 1), max(1, min(N, room // per_image))
+
+
+def _geometry_args(g: dict) -> tuple:
+    return (g["H"], g["W"], g["C"], g["P"], g["Q"], g["R"], g["S"], *g["stride"], g["pads"][0], g["pads"][2],
+            *g["dilation"])  # fmt: skip
+
+
+def _nhwc_result(t: Tensor, channels_last: bool) -> Tensor:
+    """An [N, H, W, C] tensor as [N, C, H, W]: a channels_last view, or a contiguous copy."""
+    out = t.permute(0, 3, 1, 2)
+    return out if channels_last else out.contiguous()
+
+
 def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str | None, channels_last: bool) -> Tensor:
-    """activation(depthwise conv2d(x, weight) + bias) in one launch (g: conv.conv_geometry's for
-    the whole layer, C channels in and out). Returns [N, C, P, Q], channels_last where
-    channels_last says torch's result would be, else contiguous."""
+    """activation(depthwise conv2d(x, weight) + bias) in one launch (more only past 2^31 tasks; g:
+    conv.conv_geometry's for the whole layer, C channels in and out). Returns [N, C, P, Q],
+    channels_last where channels_last says torch's result would be, else contiguous."""
     N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
     xs = x.contiguous(memory_format=torch.channels_last)  # its memory NHWC: x itself where it is already
-    taps = weight.reshape(C, R * S).t().contiguous()  # [R*S][C]: a tap's channels side by side
+    wt = weight.contiguous()  # [C][R*S]: the kernel stages a block's taps itself
     b = None if bias is None else bias.to(x.dtype).contiguous()
     y = torch.empty((N, P, Q, C), dtype=x.dtype, device=x.device)  # NHWC
     if y.numel():
-        device_id = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        cfg = CONV_05.config(VEC=conv05_vec(x.dtype, C, _aligned(xs, taps, y, b)))
+        device_id = _device(x)
+        vec, cv = _vectors(x.dtype, C, R * S, xs, y)
+        tq = 4 if Q >= 4 else 1
+        cfg = CONV_05.config(VEC=vec, TQ=tq)
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
-        from .device import sm_count
+        grid, images = _launches(N, P * -(-Q // tq), C, vec, cv, device_id)
+        size = x.element_size()
+        for n0 in range(0, N, images):
+            n = min(images, N - n0)
+            launch.launch(loaded, device_id, grid, (CONV05_THREADS, 1, 1), xs.data_ptr() + n0 * g["H"] * g["W"] * C * size,
+                          wt.data_ptr(), y.data_ptr() + n0 * P * Q * C * size, 0 if b is None else b.data_ptr(),
+                          *(launch.i32(v) for v in (n, *_geometry_args(g), cv)))  # fmt: skip
+    return _nhwc_result(y, channels_last)
 
-        tasks = N * P * Q * (C // cfg["VEC"])
-        grid = (max(1, min(-(-tasks // CONV05_THREADS), BLOCKS_AN_SM * sm_count(device_id))), 1, 1)
-        i32 = launch.i32
-        sizes = (N, g["H"], g["W"], C, P, Q, R, S, *g["stride"], g["pads"][0], g["pads"][2], *g["dilation"])
-        launch.launch(loaded, device_id, grid, (CONV05_THREADS, 1, 1), xs.data_ptr(), taps.data_ptr(), y.data_ptr(),
-                      0 if b is None else b.data_ptr(), *(i32(v) for v in sizes))  # fmt: skip
-    out = y.permute(0, 3, 1, 2)
-    return out if channels_last else out.contiguous()
+
+def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
+    """The input's gradient of run()'s convolution (geometry g) for the result's gradient dy
+    [N, C, P, Q]: [N, C, H, W] in x's dtype, channels_last or contiguous as asked."""
+    N, C, H, W, R, S = g["N"], g["C"], g["H"], g["W"], g["R"], g["S"]
+    dys = dy.contiguous(memory_format=torch.channels_last)  # (an expanded dy, stride 0, is copied)
+    wt = weight.contiguous()
+    dx = torch.empty((N, H, W, C), dtype=dy.dtype, device=dy.device)
+    if dx.numel():
+        device_id = _device(dy)
+        vec, cv = _vectors(dy.dtype, C, R * S, dys, dx)
+        tq = 4 if W >= 4 else 1
+        loaded = jit.load_kernel(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq), device_id, dy.dtype, dy.dtype)
+        grid, images = _launches(N, H * -(-W // tq), C, vec, cv, device_id)
+        size = dy.element_size()
+        for n0 in range(0, N, images):
+            n = min(images, N - n0)
+            launch.launch(loaded, device_id, grid, (CONV05_THREADS, 1, 1), dys.data_ptr() + n0 * g["P"] * g["Q"] * C * size,
+                          wt.data_ptr(), dx.data_ptr() + n0 * H * W * C * size,
+                          *(launch.i32(v) for v in (n, *_geometry_args(g), cv)))  # fmt: skip
+    return _nhwc_result(dx, channels_last)
+
+
+def wgrad_chunk(g: dict, vec: int, sms: int) -> int:
+    """wgrad's chunk: how many output pixels one thread sums (a function of the shapes and the SM
+    count alone, so that a layer's filter gradient has the same bits at every launch on a GPU)."""
+    pixels = g["N"] * g["P"] * g["Q"]
+    threads = g["R"] * -(-g["S"] // CONV05_WG_S) * (g["C"] // vec)  # a chunk's tasks
+    chunks = max(1, min(-(-sms * _WGRAD_THREADS_AN_SM // threads), -(-pixels // 16),
+                        _WGRAD_PARTS_MAX // (g["R"] * g["S"] * g["C"])))  # fmt: skip
+    return -(-pixels // chunks)
+
+
+def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
+    """The filter's gradient of run()'s convolution: [C, 1, R, S] in weight_dtype, from fp32 parts
+    (a chunk of pixels each) that torch adds in a fixed order."""
+    from .device import sm_count
+
+    N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
+    xs = x.contiguous(memory_format=torch.channels_last)
+    dys = dy.contiguous(memory_format=torch.channels_last)
+    if not (N * P * Q and C):
+        return torch.zeros((C, 1, R, S), dtype=weight_dtype, device=x.device)
+    device_id = _device(x)
+    vec = conv05_vec(x.dtype, C, _aligned(xs, dys))
+    cv = conv05_channel_vectors(C, vec, 1)
+    chunk = wgrad_chunk(g, vec, sm_count(device_id))
+    loaded = jit.load_kernel(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec), device_id, x.dtype, x.dtype)
+    tasks_a_chunk = R * -(-S // CONV05_WG_S)
+    # images a launch: whole chunks of its own, its pixels and tasks within 32-bit counts
+    per_image = P * Q
+    grid, images = _launches(N, per_image, C, vec, cv, device_id)
+    images = max(1, min(images, (_COUNT_LIMIT - grid[0] * CONV05_THREADS) // max(1, -(-per_image // chunk) * tasks_a_chunk)))
+    counts = [min(images, N - n0) for n0 in range(0, N, images)]
+    parts = torch.empty((sum(-(-n * per_image // chunk) for n in counts), R * S, C), dtype=torch.float32, device=x.device)
+    size, done, n0 = x.element_size(), 0, 0
+    for n in counts:
+        chunks = -(-n * per_image // chunk)
+        blocks = max(1, min(grid[0], -(-chunks * tasks_a_chunk // (CONV05_THREADS // cv))))
+        launch.launch(loaded, device_id, (blocks, grid[1], 1), (CONV05_THREADS, 1, 1),
+                      xs.data_ptr() + n0 * g["H"] * g["W"] * C * size, dys.data_ptr() + n0 * per_image * C * size,
+                      parts.data_ptr() + done * R * S * C * 4,
+                      *(launch.i32(v) for v in (n, *_geometry_args(g), chunk, cv)))  # fmt: skip
+        done, n0 = done + chunks, n0 + n
+    return parts.sum(0).t().reshape(C, 1, R, S).to(weight_dtype)
+
+
+class DepthwiseConv(torch.autograd.Function):
+    """run() with autograd (no activation: conv2d applies it through torch): dgrad, wgrad and a
+    sum over dy for the bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, g, channels_last):
+        ctx.save_for_backward(x, weight)
+        ctx.g, ctx.has_bias = g, bias is not None
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return run(x, weight, bias, g, None, channels_last)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        dx = dgrad(dy, weight, ctx.g, _suggests_channels_last(x)) if ctx.needs_input_grad[0] else None
+        dw = wgrad(x, dy, ctx.g, weight.dtype) if ctx.needs_input_grad[1] else None
+        db = dy.sum((0, 2, 3)).to(ctx.bias_dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dx, dw, db, None, None
+
+
+# ---- as operators, for torch.compile --------------------------------------------------------------
+
+
+def _op_geometry(x_shape, w_shape, stride, padding, padding_name, dilation) -> dict:
+    return conv_geometry(tuple(x_shape), tuple(w_shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
 
 
 def _op(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int], padding: list[int], padding_name: str,
         dilation: list[int], activation: str) -> Tensor:  # fmt: skip
     """The operator's launch: run() over the layer's geometry (activation "" for none)."""
-    g = conv_geometry(tuple(x.shape), tuple(weight.shape), tuple(stride), padding_name or tuple(padding), tuple(dilation))
+    g = _op_geometry(x.shape, weight.shape, stride, padding, padding_name, dilation)
     return run(x, weight, bias, g, activation or None, _suggests_channels_last(x) or _suggests_channels_last(weight))
 
 
@@ -79,3 +222,54 @@ depthwise_op = torch.library.custom_op("gemmlab::conv2d_depthwise", _op, mutates
 def _op_fake(x, weight, bias, stride, padding, padding_name, dilation, activation):
     """The result's shape and memory format without a launch, as run() returns it."""
     return empty_result(x, weight, stride, padding, padding_name, dilation)
+
+
+_GRAD_ARGS = "int[] stride, int[] padding, str padding_name, int[] dilation"
+
+
+@torch.library.custom_op("gemmlab::conv2d_depthwise_dgrad", mutates_args=(), device_types="cuda",
+                         schema=f"(Tensor dy, Tensor weight, int[] x_size, {_GRAD_ARGS}, bool channels_last) -> Tensor")
+def dgrad_op(dy, weight, x_size, stride, padding, padding_name, dilation, channels_last):
+    """dgrad() as an operator: the input's gradient, [N, C, H, W] (x_size)."""
+    return dgrad(dy, weight, _op_geometry(x_size, weight.shape, stride, padding, padding_name, dilation), channels_last)
+
+
+@dgrad_op.register_fake
+def _dgrad_fake(dy, weight, x_size, stride, padding, padding_name, dilation, channels_last):
+    return torch.empty(tuple(x_size), dtype=dy.dtype, device=dy.device,
+                       memory_format=torch.channels_last if channels_last else torch.contiguous_format)  # fmt: skip
+
+
+@torch.library.custom_op("gemmlab::conv2d_depthwise_wgrad", mutates_args=(), device_types="cuda",
+                         schema=f"(Tensor x, Tensor dy, int[] weight_size, {_GRAD_ARGS}, ScalarType weight_dtype) -> Tensor")
+def wgrad_op(x, dy, weight_size, stride, padding, padding_name, dilation, weight_dtype):
+    """wgrad() as an operator: the filter's gradient, [C, 1, R, S] (weight_size)."""
+    return wgrad(x, dy, _op_geometry(x.shape, weight_size, stride, padding, padding_name, dilation), weight_dtype)
+
+
+@wgrad_op.register_fake
+def _wgrad_fake(x, dy, weight_size, stride, padding, padding_name, dilation, weight_dtype):
+    return torch.empty(tuple(weight_size), dtype=weight_dtype, device=x.device)
+
+
+def _op_setup(ctx, inputs, output) -> None:
+    x, weight, bias, stride, padding, padding_name, dilation, activation = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.args, ctx.activation = (list(stride), list(padding), padding_name, list(dilation)), activation
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _op_backward(ctx, dy):
+    """The operator's gradients through the two gradient operators and a sum over dy. conv2d passes
+    no activation where a gradient is wanted: it applies it through torch, which keeps its input."""
+    if ctx.activation:
+        raise RuntimeError("gemmlab::conv2d_depthwise takes gradients without a fused activation; conv2d applies "
+                           "the activation through torch where one is wanted")  # fmt: skip
+    x, weight = ctx.saved_tensors
+    dx = dgrad_op(dy, weight, list(x.shape), *ctx.args, _suggests_channels_last(x)) if ctx.needs_input_grad[0] else None
+    dw = wgrad_op(x, dy, list(weight.shape), *ctx.args, weight.dtype) if ctx.needs_input_grad[1] else None
+    db = dy.sum((0, 2, 3)).to(ctx.bias_dtype) if ctx.bias_dtype is not None and ctx.needs_input_grad[2] else None
+    return dx, dw, db, None, None, None, None, None
+
+
+depthwise_op.register_autograd(_op_backward, setup_context=_op_setup)

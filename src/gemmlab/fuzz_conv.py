@@ -30,7 +30,7 @@ Hopper, a filter or output channels no conv04 build holds), the case falls back 
 implicit, then gather, then im2col, as algorithm="auto" chooses) and the refusal is counted, never
 judged. The errors are queued on the GPU and read back in batches, as gemmlab.fuzz does.
 
-A quarter of the conv02, conv03 and conv04 cases (ConvCase.grad; smaller, and without NaN or Inf)
+A quarter of the conv02, conv03, conv04 and conv05 cases (ConvCase.grad; smaller, and without NaN or Inf)
 take a backward pass too: x, w and the bias require grad, conv2d runs under autograd (its activation
 applied by torch) and y.backward(dY), dY fresh normal values in y's dtype; dx, dw and db are
 judged as y is, against float64 gradients (aten's convolution backward with cuDNN off, through the
@@ -94,7 +94,7 @@ def build(case: ConvCase, device: str = "cuda") -> Built:
     dy = None
     if case.grad:  # (drawn last, so that x, w and the bias are what a forward case of this seed gets)
         g = case.geometry()
-        dy = torch.randn(case.N, case.K, g["P"], g["Q"], generator=gen, device=device).to(dtype)
+        dy = torch.randn(case.N, case.out_channels, g["P"], g["Q"], generator=gen, device=device).to(dtype)
     if case.special:
         what, where = case.special.split("-")
         target = x if where == "x" else w
@@ -233,7 +233,7 @@ def _grads64(case: ConvCase, t: Built, forward: tuple, dy: torch.Tensor) -> dict
     and w^2 at the scale's square), as the forward's."""
     g = case.geometry()
     top, bottom, left, right = g["pads"]
-    kw = dict(stride=g["stride"], dilation=g["dilation"])
+    kw = dict(stride=g["stride"], dilation=g["dilation"], groups=case.groups)
     z = _as_image(forward[0], g).detach().requires_grad_()
     dy64 = dy.double()
     act = ACTIVATIONS[case.activation]
@@ -265,7 +265,7 @@ def _cudnn_grads(case: ConvCase, t: Built, dy: torch.Tensor) -> tuple:
     x, w = (v.detach().requires_grad_() for v in (t.x, t.w))
     b = None if t.bias is None else t.bias.detach().requires_grad_()
     with torch.enable_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        y = F.conv2d(x, w, b, *case.g_args)
+        y = F.conv2d(x, w, b, *case.g_args, groups=case.groups)
         (ACTIVATIONS[case.activation](y) if case.activation else y).backward(dy)
     return x.grad, w.grad, None if b is None else b.grad
 
@@ -411,10 +411,10 @@ def _start_grad(case: ConvCase, t: Built) -> tuple:
     x, w = (v.detach().requires_grad_() for v in (t.x, t.w))
     b = None if t.bias is None else t.bias.detach().requires_grad_()
     g = case.geometry()
-    poison(g["N"] * g["P"] * g["Q"] * case.K, DTYPES[case.dtype])
+    poison(g["N"] * g["P"] * g["Q"] * case.out_channels, DTYPES[case.dtype])
     with conv03.on_tile(case.tile), conv03.staged_stores(_staged(case)), torch.enable_grad():
         # (a conv03 dgrad takes the tile and the epilogue too)
-        y = conv2d(x, w, b, *case.g_args, activation=case.activation, algorithm=case.algorithm)
+        y = conv2d(x, w, b, *case.g_args, groups=case.groups, activation=case.activation, algorithm=case.algorithm)
         kernel, walk = chosen(case, t)  # (before the backward pass's plans can clear conv03's plan table)
         poison(x.numel(), x.dtype)
         poison(w.numel(), w.dtype)

@@ -30,13 +30,14 @@ ALGORITHM_WEIGHTS = {"tma": 0.37, "implicit": 0.21, "gather": 0.17, "im2col": 0.
 # where the drawn one refuses, the next that serves runs: conv2d's algorithm="auto" order
 FALLBACK = {"tma": ("implicit", "gather", "im2col"), "implicit": ("gather", "im2col"), "gather": ("im2col",),
             "im2col": (), "depthwise": ("im2col",)}  # fmt: skip
-STEPS = ("tma", "implicit", "gather")  # the algorithms of our own kernels, whose cases may check gradients
+STEPS = ("tma", "implicit", "gather")  # the algorithms of our own GEMM kernels, run a group at a time
+GRAD_ALGORITHMS = (*STEPS, "depthwise")  # those whose cases may check gradients (conv05: its own dgrad and wgrad)
 FP32_SHARE = 0.15  # of the im2col cases, float32 ones (gemm()'s FFMA ladder; cuDNN with TF32 off)
 SPECIAL_SHARE = 0.04  # of the cases with a NaN or an Inf in x or w
 TILE_SHARE = 0.25  # of conv03's cases, those on a tile of CONV03_TILES forced (conv03.TILE), whatever the rule's
 STAGED_SHARE = 0.25  # of conv03's cases, those with its staged TMA-store epilogue forced on (conv03.TMA_STORE)
 REGISTER_SHARE = 0.25  # of conv03's other cases, those with its register epilogue forced (conv03.TMA_STORE off)
-GRAD_SHARE = 0.25  # of conv02's, conv03's and conv04's cases, those whose gradients (dx, dw, db) are checked too
+GRAD_SHARE = 0.25  # of conv02's, conv03's, conv04's and conv05's cases, those whose gradients (dx, dw, db) are checked too
 DGRAD_ON_STEP = 0.75  # of those, the share whose K is made a multiple of 8, so dx runs on conv02/conv03 (conv04's
 # others: dx's convolution reads K channels, no multiple of 8, and runs on conv04 where its build holds it)
 FEW_SHARE = 0.85  # of conv04's cases whose regime drew C a multiple of 8, those given few channels instead
@@ -391,12 +392,13 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
             drawn_geo = _few_channels(rng, regime, drawn_geo)
         weights = {"bf16": 0.5, "fp16": 0.5} | ({"fp32": FP32_SHARE / (1 - FP32_SHARE)} if drawn in ("im2col", "depthwise") else {})
         dtype = _weighted(rng, {d: w for d, w in weights.items() if d in wanted} or {d: 1.0 for d in wanted})
-        small = wants_grad and drawn in STEPS  # within a gradient case's limits
+        small = wants_grad and drawn in GRAD_ALGORITHMS  # within a gradient case's limits
         N, C, H, W, K, R, S, stride, padding, dilation = _fit(*drawn_geo, limits=GRAD_LIMITS if small else LIMITS)
         if drawn == "gather":
             N, C, H, W, K, R, S, stride, padding, dilation = _gather_fit(N, C, H, W, K, R, S, stride, padding, dilation)
         if drawn == "depthwise":  # one filter a channel: the regime's C channels in and out
-            N, C, H, W, K, R, S, stride, padding, dilation = _fit(N, C, H, W, C, R, S, stride, padding, dilation)
+            N, C, H, W, K, R, S, stride, padding, dilation = _fit(N, C, H, W, C, R, S, stride, padding, dilation,
+                                                                  limits=GRAD_LIMITS if small else LIMITS)  # fmt: skip
         if small and K >= 8 and random.Random(f"dgrad {seed}").random() < DGRAD_ON_STEP:
             K -= K % 8  # dx's convolution reads K channels: a multiple of 8 runs it on conv02/conv03
         g = conv_geometry((N, C, H, W), (K, C, R, S), stride, padding, dilation)
@@ -416,7 +418,7 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     act = activation if activation is not None and erng.random() < 0.5 else None
     srng = random.Random(f"special {seed}")
     special = srng.choice(("nan-x", "inf-x", "nan-w", "inf-w")) if srng.random() < SPECIAL_SHARE else ""
-    grad = small and algorithm in STEPS
+    grad = small and algorithm in GRAD_ALGORITHMS
     special = "" if grad else special
     trng = random.Random(f"tile {seed}")  # a share of conv03's cases on a tile its rule may not pick here
     tile = trng.choice(list(CONV03_TILES)) if algorithm == "tma" and trng.random() < TILE_SHARE else None

@@ -265,32 +265,52 @@ def conv04_config(g: dict) -> GemmConfig:
 
 
 # conv05: a depthwise convolution (groups = C = K) computed directly, each thread VEC channels of
-# one output pixel over the taps: memory-bound, no MMA. The host picks VEC per call.
+# TQ output pixels of a row over the taps, the block's taps staged in shared memory: memory-bound,
+# no MMA. The host picks VEC, TQ and the block's channel vectors (CV) per call. Its gradients are two
+# more entries of the same file.
 CONV05_THREADS = 256
+CONV05_TAPS_SMEM = 4096  # fp32 taps a block stages (the kernel's TAPS_SMEM): R*S*CV*VEC at most
+CONV05_WG_S = 8  # wgrad: taps of a filter row a thread sums at once (the kernel's WG_S)
 
 
 def _conv05_check(c: GemmConfig) -> str | None:
     if c["VEC"] not in (1, 4, 8):
         return "VEC must be 1 or 16 bytes of channels (8 16-bit ones, 4 fp32 ones)"
+    if "TQ" in c.as_dict() and not 1 <= c["TQ"] <= 8:
+        return "TQ must be 1 to 8 pixels a thread"
     return None
 
 
+_VEC = Param("VEC", 8, "channels a thread: 16 bytes of them (8 16-bit, 4 fp32) or 1")
+_CONV05 = dict(step=5, title="depthwise", source="conv/05_depthwise.cu", block=lambda c: (CONV05_THREADS, 1, 1),
+               dtypes=(torch.bfloat16, torch.float16, torch.float32), check_config=_conv05_check, type_param=True,
+               seeds="a depthwise layer is C products of one channel each: a direct loop, not a GEMM")  # fmt: skip
+
 CONV_05 = KernelSpec(
     id="conv05_depthwise",
-    step=5,
-    title="depthwise",
-    idea="one filter a channel: each thread 16 bytes of channels of one output pixel over the taps, in fp32, "
+    idea="one filter a channel: each thread 16 bytes of channels of a few output pixels over the taps, in fp32, "
     "one launch for every group where the grouped path launches one a group",
-    source="conv/05_depthwise.cu",
     entry="conv_depthwise",
-    params=(Param("VEC", 8, "channels a thread: 16 bytes of them (8 16-bit, 4 fp32) or 1"),),
-    block=lambda c: (CONV05_THREADS, 1, 1),
-    grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),  # an upper bound: the host caps it
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
-    check_config=_conv05_check,
-    seeds="a depthwise layer is C products of one channel each: a direct loop, not a GEMM",
-    type_param=True,
+    params=(_VEC, Param("TQ", 4, "output pixels of a row a thread computes")),
+    grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),  # an upper bound: the host sets it
     epilogues=True,
+    **_CONV05,
+)
+CONV_05_DGRAD = KernelSpec(
+    id="conv05_depthwise_dgrad",
+    idea="the input's gradient of a depthwise layer: each input pixel sums dy over the outputs that read it",
+    entry="conv_depthwise_dgrad",
+    params=(_VEC, Param("TQ", 4, "input pixels of a row a thread computes")),
+    grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),
+    **_CONV05,
+)
+CONV_05_WGRAD = KernelSpec(
+    id="conv05_depthwise_wgrad",
+    idea="the filter's gradient of a depthwise layer: fp32 sums over chunks of pixels, added on the host in a fixed order",
+    entry="conv_depthwise_wgrad",
+    params=(_VEC,),
+    grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),
+    **_CONV05,
 )
 
 
@@ -301,4 +321,19 @@ def conv05_vec(dtype: torch.dtype, channels: int, aligned: bool) -> int:
     return vec if aligned and channels % vec == 0 else 1
 
 
-CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04, CONV_05)
+def conv05_channel_vectors(channels: int, vec: int, taps: int) -> int | None:
+    """CV, the channel vectors a conv05 block covers: a power of two up to 32 whose taps fit the
+    staged copy (taps * CV * vec <= CONV05_TAPS_SMEM), the widest that leaves at most an eighth of
+    the last block's vectors idle (else the narrowest that fits); None where even one vector's
+    taps do not fit."""
+    vecs = -(-channels // vec)
+    fits = [cv for cv in (32, 16, 8, 4, 2, 1) if taps * cv * vec <= CONV05_TAPS_SMEM]
+    if not fits:
+        return None
+    for cv in fits:
+        if -(-vecs // cv) * cv - vecs <= vecs / 8:
+            return cv
+    return fits[-1]
+
+
+CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD)

@@ -4,9 +4,23 @@
 // worth the name: each output channel reduces only its own channel's R*S taps, so as per-group
 // GEMMs (conv2d's grouped path) it is C launches of an N = 1, K = R*S product. It moves bytes far
 // more than it multiplies -- R*S multiply-adds per output element against one input element read
-// and one output element written -- so this step is a memory-bound loop, not a tiled MMA: each
-// thread computes VEC neighbouring channels of one output pixel (16 bytes of them: consecutive
-// threads read consecutive bytes of x's NHWC rows), over the taps, in fp32.
+// and one output element written -- so this step is a memory-bound loop, not a tiled MMA.
+//
+// How the work is laid out. A block owns CV channel vectors (VEC neighbouring channels each, 16
+// bytes of them: consecutive threads read consecutive bytes of x's NHWC rows) and its 256 / CV
+// lanes walk the pixels. The block first copies its channels' taps into shared memory as fp32,
+// tap-major (the weight arrives as [C][R*S]: no transposed copy on the host), and each thread then
+// computes TQ neighbouring output pixels of one row for its VEC channels, so that a tap's weights
+// are read once for TQ outputs and the index arithmetic (divisions by the tensor's extents) is done
+// once a TQ of them. The arithmetic is fp32.
+//
+// The gradients, for training (gemmlab.conv05's autograd): dgrad -- dx at an input pixel sums dy
+// over the output pixels whose window covers it, times the tap that joins them: the same walk over
+// x's pixels, with a stride test where the forward pass had a multiply; wgrad -- dw[c][tap] sums
+// dy * x over every output pixel: each thread sums a chunk of pixels for one filter row r and up
+// to WG_S taps of it into fp32 registers and writes them to its own slot of a workspace,
+// [chunks][R*S][C], which the host adds over chunks (torch's sum: the same order every run, so the
+// same bits).
 //
 // Points in the padding multiply zeros (they are not skipped), as F.conv2d's reference does, so an
 // Inf weight next to the border still gives NaN there.
@@ -14,6 +28,10 @@
 #include "common/tc_common.cuh"
 
 namespace depthwise {
+
+constexpr int THREADS = 256;
+constexpr int TAPS_SMEM = 4096;  // fp32 taps a block stages: R*S*CV*VEC at most (the host picks CV)
+constexpr int WG_S = 8;          // wgrad: taps of one filter row a thread sums at once
 
 // VEC elements of T at p (16-byte aligned where VEC * sizeof(T) == 16), or zeros where !inside.
 template <typename T, int VEC>
@@ -43,43 +61,208 @@ __device__ __forceinline__ void store(T* p, const float (&v)[VEC]) {
     }
 }
 
+// The block's channels' taps into shared memory, fp32, [R*S][CV*VEC] (zeros past C); w is [C][R*S].
+template <typename T, int VEC>
+__device__ __forceinline__ void stage_taps(float* taps, const T* __restrict__ w, int C, int RS, int CV) {
+    const int width = CV * VEC, c_first = blockIdx.y * width;
+    for (int i = threadIdx.x; i < RS * width; i += blockDim.x) {
+        const int tap = i / width, c = c_first + i % width;
+        taps[i] = c < C ? static_cast<float>(w[static_cast<long long>(c) * RS + tap]) : 0.0f;
+    }
+    __syncthreads();
+}
+
+// This thread's VEC taps at `tap` from the staged copy.
+template <int VEC>
+__device__ __forceinline__ void tap_values(float (&v)[VEC], const float* taps, int tap, int CV, int cv) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = taps[tap * CV * VEC + cv * VEC + j];
+}
+
+// The forward walk. Its counts are 32-bit, which keeps the divisions cheap: the host splits a batch
+// whose tasks (plus the grid's threads) reach 2^31 into launches of fewer images.
+template <typename T, typename TD, int VEC, int TQ, int POST>
+__device__ __forceinline__ void forward_walk(const T* __restrict__ x, const float* taps, TD* __restrict__ y,
+                                             const TD* __restrict__ bias, int N, int H, int W, int C, int P, int Q,
+                                             int R, int S, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h,
+                                             int dil_w, int CV) {
+    const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
+    const int vec = blockIdx.y * CV + cv;
+    if (vec * VEC >= C) return;  // past the last channel (the last block's spare lanes)
+    const int c0 = vec * VEC, qchunks = (Q + TQ - 1) / TQ;
+    const unsigned tasks = static_cast<unsigned>(N) * P * qchunks;
+    for (unsigned t = blockIdx.x * lanes + threadIdx.x / CV; t < tasks; t += gridDim.x * lanes) {
+        const int q0 = static_cast<int>(t % qchunks) * TQ;
+        const unsigned np = t / qchunks;
+        const int p = static_cast<int>(np % P), n = static_cast<int>(np / P);
+        float acc[TQ][VEC] = {};
+        for (int r = 0; r < R; ++r) {
+            const int h = p * stride_h - pad_h + r * dil_h;
+            const bool row_in = h >= 0 && h < H;
+            const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
+            for (int s = 0; s < S; ++s) {
+                float wv[VEC];
+                tap_values<VEC>(wv, taps, r * S + s, CV, cv);
+#pragma unroll
+                for (int i = 0; i < TQ; ++i) {
+                    const int col = (q0 + i) * stride_w - pad_w + s * dil_w;
+                    const bool inside = row_in && col >= 0 && col < W;
+                    float xv[VEC];
+                    load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) acc[i][j] = fmaf(xv[j], wv[j], acc[i][j]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TQ; ++i) {
+            if (q0 + i >= Q) break;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) acc[i][j] = gemmlab::post<POST>(acc[i][j], bias, c0 + j, C);
+            store<TD, VEC>(y + ((static_cast<long long>(n) * P + p) * Q + q0 + i) * C + c0, acc[i]);
+        }
+    }
+}
+
+// dgrad's walk over x's pixels: dx[n][h][w0 + i] for TQ of them.
+template <typename T, int VEC, int TQ>
+__device__ __forceinline__ void dgrad_walk(const T* __restrict__ dy, const float* taps, T* __restrict__ dx, int N, int H,
+                                           int W, int C, int P, int Q, int R, int S, int stride_h, int stride_w,
+                                           int pad_h, int pad_w, int dil_h, int dil_w, int CV) {
+    const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
+    const int vec = blockIdx.y * CV + cv;
+    if (vec * VEC >= C) return;
+    const int c0 = vec * VEC, wchunks = (W + TQ - 1) / TQ;
+    const unsigned tasks = static_cast<unsigned>(N) * H * wchunks;
+    for (unsigned t = blockIdx.x * lanes + threadIdx.x / CV; t < tasks; t += gridDim.x * lanes) {
+        const int w0 = static_cast<int>(t % wchunks) * TQ;
+        const unsigned nh = t / wchunks;
+        const int h = static_cast<int>(nh % H), n = static_cast<int>(nh / H);
+        float acc[TQ][VEC] = {};
+        for (int r = 0; r < R; ++r) {
+            const int hp = h + pad_h - r * dil_h;  // p * stride_h, where some output row p reads row h through tap r
+            if (hp < 0 || hp % stride_h != 0 || hp / stride_h >= P) continue;
+            const T* row = dy + (static_cast<long long>(n) * P + hp / stride_h) * Q * C + c0;
+            for (int s = 0; s < S; ++s) {
+                float wv[VEC];
+                tap_values<VEC>(wv, taps, r * S + s, CV, cv);
+#pragma unroll
+                for (int i = 0; i < TQ; ++i) {
+                    const int wq = w0 + i + pad_w - s * dil_w;  // q * stride_w
+                    const bool inside = wq >= 0 && (stride_w == 1 || wq % stride_w == 0) && wq / stride_w < Q;
+                    float gv[VEC];
+                    load<T, VEC>(gv, row + static_cast<long long>(inside ? wq / stride_w : 0) * C, inside);
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) acc[i][j] = fmaf(gv[j], wv[j], acc[i][j]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TQ; ++i) {
+            if (w0 + i >= W) break;
+            store<T, VEC>(dx + ((static_cast<long long>(n) * H + h) * W + w0 + i) * C + c0, acc[i]);
+        }
+    }
+}
+
 }  // namespace depthwise
 
 // T: __nv_bfloat16, __half or float; TD: the output's type (T). VEC: channels a thread, 16 bytes of
 // them (8 16-bit, 4 fp32), or 1 where C is not a multiple of that or an address is not 16-byte
-// aligned (the host decides). POST: the fused epilogue (bias, activation), 0 for none.
-// x: NHWC [N][H][W][C]; w: [R*S][C], the taps of every channel's filter tap-major (the host's
-// transposed copy of the [C][1][R][S] weight, so that a tap's VEC channels are one load); y: NHWC
-// [N][P][Q][C]; bias: [C] in T, or null. The grid strides over N*P*Q*(C / VEC) thread tasks.
-template <typename T, typename TD, int VEC, int POST = 0>
-__global__ void __launch_bounds__(256) conv_depthwise(const T* __restrict__ x, const T* __restrict__ w, TD* __restrict__ y,
-                                                      const TD* __restrict__ bias, int N, int H, int W, int C, int P,
-                                                      int Q, int R, int S, int stride_h, int stride_w, int pad_h,
-                                                      int pad_w, int dil_h, int dil_w) {
+// aligned (the host decides). TQ: output pixels of a row a thread computes. POST: the fused
+// epilogue (bias, activation), 0 for none.
+// x: NHWC [N][H][W][C]; w: [C][R*S], the weight's own memory; y: NHWC [N][P][Q][C]; bias: [C] in T,
+// or null. CV: channel vectors a block covers (a power of two; R*S*CV*VEC <= TAPS_SMEM); the grid is
+// (blocks over the pixels, ceil(C / (CV * VEC))), 256 threads a block.
+template <typename T, typename TD, int VEC, int TQ, int POST = 0>
+__global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise(const T* __restrict__ x, const T* __restrict__ w,
+                                                                     TD* __restrict__ y, const TD* __restrict__ bias,
+                                                                     int N, int H, int W, int C, int P, int Q, int R,
+                                                                     int S, int stride_h, int stride_w, int pad_h,
+                                                                     int pad_w, int dil_h, int dil_w, int CV) {
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
-    const int vecs = C / VEC;  // thread tasks a pixel
-    const long long tasks = static_cast<long long>(N) * P * Q * vecs;
-    for (long long t = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; t < tasks;
-         t += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const int c0 = static_cast<int>(t % vecs) * VEC;
-        const long long pixel = t / vecs;  // n * P * Q + p * Q + q
-        const int q = static_cast<int>(pixel % Q), p = static_cast<int>(pixel / Q % P), n = static_cast<int>(pixel / Q / P);
-        float acc[VEC] = {};
-        for (int r = 0; r < R; ++r) {
+    static_assert(TQ >= 1 && TQ <= 8, "TQ: 1 to 8 output pixels a thread");
+    __shared__ float taps[depthwise::TAPS_SMEM];
+    depthwise::stage_taps<T, VEC>(taps, w, C, R * S, CV);
+    depthwise::forward_walk<T, TD, VEC, TQ, POST>(x, taps, y, bias, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w,
+                                                  dil_h, dil_w, CV);
+}
+
+// The input's gradient of conv_depthwise (no epilogue): dy NHWC [N][P][Q][C], w [C][R*S], dx NHWC
+// [N][H][W][C]; the forward pass's geometry. TQ: input pixels of a row a thread computes. TD is T
+// (the type parameter's pair).
+template <typename T, typename TD, int VEC, int TQ>
+__global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(const T* __restrict__ dy,
+                                                                           const T* __restrict__ w, TD* __restrict__ dx,
+                                                                           int N, int H, int W, int C, int P, int Q,
+                                                                           int R, int S, int stride_h, int stride_w,
+                                                                           int pad_h, int pad_w, int dil_h, int dil_w,
+                                                                           int CV) {
+    static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
+    __shared__ float taps[depthwise::TAPS_SMEM];
+    depthwise::stage_taps<T, VEC>(taps, w, C, R * S, CV);
+    depthwise::dgrad_walk<T, VEC, TQ>(dy, taps, dx, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+                                      CV);
+}
+
+// The filter's gradient of conv_depthwise, in parts: x NHWC [N][H][W][C], dy NHWC [N][P][Q][C];
+// (32-bit counts: the host keeps N * P * Q and the tasks plus the grid's threads below 2^31);
+// parts fp32 [chunks][R*S][C]. Task (chunk, r, tap group) -- R * ceil(S / WG_S) tasks a chunk of
+// `chunk` consecutive output pixels (n, p, q flattened) -- sums dy * x over the chunk's pixels for
+// taps r * S + s0 .. s0 + WG_S - 1 of its VEC channels and writes those sums to parts[chunk]. Every
+// slot of parts is written by exactly one thread. The grid is (blocks over the tasks,
+// ceil(C / (CV * VEC))); no taps are staged (TD is T).
+template <typename T, typename TD, int VEC>
+__global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(const T* __restrict__ x,
+                                                                           const T* __restrict__ dy,
+                                                                           float* __restrict__ parts, int N, int H,
+                                                                           int W, int C, int P, int Q, int R, int S,
+                                                                           int stride_h, int stride_w, int pad_h,
+                                                                           int pad_w, int dil_h, int dil_w, int chunk,
+                                                                           int CV) {
+    static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
+    using depthwise::WG_S;
+    const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
+    const int vec = blockIdx.y * CV + cv;
+    if (vec * VEC >= C) return;
+    const int c0 = vec * VEC, groups = (S + WG_S - 1) / WG_S;
+    const unsigned pixels = static_cast<unsigned>(N) * P * Q, chunks = (pixels + chunk - 1) / chunk;
+    const unsigned tasks = chunks * R * groups;
+    for (unsigned t = blockIdx.x * lanes + threadIdx.x / CV; t < tasks; t += gridDim.x * lanes) {
+        const int group = static_cast<int>(t % groups), r = static_cast<int>(t / groups % R);
+        const unsigned k = t / groups / R;
+        const int s0 = group * WG_S;
+        float acc[WG_S][VEC] = {};
+        // the chunk's first pixel, then q, p and n counted on from it (no division a pixel)
+        const unsigned first = k * chunk, last = pixels - first > static_cast<unsigned>(chunk) ? first + chunk : pixels;
+        int q = static_cast<int>(first % Q), p = static_cast<int>(first / Q % P), n = static_cast<int>(first / Q / P);
+        for (unsigned pixel = first; pixel < last; ++pixel) {
+            // (padding points multiply zeros, as in the forward pass)
             const int h = p * stride_h - pad_h + r * dil_h;
-            for (int s = 0; s < S; ++s) {
-                const int col = q * stride_w - pad_w + s * dil_w;
-                const bool inside = h >= 0 && h < H && col >= 0 && col < W;
-                float xv[VEC], wv[VEC];
-                depthwise::load<T, VEC>(xv, x + ((static_cast<long long>(n) * H + (inside ? h : 0)) * W + (inside ? col : 0)) * C + c0,
-                                        inside);
-                depthwise::load<T, VEC>(wv, w + static_cast<long long>(r * S + s) * C + c0, true);
+            const bool row_in = h >= 0 && h < H;
+            float g[VEC];
+            depthwise::load<T, VEC>(g, dy + static_cast<long long>(pixel) * C + c0, true);
+            const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) acc[j] = fmaf(xv[j], wv[j], acc[j]);
+            for (int s = 0; s < WG_S; ++s) {
+                const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
+                const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
+                float xv[VEC];
+                depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) acc[s][j] = fmaf(g[j], xv[j], acc[s][j]);
+            }
+            if (++q == Q) {
+                q = 0;
+                if (++p == P) p = 0, ++n;
             }
         }
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) acc[j] = gemmlab::post<POST>(acc[j], bias, c0 + j, C);
-        depthwise::store<TD, VEC>(y + pixel * C + c0, acc);
+        for (int s = 0; s < WG_S; ++s) {
+            if (s0 + s >= S) break;
+            float* out = parts + (static_cast<long long>(k) * R * S + r * S + s0 + s) * C + c0;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) out[j] = acc[s][j];
+        }
     }
 }
