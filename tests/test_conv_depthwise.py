@@ -25,7 +25,7 @@ def test_compiles_for_hopper_without_spills(dtype):
     for vec in (conv05_vec(dtype, 64, True), 1):
         jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq), post) for tq in (1, 4) for post in (0, post_code(True, "gelu"))]
         jobs += [(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq), 0) for tq in (1, 4)]
-        jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec), 0)]
+        jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg), 0) for sg in (1, 3, 7, 8)]
         for spec, cfg, post in jobs:
             ck = jit.compile_kernel(spec, cfg, "sm_90a", dtype, None, post)
             assert ck.usage.spills == 0 and ck.usage.stack_frame == 0, f"{ck.name_expression}: {ck.usage}"
@@ -262,8 +262,8 @@ def test_gradients_against_float64_on_the_gpu(dtype, tol, monkeypatch):
 @pytest.mark.gpu
 def test_the_filter_gradient_has_the_same_bits_every_launch_and_long_batches_split_into_launches(monkeypatch):
     """wgrad's parts are added by torch in a fixed order: two backward passes give the same bits.
-    With the kernels' 32-bit count limit stood in for by a small one, a batch runs as several
-    launches of fewer images each, with the same forward and dx and, within fp32 sums, dw."""
+    With the images a launch takes (which the kernels' 32-bit counts bound) stood in for by four, a
+    batch of six runs as two launches, with the same forward and dx and, within fp32 sums, dw."""
     x = torch.randn(6, 40, 23, 19, device="cuda").bfloat16().to(memory_format=torch.channels_last)
     w = torch.randn(40, 1, 5, 5, device="cuda").bfloat16()
     dy = torch.randn(6, 40, 12, 10, device="cuda").bfloat16()
@@ -273,14 +273,14 @@ def test_the_filter_gradient_has_the_same_bits_every_launch_and_long_batches_spl
     dw = conv05.wgrad(x, dy, g, torch.float32)
     assert torch.equal(dw, conv05.wgrad(x, dy, g, torch.float32))
     launches = []
-    real = conv05.launch.launch
+    real, real_launches = conv05.launch.launch, conv05._launches
     monkeypatch.setattr(conv05.launch, "launch", lambda *a, **k: (launches.append(a[2]), real(*a, **k)))
-    monkeypatch.setattr(conv05, "_COUNT_LIMIT", 256 * 8 + 100)
-    assert torch.equal(conv05.run(x, w, None, g, None, True), y) and len(launches) >= 3
+    monkeypatch.setattr(conv05, "_launches", lambda *a: (real_launches(*a)[0], 4))  # four images a launch at most
+    assert torch.equal(conv05.run(x, w, None, g, None, True), y) and len(launches) == 2
     launches.clear()
-    assert torch.equal(conv05.dgrad(dy, w, g, True), dx) and len(launches) >= 3
+    assert torch.equal(conv05.dgrad(dy, w, g, True), dx) and len(launches) == 2
     launches.clear()
-    assert _error(conv05.wgrad(x, dy, g, torch.float32), dw.double()) < 1e-5 and len(launches) >= 2
+    assert _error(conv05.wgrad(x, dy, g, torch.float32), dw.double()) < 1e-5 and len(launches) == 2
 
 
 @pytest.mark.gpu

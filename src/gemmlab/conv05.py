@@ -136,11 +136,16 @@ def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
     return _nhwc_result(dx, channels_last)
 
 
+def wgrad_taps(S: int) -> int:
+    """wgrad's SG: the taps of a filter row a thread sums (the whole row up to CONV05_WG_S)."""
+    return min(S, CONV05_WG_S)
+
+
 def wgrad_chunk(g: dict, vec: int, sms: int) -> int:
     """wgrad's chunk: how many output pixels one thread sums (a function of the shapes and the SM
     count alone, so that a layer's filter gradient has the same bits at every launch on a GPU)."""
     pixels = g["N"] * g["P"] * g["Q"]
-    threads = g["R"] * -(-g["S"] // CONV05_WG_S) * (g["C"] // vec)  # a chunk's tasks
+    threads = g["R"] * -(-g["S"] // wgrad_taps(g["S"])) * (g["C"] // vec)  # a chunk's tasks
     chunks = max(1, min(-(-sms * _WGRAD_THREADS_AN_SM // threads), -(-pixels // 16),
                         _WGRAD_PARTS_MAX // (g["R"] * g["S"] * g["C"])))  # fmt: skip
     return -(-pixels // chunks)
@@ -160,8 +165,9 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
     vec = conv05_vec(x.dtype, C, _aligned(xs, dys))
     cv = conv05_channel_vectors(C, vec, 1)
     chunk = wgrad_chunk(g, vec, sm_count(device_id))
-    loaded = jit.load_kernel(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec), device_id, x.dtype, x.dtype)
-    tasks_a_chunk = R * -(-S // CONV05_WG_S)
+    sg = wgrad_taps(S)
+    loaded = jit.load_kernel(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg), device_id, x.dtype, x.dtype)
+    tasks_a_chunk = R * -(-S // sg)
     # images a launch: whole chunks of its own, its pixels and tasks within 32-bit counts
     per_image = P * Q
     grid, images = _launches(N, per_image, C, vec, cv, device_id)
@@ -177,7 +183,7 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
                       parts.data_ptr() + done * R * S * C * 4,
                       *(launch.i32(v) for v in (n, *_geometry_args(g), chunk, cv)))  # fmt: skip
         done, n0 = done + chunks, n0 + n
-    return parts.sum(0).t().reshape(C, 1, R, S).to(weight_dtype)
+    return parts.sum(0).t().reshape(C, 1, R, S).to(weight_dtype).contiguous()
 
 
 class DepthwiseConv(torch.autograd.Function):

@@ -164,8 +164,8 @@ def _as_rows(y: torch.Tensor) -> torch.Tensor:
 
 
 def _as_image(rows: torch.Tensor, g: dict) -> torch.Tensor:
-    """_as_rows undone: [N*P*Q, K] as [N, K, P, Q] (a view)."""
-    return rows.reshape(g["N"], g["P"], g["Q"], g["K"]).permute(0, 3, 1, 2)
+    """_as_rows undone: [N*P*Q, K] as [N, K, P, Q] (a view; K every group's output channels)."""
+    return rows.reshape(g["N"], g["P"], g["Q"], -1).permute(0, 3, 1, 2)
 
 
 def _forward64(case: ConvCase, t: Built) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

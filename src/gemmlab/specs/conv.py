@@ -270,7 +270,7 @@ def conv04_config(g: dict) -> GemmConfig:
 # more entries of the same file.
 CONV05_THREADS = 256
 CONV05_TAPS_SMEM = 4096  # fp32 taps a block stages (the kernel's TAPS_SMEM): R*S*CV*VEC at most
-CONV05_WG_S = 8  # wgrad: taps of a filter row a thread sums at once (the kernel's WG_S)
+CONV05_WG_S = 8  # wgrad: taps of a filter row a thread sums at once, at most (the kernel's SG)
 
 
 def _conv05_check(c: GemmConfig) -> str | None:
@@ -278,6 +278,8 @@ def _conv05_check(c: GemmConfig) -> str | None:
         return "VEC must be 1 or 16 bytes of channels (8 16-bit ones, 4 fp32 ones)"
     if "TQ" in c.as_dict() and not 1 <= c["TQ"] <= 8:
         return "TQ must be 1 to 8 pixels a thread"
+    if "SG" in c.as_dict() and not 1 <= c["SG"] <= CONV05_WG_S:
+        return f"SG must be 1 to {CONV05_WG_S} taps a thread"
     return None
 
 
@@ -308,7 +310,7 @@ CONV_05_WGRAD = KernelSpec(
     id="conv05_depthwise_wgrad",
     idea="the filter's gradient of a depthwise layer: fp32 sums over chunks of pixels, added on the host in a fixed order",
     entry="conv_depthwise_wgrad",
-    params=(_VEC,),
+    params=(_VEC, Param("SG", 3, "taps of a filter row a thread sums: S, or 8 of a wider row")),
     grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),
     **_CONV05,
 )

@@ -17,8 +17,8 @@
 // The gradients, for training (gemmlab.conv05's autograd): dgrad -- dx at an input pixel sums dy
 // over the output pixels whose window covers it, times the tap that joins them: the same walk over
 // x's pixels, with a stride test where the forward pass had a multiply; wgrad -- dw[c][tap] sums
-// dy * x over every output pixel: each thread sums a chunk of pixels for one filter row r and up
-// to WG_S taps of it into fp32 registers and writes them to its own slot of a workspace,
+// dy * x over every output pixel: each thread sums a chunk of pixels for one filter row r and SG
+// (the host's: S, or 8 of a wider row) taps of it into fp32 registers and writes them to its own slot of a workspace,
 // [chunks][R*S][C], which the host adds over chunks (torch's sum: the same order every run, so the
 // same bits).
 //
@@ -31,7 +31,6 @@ namespace depthwise {
 
 constexpr int THREADS = 256;
 constexpr int TAPS_SMEM = 4096;  // fp32 taps a block stages: R*S*CV*VEC at most (the host picks CV)
-constexpr int WG_S = 8;          // wgrad: taps of one filter row a thread sums at once
 
 // VEC elements of T at p (16-byte aligned where VEC * sizeof(T) == 16), or zeros where !inside.
 template <typename T, int VEC>
@@ -207,12 +206,12 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(co
 
 // The filter's gradient of conv_depthwise, in parts: x NHWC [N][H][W][C], dy NHWC [N][P][Q][C];
 // (32-bit counts: the host keeps N * P * Q and the tasks plus the grid's threads below 2^31);
-// parts fp32 [chunks][R*S][C]. Task (chunk, r, tap group) -- R * ceil(S / WG_S) tasks a chunk of
+// parts fp32 [chunks][R*S][C]. Task (chunk, r, tap group) -- R * ceil(S / SG) tasks a chunk of
 // `chunk` consecutive output pixels (n, p, q flattened) -- sums dy * x over the chunk's pixels for
-// taps r * S + s0 .. s0 + WG_S - 1 of its VEC channels and writes those sums to parts[chunk]. Every
+// taps r * S + s0 .. s0 + SG - 1 of its VEC channels and writes those sums to parts[chunk]. Every
 // slot of parts is written by exactly one thread. The grid is (blocks over the tasks,
 // ceil(C / (CV * VEC))); no taps are staged (TD is T).
-template <typename T, typename TD, int VEC>
+template <typename T, typename TD, int VEC, int SG>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(const T* __restrict__ x,
                                                                            const T* __restrict__ dy,
                                                                            float* __restrict__ parts, int N, int H,
@@ -221,18 +220,18 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
                                                                            int pad_w, int dil_h, int dil_w, int chunk,
                                                                            int CV) {
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
-    using depthwise::WG_S;
+    static_assert(SG >= 1 && SG <= 8, "SG: 1 to 8 taps of a filter row a thread");
     const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
     const int vec = blockIdx.y * CV + cv;
     if (vec * VEC >= C) return;
-    const int c0 = vec * VEC, groups = (S + WG_S - 1) / WG_S;
+    const int c0 = vec * VEC, groups = (S + SG - 1) / SG;
     const unsigned pixels = static_cast<unsigned>(N) * P * Q, chunks = (pixels + chunk - 1) / chunk;
     const unsigned tasks = chunks * R * groups;
     for (unsigned t = blockIdx.x * lanes + threadIdx.x / CV; t < tasks; t += gridDim.x * lanes) {
         const int group = static_cast<int>(t % groups), r = static_cast<int>(t / groups % R);
         const unsigned k = t / groups / R;
-        const int s0 = group * WG_S;
-        float acc[WG_S][VEC] = {};
+        const int s0 = group * SG;
+        float acc[SG][VEC] = {};
         // the chunk's first pixel, then q, p and n counted on from it (no division a pixel)
         const unsigned first = k * chunk, last = pixels - first > static_cast<unsigned>(chunk) ? first + chunk : pixels;
         int q = static_cast<int>(first % Q), p = static_cast<int>(first / Q % P), n = static_cast<int>(first / Q / P);
@@ -244,7 +243,7 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
             depthwise::load<T, VEC>(g, dy + static_cast<long long>(pixel) * C + c0, true);
             const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
 #pragma unroll
-            for (int s = 0; s < WG_S; ++s) {
+            for (int s = 0; s < SG; ++s) {
                 const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
                 const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
                 float xv[VEC];
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
             }
         }
 #pragma unroll
-        for (int s = 0; s < WG_S; ++s) {
+        for (int s = 0; s < SG; ++s) {
             if (s0 + s >= S) break;
             float* out = parts + (static_cast<long long>(k) * R * S + r * S + s0 + s) * C + c0;
 #pragma unroll
