@@ -24,8 +24,9 @@ def test_compiles_for_hopper_without_spills(dtype):
     """The forward kernel (each TQ the host picks, plain and fused), dgrad and wgrad, at both VECs."""
     for vec in (conv05_vec(dtype, 64, True), 1):
         jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq), post) for tq in (1, 4) for post in (0, post_code(True, "gelu"))]
-        jobs += [(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq), 0) for tq in (1, 4)]
-        jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg), 0) for sg in (1, 3, 7, 8)]
+        jobs += [(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=u), 0) for tq in (1, 4) for u in (0, 1)]
+        jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg), 0)
+                 for sg, rg in ((1, 1), (3, 3), (5, 1), (7, 1), (8, 1), (1, 9))]  # fmt: skip
         for spec, cfg, post in jobs:
             ck = jit.compile_kernel(spec, cfg, "sm_90a", dtype, None, post)
             assert ck.usage.spills == 0 and ck.usage.stack_frame == 0, f"{ck.name_expression}: {ck.usage}"
@@ -47,9 +48,10 @@ def test_a_block_covers_channel_vectors_whose_taps_fit_its_staged_copy():
 def test_wgrad_chunks_depend_on_the_shapes_and_sms_alone():
     g = conv.conv_geometry((32, 96, 56, 56), (96, 1, 7, 7), 1, 3)
     chunk = conv05.wgrad_chunk(g, 8, 132)
-    assert chunk == conv05.wgrad_chunk(dict(g), 8, 132) and 16 <= chunk < 32 * 56 * 56
+    assert chunk == conv05.wgrad_chunk(dict(g), 8, 132) and 64 <= chunk < 32 * 56 * 56
     chunks = -(-32 * 56 * 56 // chunk)
-    assert chunks * 49 * 96 <= conv05._WGRAD_PARTS_MAX and chunks * 7 * (96 // 8) >= 132 * 1024
+    assert chunks * 49 * 96 <= conv05._WGRAD_PARTS_MAX and chunks * 7 * (96 // 8) >= 132 * 512
+    assert conv05.wgrad_taps(7, 7) == (7, 1) and conv05.wgrad_taps(3, 3) == (3, 3) and conv05.wgrad_taps(9, 9) == (8, 1)
     tiny = conv.conv_geometry((1, 8, 3, 3), (8, 1, 3, 3), 1, 1)
     assert conv05.wgrad_chunk(tiny, 8, 132) == 9  # 9 pixels: one chunk
 

@@ -22,10 +22,12 @@ from .specs.conv import (CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CO
                          conv05_vec)  # fmt: skip
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+TQ = 4  # pixels of a row a thread computes in the forward pass and dgrad (fewer in a narrower row)
 BLOCKS_AN_SM = 16  # the grid's cap: blocks of 256 threads an SM; past it each thread strides over more pixels
 MAX_TAPS = 4096  # R*S a block's staged copy holds for one channel (CONV05_TAPS_SMEM)
 _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus its grid's threads stay below
-_WGRAD_THREADS_AN_SM = 2048  # wgrad's chunks: about this many tasks an SM
+_WGRAD_THREADS_AN_SM = 1024  # wgrad's chunks: about this many tasks an SM
+_WGRAD_CHUNK_MIN = 64  # and at least this many pixels a chunk (fewer parts for torch to add)
 _WGRAD_PARTS_MAX = 1 << 25  # fp32 elements of wgrad's parts at most (128 MB): past it the chunks grow
 _ALIGN = 16
 
@@ -101,7 +103,7 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
     if y.numel():
         device_id = _device(x)
         vec, cv = _vectors(x.dtype, C, R * S, xs, y)
-        tq = 4 if Q >= 4 else 1
+        tq = TQ if Q >= TQ else 1
         cfg = CONV_05.config(VEC=vec, TQ=tq)
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
         grid, images = _launches(N, P * -(-Q // tq), C, vec, cv, device_id)
@@ -124,8 +126,9 @@ def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
     if dx.numel():
         device_id = _device(dy)
         vec, cv = _vectors(dy.dtype, C, R * S, dys, dx)
-        tq = 4 if W >= 4 else 1
-        loaded = jit.load_kernel(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq), device_id, dy.dtype, dy.dtype)
+        tq = TQ if W >= TQ else 1
+        cfg = CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=int(tuple(g["stride"]) == (1, 1)))
+        loaded = jit.load_kernel(CONV_05_DGRAD, cfg, device_id, dy.dtype, dy.dtype)
         grid, images = _launches(N, H * -(-W // tq), C, vec, cv, device_id)
         size = dy.element_size()
         for n0 in range(0, N, images):
@@ -136,17 +139,20 @@ def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
     return _nhwc_result(dx, channels_last)
 
 
-def wgrad_taps(S: int) -> int:
-    """wgrad's SG: the taps of a filter row a thread sums (the whole row up to CONV05_WG_S)."""
-    return min(S, CONV05_WG_S)
+def wgrad_taps(R: int, S: int) -> tuple[int, int]:
+    """wgrad's (SG, RG): the taps of a filter row a thread sums (the whole row, up to CONV05_WG_S)
+    and the filter rows (all R where R * SG <= 9, else one)."""
+    sg = min(S, CONV05_WG_S)
+    return sg, R if R * sg <= 9 else 1
 
 
 def wgrad_chunk(g: dict, vec: int, sms: int) -> int:
     """wgrad's chunk: how many output pixels one thread sums (a function of the shapes and the SM
     count alone, so that a layer's filter gradient has the same bits at every launch on a GPU)."""
     pixels = g["N"] * g["P"] * g["Q"]
-    threads = g["R"] * -(-g["S"] // wgrad_taps(g["S"])) * (g["C"] // vec)  # a chunk's tasks
-    chunks = max(1, min(-(-sms * _WGRAD_THREADS_AN_SM // threads), -(-pixels // 16),
+    sg, rg = wgrad_taps(g["R"], g["S"])
+    threads = -(-g["R"] // rg) * -(-g["S"] // sg) * (g["C"] // vec)  # a chunk's tasks
+    chunks = max(1, min(-(-sms * _WGRAD_THREADS_AN_SM // threads), -(-pixels // _WGRAD_CHUNK_MIN),
                         _WGRAD_PARTS_MAX // (g["R"] * g["S"] * g["C"])))  # fmt: skip
     return -(-pixels // chunks)
 
@@ -165,9 +171,9 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
     vec = conv05_vec(x.dtype, C, _aligned(xs, dys))
     cv = conv05_channel_vectors(C, vec, 1)
     chunk = wgrad_chunk(g, vec, sm_count(device_id))
-    sg = wgrad_taps(S)
-    loaded = jit.load_kernel(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg), device_id, x.dtype, x.dtype)
-    tasks_a_chunk = R * -(-S // sg)
+    sg, rg = wgrad_taps(R, S)
+    loaded = jit.load_kernel(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg), device_id, x.dtype, x.dtype)
+    tasks_a_chunk = -(-R // rg) * -(-S // sg)
     # images a launch: whole chunks of its own, its pixels and tasks within 32-bit counts
     per_image = P * Q
     grid, images = _launches(N, per_image, C, vec, cv, device_id)

@@ -280,6 +280,10 @@ def _conv05_check(c: GemmConfig) -> str | None:
         return "TQ must be 1 to 8 pixels a thread"
     if "SG" in c.as_dict() and not 1 <= c["SG"] <= CONV05_WG_S:
         return f"SG must be 1 to {CONV05_WG_S} taps a thread"
+    if "RG" in c.as_dict() and not (1 <= c["RG"] and c["RG"] * c["SG"] <= 9):
+        return "RG must be at least 1 filter row a thread, RG * SG at most 9 taps"
+    if "UNIT" in c.as_dict() and c["UNIT"] not in (0, 1):
+        return "UNIT must be 0 or 1"
     return None
 
 
@@ -302,7 +306,8 @@ CONV_05_DGRAD = KernelSpec(
     id="conv05_depthwise_dgrad",
     idea="the input's gradient of a depthwise layer: each input pixel sums dy over the outputs that read it",
     entry="conv_depthwise_dgrad",
-    params=(_VEC, Param("TQ", 4, "input pixels of a row a thread computes")),
+    params=(_VEC, Param("TQ", 4, "input pixels of a row a thread computes"),
+            Param("UNIT", 1, "1 where both strides are 1 (no division by the stride)")),
     grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),
     **_CONV05,
 )
@@ -310,7 +315,8 @@ CONV_05_WGRAD = KernelSpec(
     id="conv05_depthwise_wgrad",
     idea="the filter's gradient of a depthwise layer: fp32 sums over chunks of pixels, added on the host in a fixed order",
     entry="conv_depthwise_wgrad",
-    params=(_VEC, Param("SG", 3, "taps of a filter row a thread sums: S, or 8 of a wider row")),
+    params=(_VEC, Param("SG", 3, "taps of a filter row a thread sums: S, or 8 of a wider row"),
+            Param("RG", 3, "filter rows a thread sums: R where R * SG <= 9, else 1")),
     grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),
     **_CONV05,
 )

@@ -17,10 +17,10 @@
 // The gradients, for training (gemmlab.conv05's autograd): dgrad -- dx at an input pixel sums dy
 // over the output pixels whose window covers it, times the tap that joins them: the same walk over
 // x's pixels, with a stride test where the forward pass had a multiply; wgrad -- dw[c][tap] sums
-// dy * x over every output pixel: each thread sums a chunk of pixels for one filter row r and SG
-// (the host's: S, or 8 of a wider row) taps of it into fp32 registers and writes them to its own slot of a workspace,
-// [chunks][R*S][C], which the host adds over chunks (torch's sum: the same order every run, so the
-// same bits).
+// dy * x over every output pixel: each thread sums a chunk of pixels for RG filter rows and SG
+// taps of each (a 3x3 filter whole; one row of a 7x7) into fp32 registers and writes them to its
+// own slot of a workspace, [chunks][R*S][C], which the host adds over chunks (torch's sum: the
+// same order every run, so the same bits).
 //
 // Points in the padding multiply zeros (they are not skipped), as F.conv2d's reference does, so an
 // Inf weight next to the border still gives NaN there.
@@ -124,7 +124,7 @@ __device__ __forceinline__ void forward_walk(const T* __restrict__ x, const floa
 }
 
 // dgrad's walk over x's pixels: dx[n][h][w0 + i] for TQ of them.
-template <typename T, int VEC, int TQ>
+template <typename T, int VEC, int TQ, int UNIT>
 __device__ __forceinline__ void dgrad_walk(const T* __restrict__ dy, const float* taps, T* __restrict__ dx, int N, int H,
                                            int W, int C, int P, int Q, int R, int S, int stride_h, int stride_w,
                                            int pad_h, int pad_w, int dil_h, int dil_w, int CV) {
@@ -140,17 +140,25 @@ __device__ __forceinline__ void dgrad_walk(const T* __restrict__ dy, const float
         float acc[TQ][VEC] = {};
         for (int r = 0; r < R; ++r) {
             const int hp = h + pad_h - r * dil_h;  // p * stride_h, where some output row p reads row h through tap r
-            if (hp < 0 || hp % stride_h != 0 || hp / stride_h >= P) continue;
-            const T* row = dy + (static_cast<long long>(n) * P + hp / stride_h) * Q * C + c0;
+            if (hp < 0 || (!UNIT && hp % stride_h != 0)) continue;
+            const int p = UNIT ? hp : hp / stride_h;
+            if (p >= P) continue;
+            const T* row = dy + (static_cast<long long>(n) * P + p) * Q * C + c0;
             for (int s = 0; s < S; ++s) {
                 float wv[VEC];
                 tap_values<VEC>(wv, taps, r * S + s, CV, cv);
 #pragma unroll
                 for (int i = 0; i < TQ; ++i) {
                     const int wq = w0 + i + pad_w - s * dil_w;  // q * stride_w
-                    const bool inside = wq >= 0 && (stride_w == 1 || wq % stride_w == 0) && wq / stride_w < Q;
+                    int q = wq;  // (stride 1: no division)
+                    bool inside = wq >= 0;
+                    if constexpr (!UNIT) {
+                        inside = inside && wq % stride_w == 0;
+                        q = inside ? wq / stride_w : 0;
+                    }
+                    inside = inside && q < Q;
                     float gv[VEC];
-                    load<T, VEC>(gv, row + static_cast<long long>(inside ? wq / stride_w : 0) * C, inside);
+                    load<T, VEC>(gv, row + static_cast<long long>(inside ? q : 0) * C, inside);
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) acc[i][j] = fmaf(gv[j], wv[j], acc[i][j]);
                 }
@@ -189,8 +197,8 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise(const T*
 
 // The input's gradient of conv_depthwise (no epilogue): dy NHWC [N][P][Q][C], w [C][R*S], dx NHWC
 // [N][H][W][C]; the forward pass's geometry. TQ: input pixels of a row a thread computes. TD is T
-// (the type parameter's pair).
-template <typename T, typename TD, int VEC, int TQ>
+// (the type parameter's pair). UNIT: 1 where both strides are 1 (no division by the stride).
+template <typename T, typename TD, int VEC, int TQ, int UNIT>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(const T* __restrict__ dy,
                                                                            const T* __restrict__ w, TD* __restrict__ dx,
                                                                            int N, int H, int W, int C, int P, int Q,
@@ -200,18 +208,19 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(co
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
     __shared__ float taps[depthwise::TAPS_SMEM];
     depthwise::stage_taps<T, VEC>(taps, w, C, R * S, CV);
-    depthwise::dgrad_walk<T, VEC, TQ>(dy, taps, dx, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    depthwise::dgrad_walk<T, VEC, TQ, UNIT>(dy, taps, dx, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
                                       CV);
 }
 
 // The filter's gradient of conv_depthwise, in parts: x NHWC [N][H][W][C], dy NHWC [N][P][Q][C];
 // (32-bit counts: the host keeps N * P * Q and the tasks plus the grid's threads below 2^31);
-// parts fp32 [chunks][R*S][C]. Task (chunk, r, tap group) -- R * ceil(S / SG) tasks a chunk of
-// `chunk` consecutive output pixels (n, p, q flattened) -- sums dy * x over the chunk's pixels for
-// taps r * S + s0 .. s0 + SG - 1 of its VEC channels and writes those sums to parts[chunk]. Every
+// parts fp32 [chunks][R*S][C]. Task (chunk, row group, tap group) -- ceil(R / RG) * ceil(S / SG)
+// tasks a chunk of `chunk` consecutive output pixels (n, p, q flattened) -- sums dy * x over the
+// chunk's pixels for filter rows r0 .. r0 + RG - 1 and taps s0 .. s0 + SG - 1 of each, for its VEC
+// channels (dy read once a pixel for all of them), and writes those sums to parts[chunk]. Every
 // slot of parts is written by exactly one thread. The grid is (blocks over the tasks,
 // ceil(C / (CV * VEC))); no taps are staged (TD is T).
-template <typename T, typename TD, int VEC, int SG>
+template <typename T, typename TD, int VEC, int SG, int RG>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(const T* __restrict__ x,
                                                                            const T* __restrict__ dy,
                                                                            float* __restrict__ parts, int N, int H,
@@ -221,35 +230,39 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
                                                                            int CV) {
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
     static_assert(SG >= 1 && SG <= 8, "SG: 1 to 8 taps of a filter row a thread");
+    static_assert(RG >= 1 && RG * SG <= 9, "RG: filter rows a thread, RG * SG <= 9 taps");
     const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
     const int vec = blockIdx.y * CV + cv;
     if (vec * VEC >= C) return;
-    const int c0 = vec * VEC, groups = (S + SG - 1) / SG;
+    const int c0 = vec * VEC, groups = (S + SG - 1) / SG, rgroups = (R + RG - 1) / RG;
     const unsigned pixels = static_cast<unsigned>(N) * P * Q, chunks = (pixels + chunk - 1) / chunk;
-    const unsigned tasks = chunks * R * groups;
+    const unsigned tasks = chunks * rgroups * groups;
     for (unsigned t = blockIdx.x * lanes + threadIdx.x / CV; t < tasks; t += gridDim.x * lanes) {
-        const int group = static_cast<int>(t % groups), r = static_cast<int>(t / groups % R);
-        const unsigned k = t / groups / R;
+        const int group = static_cast<int>(t % groups), r0 = static_cast<int>(t / groups % rgroups) * RG;
+        const unsigned k = t / groups / rgroups;
         const int s0 = group * SG;
-        float acc[SG][VEC] = {};
+        float acc[RG][SG][VEC] = {};
         // the chunk's first pixel, then q, p and n counted on from it (no division a pixel)
         const unsigned first = k * chunk, last = pixels - first > static_cast<unsigned>(chunk) ? first + chunk : pixels;
         int q = static_cast<int>(first % Q), p = static_cast<int>(first / Q % P), n = static_cast<int>(first / Q / P);
         for (unsigned pixel = first; pixel < last; ++pixel) {
             // (padding points multiply zeros, as in the forward pass)
-            const int h = p * stride_h - pad_h + r * dil_h;
-            const bool row_in = h >= 0 && h < H;
             float g[VEC];
             depthwise::load<T, VEC>(g, dy + static_cast<long long>(pixel) * C + c0, true);
-            const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
 #pragma unroll
-            for (int s = 0; s < SG; ++s) {
-                const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
-                const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
-                float xv[VEC];
-                depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
+            for (int rr = 0; rr < RG; ++rr) {
+                const int h = p * stride_h - pad_h + (r0 + rr) * dil_h;
+                const bool row_in = r0 + rr < R && h >= 0 && h < H;
+                const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) acc[s][j] = fmaf(g[j], xv[j], acc[s][j]);
+                for (int s = 0; s < SG; ++s) {
+                    const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
+                    const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
+                    float xv[VEC];
+                    depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) acc[rr][s][j] = fmaf(g[j], xv[j], acc[rr][s][j]);
+                }
             }
             if (++q == Q) {
                 q = 0;
@@ -257,11 +270,14 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
             }
         }
 #pragma unroll
-        for (int s = 0; s < SG; ++s) {
-            if (s0 + s >= S) break;
-            float* out = parts + (static_cast<long long>(k) * R * S + r * S + s0 + s) * C + c0;
+        for (int rr = 0; rr < RG; ++rr) {
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) out[j] = acc[s][j];
+            for (int s = 0; s < SG; ++s) {
+                if (r0 + rr >= R || s0 + s >= S) continue;
+                float* out = parts + (static_cast<long long>(k) * R * S + (r0 + rr) * S + s0 + s) * C + c0;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) out[j] = acc[rr][s][j];
+            }
         }
     }
 }
