@@ -26,6 +26,7 @@ TQ = 4  # pixels of a row a thread computes in the forward pass and dgrad (fewer
 BLOCKS_AN_SM = 16  # the grid's cap: blocks of 256 threads an SM; past it each thread strides over more pixels
 MAX_TAPS = 4096  # R*S a block's staged copy holds for one channel (CONV05_TAPS_SMEM)
 _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus its grid's threads stay below
+WGRAD_TAPS_A_THREAD = 9  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
 WGRAD_BLOCKS_AN_SM = 8  # wgrad's grid: about this many blocks an SM, each leaving one part of the sums
 _ALIGN = 16
 
@@ -139,9 +140,9 @@ def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
 
 def wgrad_taps(R: int, S: int) -> tuple[int, int]:
     """wgrad's (SG, RG): the taps of a filter row a thread sums (the whole row, up to CONV05_WG_S)
-    and the filter rows (all R where R * SG <= 9, else one)."""
+    and the filter rows (all R where R * SG <= WGRAD_TAPS_A_THREAD, else one)."""
     sg = min(S, CONV05_WG_S)
-    return sg, R if R * sg <= 9 else 1
+    return sg, R if R * sg <= WGRAD_TAPS_A_THREAD else 1
 
 
 def wgrad_grid(g: dict, vec: int, cv: int, sms: int, images: int) -> tuple[int, int, int]:
