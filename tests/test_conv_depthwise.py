@@ -45,19 +45,15 @@ def test_a_block_covers_channel_vectors_whose_taps_fit_its_staged_copy():
         assert cv & (cv - 1) == 0 and taps * cv * vec <= 4096, (C, vec, taps)
 
 
-def test_wgrads_grid_depends_on_the_shapes_and_sms_alone():
-    """About WGRAD_BLOCKS_AN_SM blocks an SM over the channels and tap groups, fewer where the
-    pixels run out; a 3x3 filter's taps in one group, a 7x7's a row a group."""
-    assert conv05.wgrad_taps(7, 7) == (7, 1) and conv05.wgrad_taps(3, 3) == (3, 3) and conv05.wgrad_taps(9, 9) == (8, 1)
+def test_wgrad_chunks_depend_on_the_shapes_and_sms_alone():
     g = conv.conv_geometry((32, 96, 56, 56), (96, 1, 7, 7), 1, 3)
-    cv = conv05_channel_vectors(96, 8, 1)
-    xs, ys, zs = conv05.wgrad_grid(g, 8, cv, 132, 32)
-    assert (ys, zs) == (-(-12 // cv), 7) and xs == conv05.WGRAD_BLOCKS_AN_SM * 132 // (ys * zs)
-    assert conv05.wgrad_grid(dict(g), 8, cv, 132, 32) == (xs, ys, zs)
-    g = conv.conv_geometry((32, 144, 56, 56), (144, 1, 3, 3), 1, 1)
-    assert conv05.wgrad_grid(g, 8, conv05_channel_vectors(144, 8, 1), 132, 32)[2] == 1
+    chunk = conv05.wgrad_chunk(g, 8, 132)
+    assert chunk == conv05.wgrad_chunk(dict(g), 8, 132) and 64 <= chunk < 32 * 56 * 56
+    chunks = -(-32 * 56 * 56 // chunk)
+    assert chunks * 49 * 96 <= conv05._WGRAD_PARTS_MAX and chunks * 7 * (96 // 8) >= 132 * 512
+    assert conv05.wgrad_taps(7, 7) == (7, 1) and conv05.wgrad_taps(3, 3) == (3, 3) and conv05.wgrad_taps(9, 9) == (8, 1)
     tiny = conv.conv_geometry((1, 8, 3, 3), (8, 1, 3, 3), 1, 1)
-    assert conv05.wgrad_grid(tiny, 8, 1, 132, 1) == (1, 1, 1)  # 9 pixels: one block's lanes
+    assert conv05.wgrad_chunk(tiny, 8, 132) == 9  # 9 pixels: one chunk
 
 
 def test_the_gradient_operators_fake_implementations_give_torchs_shapes():

@@ -27,7 +27,9 @@ BLOCKS_AN_SM = 16  # the grid's cap: blocks of 256 threads an SM; past it each t
 MAX_TAPS = 4096  # R*S a block's staged copy holds for one channel (CONV05_TAPS_SMEM)
 _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus its grid's threads stay below
 WGRAD_TAPS_A_THREAD = 9  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
-WGRAD_BLOCKS_AN_SM = 8  # wgrad's grid: about this many blocks an SM, each leaving one part of the sums
+_WGRAD_THREADS_AN_SM = 1024  # wgrad's chunks: about this many tasks an SM
+_WGRAD_CHUNK_MIN = 64  # and at least this many pixels a chunk (fewer parts for torch to add)
+_WGRAD_PARTS_MAX = 1 << 25  # fp32 elements of wgrad's parts at most (128 MB): past it the chunks grow
 _ALIGN = 16
 
 
@@ -145,19 +147,20 @@ def wgrad_taps(R: int, S: int) -> tuple[int, int]:
     return sg, R if R * sg <= WGRAD_TAPS_A_THREAD else 1
 
 
-def wgrad_grid(g: dict, vec: int, cv: int, sms: int, images: int) -> tuple[int, int, int]:
-    """wgrad's grid for a launch over `images` images: (blocks along the pixels, blocks along the
-    channels, tap groups), about WGRAD_BLOCKS_AN_SM blocks an SM. A function of the shapes and the SM
-    count alone, so that a layer's filter gradient has the same bits at every launch on a GPU."""
+def wgrad_chunk(g: dict, vec: int, sms: int) -> int:
+    """wgrad's chunk: how many output pixels one thread sums (a function of the shapes and the SM
+    count alone, so that a layer's filter gradient has the same bits at every launch on a GPU)."""
+    pixels = g["N"] * g["P"] * g["Q"]
     sg, rg = wgrad_taps(g["R"], g["S"])
-    ys, zs = -(-(g["C"] // vec) // cv), -(-g["R"] // rg) * -(-g["S"] // sg)
-    pixels = images * g["P"] * g["Q"]
-    return max(1, min(-(-pixels // (CONV05_THREADS // cv)), WGRAD_BLOCKS_AN_SM * sms // (ys * zs))), ys, zs
+    threads = -(-g["R"] // rg) * -(-g["S"] // sg) * (g["C"] // vec)  # a chunk's tasks
+    chunks = max(1, min(-(-sms * _WGRAD_THREADS_AN_SM // threads), -(-pixels // _WGRAD_CHUNK_MIN),
+                        _WGRAD_PARTS_MAX // (g["R"] * g["S"] * g["C"])))  # fmt: skip
+    return -(-pixels // chunks)
 
 
 def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
     """The filter's gradient of run()'s convolution: [C, 1, R, S] in weight_dtype, from fp32 parts
-    (a block's sums each) that torch adds in a fixed order."""
+    (a chunk of pixels each) that torch adds in a fixed order."""
     from .device import sm_count
 
     N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
@@ -168,18 +171,25 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
     device_id = _device(x)
     vec = conv05_vec(x.dtype, C, _aligned(xs, dys))
     cv = conv05_channel_vectors(C, vec, 1)
+    chunk = wgrad_chunk(g, vec, sm_count(device_id))
     sg, rg = wgrad_taps(R, S)
     loaded = jit.load_kernel(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg), device_id, x.dtype, x.dtype)
-    _, images = _launches(N, P * Q, C, vec, cv, device_id)  # (a launch's pixels within 32-bit counts)
-    launches = [(n0, min(images, N - n0)) for n0 in range(0, N, images)]
-    grids = [wgrad_grid(g, vec, cv, sm_count(device_id), n) for _, n in launches]
-    parts = torch.empty((sum(grid[0] for grid in grids), R * S, C), dtype=torch.float32, device=x.device)
-    size, done = x.element_size(), 0
-    for (n0, n), grid in zip(launches, grids):
-        launch.launch(loaded, device_id, grid, (CONV05_THREADS, 1, 1), xs.data_ptr() + n0 * g["H"] * g["W"] * C * size,
-                      dys.data_ptr() + n0 * P * Q * C * size, parts.data_ptr() + done * R * S * C * 4,
-                      *(launch.i32(v) for v in (n, *_geometry_args(g), cv)))  # fmt: skip
-        done += grid[0]
+    tasks_a_chunk = -(-R // rg) * -(-S // sg)
+    # images a launch: whole chunks of its own, its pixels and tasks within 32-bit counts
+    per_image = P * Q
+    grid, images = _launches(N, per_image, C, vec, cv, device_id)
+    images = max(1, min(images, (_COUNT_LIMIT - grid[0] * CONV05_THREADS) // max(1, -(-per_image // chunk) * tasks_a_chunk)))
+    counts = [min(images, N - n0) for n0 in range(0, N, images)]
+    parts = torch.empty((sum(-(-n * per_image // chunk) for n in counts), R * S, C), dtype=torch.float32, device=x.device)
+    size, done, n0 = x.element_size(), 0, 0
+    for n in counts:
+        chunks = -(-n * per_image // chunk)
+        blocks = max(1, min(grid[0], -(-chunks * tasks_a_chunk // (CONV05_THREADS // cv))))
+        launch.launch(loaded, device_id, (blocks, grid[1], 1), (CONV05_THREADS, 1, 1),
+                      xs.data_ptr() + n0 * g["H"] * g["W"] * C * size, dys.data_ptr() + n0 * per_image * C * size,
+                      parts.data_ptr() + done * R * S * C * 4,
+                      *(launch.i32(v) for v in (n, *_geometry_args(g), chunk, cv)))  # fmt: skip
+        done, n0 = done + chunks, n0 + n
     return parts.sum(0).t().reshape(C, 1, R, S).to(weight_dtype).contiguous()
 
 

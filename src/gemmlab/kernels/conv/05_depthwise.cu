@@ -17,11 +17,10 @@
 // The gradients, for training (gemmlab.conv05's autograd): dgrad -- dx at an input pixel sums dy
 // over the output pixels whose window covers it, times the tap that joins them: the same walk over
 // x's pixels, with a stride test where the forward pass had a multiply; wgrad -- dw[c][tap] sums
-// dy * x over every output pixel: each thread sums its share of the pixels for RG filter rows and
-// SG taps of each (a 3x3 filter whole; one row of a 7x7) into fp32 registers, each block adds its
-// threads' sums and writes them to its own slot of a workspace, [blocks][R*S][C], which the host
-// adds over blocks (torch's sum). Every order is fixed, so a layer's gradient has the same bits at
-// every launch.
+// dy * x over every output pixel: each thread sums a chunk of pixels for RG filter rows and SG
+// taps of each (a 3x3 filter whole; one row of a 7x7) into fp32 registers and writes them to its
+// own slot of a workspace, [chunks][R*S][C], which the host adds over chunks (torch's sum: the
+// same order every run, so the same bits).
 //
 // Points in the padding multiply zeros (they are not skipped), as F.conv2d's reference does, so an
 // Inf weight next to the border still gives NaN there.
@@ -213,74 +212,72 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(co
                                       CV);
 }
 
-// The filter's gradient of conv_depthwise, in parts: x NHWC [N][H][W][C], dy NHWC [N][P][Q][C]
-// (32-bit counts: the host keeps N * P * Q plus the grid's threads below 2^31); parts fp32
-// [gridDim.x][R*S][C]. blockIdx.z picks the taps a thread sums -- filter rows r0 .. r0 + RG - 1 and
-// taps s0 .. s0 + SG - 1 of each, for its VEC channels -- and the block's lanes walk the output
-// pixels (n, p, q flattened: neighbouring lanes, neighbouring pixels) lane by lane over the whole
-// grid, reading dy once a pixel for all of those taps. Then the block adds its lanes' sums (a tree
-// over shared memory, the same order every launch) and its first lane writes them to
-// parts[blockIdx.x]: every slot of parts is written by one thread. TD is T.
+// The filter's gradient of conv_depthwise, in parts: x NHWC [N][H][W][C], dy NHWC [N][P][Q][C];
+// (32-bit counts: the host keeps N * P * Q and the tasks plus the grid's threads below 2^31);
+// parts fp32 [chunks][R*S][C]. Task (chunk, row group, tap group) -- ceil(R / RG) * ceil(S / SG)
+// tasks a chunk of `chunk` consecutive output pixels (n, p, q flattened) -- sums dy * x over the
+// chunk's pixels for filter rows r0 .. r0 + RG - 1 and taps s0 .. s0 + SG - 1 of each, for its VEC
+// channels (dy read once a pixel for all of them), and writes those sums to parts[chunk]. Every
+// slot of parts is written by exactly one thread. The grid is (blocks over the tasks,
+// ceil(C / (CV * VEC))); no taps are staged (TD is T).
 template <typename T, typename TD, int VEC, int SG, int RG>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(const T* __restrict__ x,
-                                                                              const T* __restrict__ dy,
-                                                                              float* __restrict__ parts, int N, int H,
-                                                                              int W, int C, int P, int Q, int R, int S,
-                                                                              int stride_h, int stride_w, int pad_h,
-                                                                              int pad_w, int dil_h, int dil_w, int CV) {
+                                                                           const T* __restrict__ dy,
+                                                                           float* __restrict__ parts, int N, int H,
+                                                                           int W, int C, int P, int Q, int R, int S,
+                                                                           int stride_h, int stride_w, int pad_h,
+                                                                           int pad_w, int dil_h, int dil_w, int chunk,
+                                                                           int CV) {
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
     static_assert(SG >= 1 && SG <= 8, "SG: 1 to 8 taps of a filter row a thread");
     static_assert(RG >= 1 && RG * SG <= 9, "RG: filter rows a thread, RG * SG <= 9 taps");
-    __shared__ float sums[depthwise::THREADS * VEC];
-    const int cv = threadIdx.x % CV, lane = threadIdx.x / CV, lanes = blockDim.x / CV;
+    const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
     const int vec = blockIdx.y * CV + cv;
-    const bool active = vec * VEC < C;  // (a spare lane of the last block still joins the barriers)
-    const int c0 = active ? vec * VEC : 0, groups = (S + SG - 1) / SG;
-    const int r0 = static_cast<int>(blockIdx.z) / groups * RG, s0 = static_cast<int>(blockIdx.z) % groups * SG;
-    const unsigned pixels = static_cast<unsigned>(N) * P * Q;
-    float acc[RG][SG][VEC] = {};
-    for (unsigned pixel = blockIdx.x * lanes + lane; active && pixel < pixels; pixel += gridDim.x * lanes) {
-        const int q = static_cast<int>(pixel % Q), p = static_cast<int>(pixel / Q % P), n = static_cast<int>(pixel / Q / P);
-        // (padding points multiply zeros, as in the forward pass)
-        float g[VEC];
-        depthwise::load<T, VEC>(g, dy + static_cast<long long>(pixel) * C + c0, true);
+    if (vec * VEC >= C) return;
+    const int c0 = vec * VEC, groups = (S + SG - 1) / SG, rgroups = (R + RG - 1) / RG;
+    const unsigned pixels = static_cast<unsigned>(N) * P * Q, chunks = (pixels + chunk - 1) / chunk;
+    const unsigned tasks = chunks * rgroups * groups;
+    for (unsigned t = blockIdx.x * lanes + threadIdx.x / CV; t < tasks; t += gridDim.x * lanes) {
+        const int group = static_cast<int>(t % groups), r0 = static_cast<int>(t / groups % rgroups) * RG;
+        const unsigned k = t / groups / rgroups;
+        const int s0 = group * SG;
+        float acc[RG][SG][VEC] = {};
+        // the chunk's first pixel, then q, p and n counted on from it (no division a pixel)
+        const unsigned first = k * chunk, last = pixels - first > static_cast<unsigned>(chunk) ? first + chunk : pixels;
+        int q = static_cast<int>(first % Q), p = static_cast<int>(first / Q % P), n = static_cast<int>(first / Q / P);
+        for (unsigned pixel = first; pixel < last; ++pixel) {
+            // (padding points multiply zeros, as in the forward pass)
+            float g[VEC];
+            depthwise::load<T, VEC>(g, dy + static_cast<long long>(pixel) * C + c0, true);
 #pragma unroll
-        for (int rr = 0; rr < RG; ++rr) {
-            const int h = p * stride_h - pad_h + (r0 + rr) * dil_h;
-            const bool row_in = r0 + rr < R && h >= 0 && h < H;
-            const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
+            for (int rr = 0; rr < RG; ++rr) {
+                const int h = p * stride_h - pad_h + (r0 + rr) * dil_h;
+                const bool row_in = r0 + rr < R && h >= 0 && h < H;
+                const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
 #pragma unroll
-            for (int s = 0; s < SG; ++s) {
-                const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
-                const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
-                float xv[VEC];
-                depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
+                for (int s = 0; s < SG; ++s) {
+                    const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
+                    const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
+                    float xv[VEC];
+                    depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) acc[rr][s][j] = fmaf(g[j], xv[j], acc[rr][s][j]);
+                    for (int j = 0; j < VEC; ++j) acc[rr][s][j] = fmaf(g[j], xv[j], acc[rr][s][j]);
+                }
+            }
+            if (++q == Q) {
+                q = 0;
+                if (++p == P) p = 0, ++n;
             }
         }
-    }
-    // The lanes' sums, tap by tap: lane l adds lane l + half's, halving until lane 0 holds them all.
 #pragma unroll
-    for (int rr = 0; rr < RG; ++rr) {
+        for (int rr = 0; rr < RG; ++rr) {
 #pragma unroll
-        for (int s = 0; s < SG; ++s) {
+            for (int s = 0; s < SG; ++s) {
+                if (r0 + rr >= R || s0 + s >= S) continue;
+                float* out = parts + (static_cast<long long>(k) * R * S + (r0 + rr) * S + s0 + s) * C + c0;
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) sums[threadIdx.x * VEC + j] = acc[rr][s][j];
-            __syncthreads();
-            for (int half = lanes / 2; half > 0; half /= 2) {
-                if (lane < half) {
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j) sums[threadIdx.x * VEC + j] += sums[(threadIdx.x + half * CV) * VEC + j];
-                }
-                __syncthreads();
+                for (int j = 0; j < VEC; ++j) out[j] = acc[rr][s][j];
             }
-            if (lane == 0 && active && r0 + rr < R && s0 + s < S) {
-                float* out = parts + (static_cast<long long>(blockIdx.x) * R * S + (r0 + rr) * S + s0 + s) * C + c0;
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) out[j] = sums[threadIdx.x * VEC + j];
-            }
-            __syncthreads();  // (the next tap writes sums again)
         }
     }
 }
