@@ -26,7 +26,6 @@ TQ = 4  # pixels of a row a thread computes in the forward pass and dgrad (fewer
 BLOCKS_AN_SM = 16  # the grid's cap: blocks of 256 threads an SM; past it each thread strides over more pixels
 MAX_TAPS = 4096  # R*S a block's staged copy holds for one channel (CONV05_TAPS_SMEM)
 _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus its grid's threads stay below
-WGRAD_SLIDE = True  # wgrad keeps a window of x's columns that slides along each row, where it can (SLIDE)
 WGRAD_TAPS_A_THREAD = 9  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
 _WGRAD_THREADS_AN_SM = 1024  # wgrad's chunks: about this many tasks an SM
 _WGRAD_CHUNK_MIN = 64  # and at least this many pixels a chunk (fewer parts for torch to add)
@@ -174,9 +173,7 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
     cv = conv05_channel_vectors(C, vec, 1)
     chunk = wgrad_chunk(g, vec, sm_count(device_id))
     sg, rg = wgrad_taps(R, S)
-    slide = int(WGRAD_SLIDE and g["stride"][1] == g["dilation"][1] and S <= CONV05_WG_S)
-    cfg = CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg, SLIDE=slide)
-    loaded = jit.load_kernel(CONV_05_WGRAD, cfg, device_id, x.dtype, x.dtype)
+    loaded = jit.load_kernel(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg), device_id, x.dtype, x.dtype)
     tasks_a_chunk = -(-R // rg) * -(-S // sg)
     # images a launch: whole chunks of its own, its pixels and tasks within 32-bit counts
     per_image = P * Q

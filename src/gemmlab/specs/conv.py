@@ -284,8 +284,6 @@ def _conv05_check(c: GemmConfig) -> str | None:
         return "RG must be at least 1 filter row a thread, RG * SG at most 9 taps"
     if "UNIT" in c.as_dict() and c["UNIT"] not in (0, 1):
         return "UNIT must be 0 or 1"
-    if "SLIDE" in c.as_dict() and c["SLIDE"] not in (0, 1):
-        return "SLIDE must be 0 or 1"
     return None
 
 
@@ -318,8 +316,7 @@ CONV_05_WGRAD = KernelSpec(
     idea="the filter's gradient of a depthwise layer: fp32 sums over chunks of pixels, added on the host in a fixed order",
     entry="conv_depthwise_wgrad",
     params=(_VEC, Param("SG", 3, "taps of a filter row a thread sums: S, or 8 of a wider row"),
-            Param("RG", 3, "filter rows a thread sums: R where R * SG <= 9, else 1"),
-            Param("SLIDE", 1, "1: a window of x's columns slides along each row (stride_w = dil_w, S <= 8)")),
+            Param("RG", 3, "filter rows a thread sums: R where R * SG <= 9, else 1")),
     grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),
     **_CONV05,
 )

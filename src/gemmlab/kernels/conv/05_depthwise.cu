@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(co
 // channels (dy read once a pixel for all of them), and writes those sums to parts[chunk]. Every
 // slot of parts is written by exactly one thread. The grid is (blocks over the tasks,
 // ceil(C / (CV * VEC))); no taps are staged (TD is T).
-template <typename T, typename TD, int VEC, int SG, int RG, int SLIDE>
+template <typename T, typename TD, int VEC, int SG, int RG>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(const T* __restrict__ x,
                                                                            const T* __restrict__ dy,
                                                                            float* __restrict__ parts, int N, int H,
@@ -231,7 +231,6 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
     static_assert(SG >= 1 && SG <= 8, "SG: 1 to 8 taps of a filter row a thread");
     static_assert(RG >= 1 && RG * SG <= 9, "RG: filter rows a thread, RG * SG <= 9 taps");
-    static_assert(SLIDE == 0 || SLIDE == 1, "SLIDE: 0 every tap's load a pixel, 1 a window that slides along the row");
     const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
     const int vec = blockIdx.y * CV + cv;
     if (vec * VEC >= C) return;
@@ -246,8 +245,6 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
         // the chunk's first pixel, then q, p and n counted on from it (no division a pixel)
         const unsigned first = k * chunk, last = pixels - first > static_cast<unsigned>(chunk) ? first + chunk : pixels;
         int q = static_cast<int>(first % Q), p = static_cast<int>(first / Q % P), n = static_cast<int>(first / Q / P);
-        float window[SLIDE ? RG : 1][SLIDE ? SG : 1][VEC];  // SLIDE: the taps' x values at this pixel
-        bool fresh = true;  // SLIDE: the window holds nothing of this row yet
         for (unsigned pixel = first; pixel < last; ++pixel) {
             // (padding points multiply zeros, as in the forward pass)
             float g[VEC];
@@ -257,42 +254,18 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
                 const int h = p * stride_h - pad_h + (r0 + rr) * dil_h;
                 const bool row_in = r0 + rr < R && h >= 0 && h < H;
                 const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
-                if constexpr (SLIDE) {
-                    // the next pixel of a row reads tap s + 1's column at tap s (stride_w == dil_w, one
-                    // tap group): the window moves one tap and one new column is read
 #pragma unroll
-                    for (int s = 0; s < SG; ++s) {
-                        if (fresh || s == SG - 1) {
-                            const int col = q * stride_w - pad_w + s * dil_w;
-                            const bool inside = row_in && col >= 0 && col < W;
-                            depthwise::load<T, VEC>(window[rr][s], row + static_cast<long long>(inside ? col : 0) * C, inside);
-                        }
-                    }
+                for (int s = 0; s < SG; ++s) {
+                    const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
+                    const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
+                    float xv[VEC];
+                    depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
 #pragma unroll
-                    for (int s = 0; s < SG; ++s) {
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) acc[rr][s][j] = fmaf(g[j], window[rr][s][j], acc[rr][s][j]);
-                    }
-#pragma unroll
-                    for (int s = 0; s + 1 < SG; ++s) {
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) window[rr][s][j] = window[rr][s + 1][j];
-                    }
-                } else {
-#pragma unroll
-                    for (int s = 0; s < SG; ++s) {
-                        const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
-                        const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
-                        float xv[VEC];
-                        depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) acc[rr][s][j] = fmaf(g[j], xv[j], acc[rr][s][j]);
-                    }
+                    for (int j = 0; j < VEC; ++j) acc[rr][s][j] = fmaf(g[j], xv[j], acc[rr][s][j]);
                 }
             }
-            fresh = false;
             if (++q == Q) {
-                q = 0, fresh = true;
+                q = 0;
                 if (++p == P) p = 0, ++n;
             }
         }
