@@ -1,6 +1,6 @@
 """conv05's host side: a depthwise convolution (groups = C = K) in one launch of
 kernels/conv/05_depthwise.cu, where conv2d's grouped path makes one convolution a group, and its
-gradients in one launch each (dgrad; wgrad, whose fp32 parts torch adds).
+gradients (dgrad in one launch; wgrad in two: fp32 sums over chunks of pixels, then those added).
 
 conv2d(..., groups=C) takes it under algorithm="auto" for CUDA tensors (depthwise_why_not says
 where it does not serve). A call that takes a gradient runs through DepthwiseConv (autograd: the
@@ -18,17 +18,17 @@ from torch import Tensor
 from . import jit, launch
 from .activations import post_code
 from .conv_shape import CONV_OP_ARGS, _suggests_channels_last, conv_geometry, empty_result
-from .specs.conv import (CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD, conv05_channel_vectors,
-                         conv05_vec)  # fmt: skip
+from .specs.conv import (CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD, CONV_05_WGRAD_SUM,
+                         conv05_channel_vectors, conv05_vec)  # fmt: skip
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TQ = 4  # pixels of a row a thread computes in the forward pass and dgrad (fewer in a narrower row)
 BLOCKS_AN_SM = 16  # the grid's cap: blocks of 256 threads an SM; past it each thread strides over more pixels
 MAX_TAPS = 4096  # R*S a block's staged copy holds for one channel (CONV05_TAPS_SMEM)
 _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus its grid's threads stay below
-WGRAD_TAPS_A_THREAD = 9  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
+WGRAD_TAPS_A_THREAD = 3  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
 _WGRAD_THREADS_AN_SM = 1024  # wgrad's chunks: about this many tasks an SM
-_WGRAD_CHUNK_MIN = 64  # and at least this many pixels a chunk (fewer parts for torch to add)
+_WGRAD_CHUNK_MIN = 16  # and at least this many pixels a chunk
 _WGRAD_PARTS_MAX = 1 << 25  # fp32 elements of wgrad's parts at most (128 MB): past it the chunks grow
 _ALIGN = 16
 
@@ -160,7 +160,7 @@ def wgrad_chunk(g: dict, vec: int, sms: int) -> int:
 
 def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
     """The filter's gradient of run()'s convolution: [C, 1, R, S] in weight_dtype, from fp32 parts
-    (a chunk of pixels each) that torch adds in a fixed order."""
+    (a chunk of pixels each) that a second launch adds in a fixed order."""
     from .device import sm_count
 
     N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
@@ -190,7 +190,11 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
                       parts.data_ptr() + done * R * S * C * 4,
                       *(launch.i32(v) for v in (n, *_geometry_args(g), chunk, cv)))  # fmt: skip
         done, n0 = done + chunks, n0 + n
-    return parts.sum(0).t().reshape(C, 1, R, S).to(weight_dtype).contiguous()
+    dw = torch.empty((C, 1, R, S), dtype=weight_dtype, device=x.device)
+    added = jit.load_kernel(CONV_05_WGRAD_SUM, CONV_05_WGRAD_SUM.config(), device_id, weight_dtype, weight_dtype)
+    launch.launch(added, device_id, (-(-R * S * C // CONV05_THREADS), 1, 1), (CONV05_THREADS, 1, 1), parts.data_ptr(),
+                  dw.data_ptr(), *(launch.i32(v) for v in (parts.shape[0], R * S, C)))  # fmt: skip
+    return dw
 
 
 class DepthwiseConv(torch.autograd.Function):

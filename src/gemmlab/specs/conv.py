@@ -322,6 +322,16 @@ CONV_05_WGRAD = KernelSpec(
 )
 
 
+CONV_05_WGRAD_SUM = KernelSpec(
+    id="conv05_depthwise_wgrad_sum",
+    idea="wgrad's parts added in a fixed order into the filter's gradient, in the weight's dtype and layout",
+    entry="conv_depthwise_wgrad_sum",
+    params=(Param("VEC", 1, "one element a thread"),),
+    grid=lambda M, N, c: (cdiv(M * N, CONV05_THREADS), 1, 1),
+    **_CONV05,
+)
+
+
 def conv05_vec(dtype: torch.dtype, channels: int, aligned: bool) -> int:
     """conv05's VEC for a call: 16 bytes of channels where C is a multiple of them and every
     address 16-byte aligned (aligned), else 1."""
@@ -344,4 +354,5 @@ def conv05_channel_vectors(channels: int, vec: int, taps: int) -> int | None:
     return fits[-1]
 
 
-CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD)
+CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD,
+                                         CONV_05_WGRAD_SUM)  # fmt: skip

@@ -18,9 +18,9 @@
 // over the output pixels whose window covers it, times the tap that joins them: the same walk over
 // x's pixels, with a stride test where the forward pass had a multiply; wgrad -- dw[c][tap] sums
 // dy * x over every output pixel: each thread sums a chunk of pixels for RG filter rows and SG
-// taps of each (a 3x3 filter whole; one row of a 7x7) into fp32 registers and writes them to its
-// own slot of a workspace, [chunks][R*S][C], which the host adds over chunks (torch's sum: the
-// same order every run, so the same bits).
+// taps of each (a filter row; the host's choice) into fp32 registers and writes them to its
+// own slot of a workspace, [chunks][R*S][C], which conv_depthwise_wgrad_sum adds over chunks in
+// order into the weight's dtype and layout: the same bits at every launch.
 //
 // Points in the padding multiply zeros (they are not skipped), as F.conv2d's reference does, so an
 // Inf weight next to the border still gives NaN there.
@@ -280,4 +280,21 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
             }
         }
     }
+}
+
+// wgrad's parts added: dw [C][taps] in T (the weight's own layout, [C, 1, R, S]) = the sum over
+// k = 0, 1, ... chunks - 1 of parts[k][tap][c], in that order (so the same bits every launch), one
+// thread a (tap, c), c fastest (consecutive threads read consecutive parts). VEC and the TD pair
+// are the type parameter's; VEC is 1.
+template <typename T, typename TD, int VEC>
+__global__ void __launch_bounds__(depthwise::THREADS) conv_depthwise_wgrad_sum(const float* __restrict__ parts,
+                                                                               TD* __restrict__ dw, int chunks,
+                                                                               int taps, int C) {
+    static_assert(VEC == 1, "one element a thread");
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= taps * C) return;
+    const int tap = i / C, c = i % C;
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; ++k) sum += parts[static_cast<long long>(k) * taps * C + i];
+    dw[static_cast<long long>(c) * taps + tap] = static_cast<TD>(sum);
 }
