@@ -26,8 +26,10 @@ TQ = 4  # pixels of a row a thread computes in the forward pass and dgrad (fewer
 BLOCKS_AN_SM = 16  # the grid's cap: blocks of 256 threads an SM; past it each thread strides over more pixels
 MAX_TAPS = 4096  # R*S a block's staged copy holds for one channel (CONV05_TAPS_SMEM)
 _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus its grid's threads stay below
+WGRAD_SUM_CHUNKS = 256  # wgrad's parts of at most this many chunks are added by conv05's own kernel (one thread
+# a filter entry, in one launch); more by torch's sum, which spreads the chunks over threads too
 WGRAD_TAPS_A_THREAD = 3  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
-_WGRAD_THREADS_AN_SM = 1024  # wgrad's chunks: about this many tasks an SM
+_WGRAD_THREADS_AN_SM = 512  # wgrad's chunks: about this many tasks an SM
 _WGRAD_CHUNK_MIN = 16  # and at least this many pixels a chunk
 _WGRAD_PARTS_MAX = 1 << 25  # fp32 elements of wgrad's parts at most (128 MB): past it the chunks grow
 _ALIGN = 16
@@ -160,7 +162,7 @@ def wgrad_chunk(g: dict, vec: int, sms: int) -> int:
 
 def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
     """The filter's gradient of run()'s convolution: [C, 1, R, S] in weight_dtype, from fp32 parts
-    (a chunk of pixels each) that a second launch adds in a fixed order."""
+    (a chunk of pixels each), added in a fixed order (WGRAD_SUM_CHUNKS says by which kernel)."""
     from .device import sm_count
 
     N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
@@ -190,6 +192,8 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
                       parts.data_ptr() + done * R * S * C * 4,
                       *(launch.i32(v) for v in (n, *_geometry_args(g), chunk, cv)))  # fmt: skip
         done, n0 = done + chunks, n0 + n
+    if parts.shape[0] > WGRAD_SUM_CHUNKS:  # torch's reduction, parallel over the chunks too
+        return parts.sum(0).t().reshape(C, 1, R, S).to(weight_dtype).contiguous()
     dw = torch.empty((C, 1, R, S), dtype=weight_dtype, device=x.device)
     added = jit.load_kernel(CONV_05_WGRAD_SUM, CONV_05_WGRAD_SUM.config(), device_id, weight_dtype, weight_dtype)
     launch.launch(added, device_id, (-(-R * S * C // CONV05_THREADS), 1, 1), (CONV05_THREADS, 1, 1), parts.data_ptr(),

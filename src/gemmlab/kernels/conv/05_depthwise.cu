@@ -19,8 +19,9 @@
 // x's pixels, with a stride test where the forward pass had a multiply; wgrad -- dw[c][tap] sums
 // dy * x over every output pixel: each thread sums a chunk of pixels for RG filter rows and SG
 // taps of each (a filter row; the host's choice) into fp32 registers and writes them to its
-// own slot of a workspace, [chunks][R*S][C], which conv_depthwise_wgrad_sum adds over chunks in
-// order into the weight's dtype and layout: the same bits at every launch.
+// own slot of a workspace, [chunks][R*S][C], added over chunks in a fixed order (by
+// conv_depthwise_wgrad_sum where the chunks are few, by torch's sum otherwise): the same bits at
+// every launch.
 //
 // Points in the padding multiply zeros (they are not skipped), as F.conv2d's reference does, so an
 // Inf weight next to the border still gives NaN there.
