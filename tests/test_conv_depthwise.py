@@ -1,10 +1,12 @@
 """conv05, depthwise (kernels/conv/05_depthwise.cu; gemmlab.conv05): a depthwise conv2d (groups =
-C = K) in one launch. On the CPU: its builds compile for sm_90a without spills, what it refuses,
-its VEC, and which calls conv2d sends to it (a trace, a gradient and the explicit algorithms keep
-the grouped path). On a GPU (marker `gpu`): its results against float64 F.conv2d over random
-geometries (odd sizes, strides, paddings, dilations, channel counts that are and are not
-multiples of 16 bytes), every dtype, both memory formats, a bias and each activation, into
-poisoned memory, with NaN and Inf in the input; and that it is one launch."""
+C = K) in one launch, and its gradients. On the CPU: its builds compile for sm_90a without spills,
+what it refuses, its VEC and channel vectors, wgrad's chunks, and which calls conv2d sends to it (a
+gradient through conv05.DepthwiseConv; the explicit algorithms keep the grouped path). On a GPU
+(marker `gpu`): its results and gradients against float64 F.conv2d over random geometries (odd
+sizes, strides, paddings, dilations, channel counts that are and are not multiples of 16 bytes),
+every dtype, both memory formats, a bias and each activation, into poisoned memory, with NaN and
+Inf in the input; the filter gradient's bits from launch to launch; the operators under opcheck and
+torch.compile; and that it is one launch."""
 
 import random
 
