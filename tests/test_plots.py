@@ -148,3 +148,20 @@ def test_conv_bars_put_an_auto_run_after_the_steps_without_hatching_its_picks():
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend[1] == "algorithm='auto', batch 32: geometric mean 0.90x"
     plt.close(fig)
+
+
+DEPTHWISE = {}
+for _run in records.merged_conv(RESULTS, records.DEPTHWISE_TAGS):
+    DEPTHWISE.setdefault(_run["meta"]["gpu_slug"], []).append(_run)
+
+
+@pytest.mark.parametrize("slug", sorted(DEPTHWISE))
+def test_depthwise_bars_from_the_committed_records_name_their_layers(slug, tmp_path):
+    """The depthwise sweep's auto runs, one per dtype: a bar a record, each dtype's series in the
+    legend, the title naming the layers."""
+    fig = plots.conv_bars(DEPTHWISE[slug], tmp_path / "dw.png", "MobileNetV2's and ConvNeXt-T's depthwise layers")
+    assert len(fig.axes[0].patches) == sum(len(run["records"]) for run in DEPTHWISE[slug])
+    assert "depthwise layers" in fig.axes[0].get_title() and (tmp_path / "dw.png").stat().st_size > 0
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert sum("algorithm='auto', batch 32, bf16" in t for t in legend) == 1
+    plt.close(fig)

@@ -140,10 +140,11 @@ def models_bars(run: dict, path: Path | None = None):
 CONV_AXIS_MAX = 2.0
 
 
-def conv_bars(runs: list[dict], path: Path | None = None):
+def conv_bars(runs: list[dict], path: Path | None = None, layers_of: str = "ResNet-50's layers"):
     """conv-bench runs of one GPU (the newest of each algorithm): gemmlab.conv2d's ratio to cuDNN
     for each layer in the sweep's order, one bar per (algorithm, batch), with parity marked.
-    Hatched bars are layers the run's algorithm could not serve, which ran im2col instead."""
+    Hatched bars are layers the run's algorithm could not serve, which ran im2col instead.
+    layers_of names the sweep's layers in the title."""
     if not runs:
         raise ValueError("no conv-bench runs to plot")
     order = (*ALGORITHMS, "auto")  # the ladder's steps, then the pick of them
@@ -158,11 +159,15 @@ def conv_bars(runs: list[dict], path: Path | None = None):
     top = 1.0
     handles: list = []
     beyond: dict[str, list[float]] = {}  # a layer's ratios past CONV_AXIS_MAX, in the series' order
+    # auto's runs of several dtypes: a colour a dtype (bf16 auto's purple, fp16 red-purple, float32 grey)
+    auto_shades = {"bf16": plt.cm.Purples, "fp16": plt.cm.PuRd, "float32": plt.cm.Greys}
     for i, (run, n) in enumerate(series):
         alg = _conv_algorithm(run)
         recs = {r["name"]: r for r in run["records"] if r["N"] == n}
-        kin = [_conv_algorithm(s[0]) for s in series]  # an algorithm's series: one shade each, darker on
-        color = shades[alg](0.5 + 0.35 * kin[:i].count(alg) / max(1, kin.count(alg) - 1))
+        key = lambda s: (_conv_algorithm(s[0]), s[0]["records"][0]["dtype"] if len(dtypes) > 1 else "")  # noqa: E731
+        kin = [key(s) for s in series]  # a (step, dtype)'s series: one shade each, darker on
+        cmap = auto_shades.get(key(series[i])[1], shades[alg]) if alg == "auto" else shades[alg]
+        color = cmap(0.5 + 0.35 * kin[:i].count(key(series[i])) / max(1, kin.count(key(series[i])) - 1))
         ys = [j + (i - (len(series) - 1) / 2) * height for j, name in enumerate(layers) if name in recs]
         ratios = [recs[name]["ratio"] for name in layers if name in recs]
         mean = statistics.geometric_mean(ratios)
@@ -189,7 +194,7 @@ def conv_bars(runs: list[dict], path: Path | None = None):
     ax.set_xlim(0, min(top, CONV_AXIS_MAX) + (0.45 if top > CONV_AXIS_MAX else 0.1))
     ax.set_xlabel("cuDNN time / gemmlab.conv2d's (> 1: faster than cuDNN)")
     commits = ", ".join(dict.fromkeys(short_commit(run["meta"]["commit"])[:7] for run in runs))
-    ax.set_title(f"gemmlab.conv2d against cuDNN on ResNet-50's layers\n{runs[0]['meta']['gpu']}, {', '.join(dtypes)}\nruns {commits}",
+    ax.set_title(f"gemmlab.conv2d against cuDNN on {layers_of}\n{runs[0]['meta']['gpu']}, {', '.join(dtypes)}\nruns {commits}",
                  fontsize=10)  # fmt: skip
     ax.grid(axis="x", alpha=0.3)
     fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8)

@@ -88,14 +88,17 @@ def plot_cmd(
 
     The ladder at one size, TFLOP/s against size, a roofline where the GPU has a peak record,
     gemm() on a model's layers where it has a models sweep, and conv2d against cuDNN on ResNet-50's
-    layers where it has conv-bench records."""
+    layers and on depthwise layers where it has conv-bench records of them."""
     from ..bench import plots, records
 
     runs = records.merged_runs(records.find_runs(results, "bench"))
     conv: dict[str, list[dict]] = {}
     for run in records.merged_conv(results):
         conv.setdefault(run["meta"]["gpu_slug"], []).append(run)
-    if not runs and not conv:
+    depthwise: dict[str, list[dict]] = {}
+    for run in records.merged_conv(results, records.DEPTHWISE_TAGS):
+        depthwise.setdefault(run["meta"]["gpu_slug"], []).append(run)
+    if not runs and not conv and not depthwise:
         err_console.print(f"gemmlab: no bench or conv-bench records under {results}")
         raise typer.Exit(1)
     out.mkdir(parents=True, exist_ok=True)
@@ -134,4 +137,8 @@ def plot_cmd(
     for slug, conv_runs in sorted(conv.items()):  # gemmlab conv-bench --sweep sweeps/conv/resnet50.toml
         png = out / f"{slug}-conv-resnet50.png"
         plots.conv_bars(conv_runs, png)
+        console.print(f"wrote {png}")
+    for slug, dw_runs in sorted(depthwise.items()):  # gemmlab conv-bench --sweep sweeps/conv/depthwise.toml
+        png = out / f"{slug}-conv-depthwise.png"
+        plots.conv_bars(dw_runs, png, "MobileNetV2's and ConvNeXt-T's depthwise layers")
         console.print(f"wrote {png}")
