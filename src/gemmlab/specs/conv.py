@@ -289,6 +289,7 @@ def _conv05_check(c: GemmConfig) -> str | None:
 
 _VEC = Param("VEC", 8, "channels a thread: 16 bytes of them (8 16-bit, 4 fp32) or 1")
 _CONV05 = dict(step=5, title="depthwise", source="conv/05_depthwise.cu", block=lambda c: (CONV05_THREADS, 1, 1),
+               grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),  # an upper bound: the host sets it
                dtypes=(torch.bfloat16, torch.float16, torch.float32), check_config=_conv05_check, type_param=True,
                seeds="a depthwise layer is C products of one channel each: a direct loop, not a GEMM")  # fmt: skip
 
@@ -298,7 +299,6 @@ CONV_05 = KernelSpec(
     "one launch for every group where the grouped path launches one a group",
     entry="conv_depthwise",
     params=(_VEC, Param("TQ", 4, "output pixels of a row a thread computes")),
-    grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),  # an upper bound: the host sets it
     epilogues=True,
     **_CONV05,
 )
@@ -308,26 +308,21 @@ CONV_05_DGRAD = KernelSpec(
     entry="conv_depthwise_dgrad",
     params=(_VEC, Param("TQ", 4, "input pixels of a row a thread computes"),
             Param("UNIT", 1, "1 where both strides are 1 (no division by the stride)")),
-    grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),
     **_CONV05,
 )
 CONV_05_WGRAD = KernelSpec(
     id="conv05_depthwise_wgrad",
-    idea="the filter's gradient of a depthwise layer: fp32 sums over chunks of pixels, added on the host in a fixed order",
+    idea="the filter's gradient of a depthwise layer: fp32 sums over chunks of pixels, then added in a fixed order",
     entry="conv_depthwise_wgrad",
     params=(_VEC, Param("SG", 3, "taps of a filter row a thread sums: S, or 8 of a wider row"),
-            Param("RG", 3, "filter rows a thread sums: R where R * SG <= 9, else 1")),
-    grid=lambda M, N, c: (cdiv(M * N // c["VEC"], CONV05_THREADS), 1, 1),
+            Param("RG", 1, "filter rows a thread sums (R * SG <= 9; the host's conv05.wgrad_taps)")),
     **_CONV05,
 )
-
-
 CONV_05_WGRAD_SUM = KernelSpec(
     id="conv05_depthwise_wgrad_sum",
     idea="wgrad's parts added in a fixed order into the filter's gradient, in the weight's dtype and layout",
     entry="conv_depthwise_wgrad_sum",
     params=(Param("VEC", 1, "one element a thread"),),
-    grid=lambda M, N, c: (cdiv(M * N, CONV05_THREADS), 1, 1),
     **_CONV05,
 )
 
