@@ -61,6 +61,22 @@ def test_wgrad_chunks_depend_on_the_shapes_and_sms_alone():
     assert conv05.wgrad_chunk(tiny, 8, 132) == 9  # 9 pixels: one chunk
 
 
+def test_a_batch_whose_counts_pass_2_to_the_31_splits_into_launches_of_whole_images(monkeypatch):
+    """The kernels count in 32 bits: _launches caps the grid, then takes as many images a launch as
+    keep its tasks plus the grid's threads below 2^31 -- every image where they fit -- and refuses
+    an image that alone does not fit."""
+    from gemmlab import device
+
+    monkeypatch.setattr(device, "sm_count", lambda device_id: 132)
+    grid, images = conv05._launches(32, 56 * 14, 144, 8, 16, 0)  # MobileNetV2's 56^2 layer, TQ = 4
+    assert grid == (min(-(-32 * 56 * 14 // 16), 16 * 132 // 2), 2, 1) and images == 32
+    per_image = 1 << 26  # 64M tasks an image: 31 images fit beside the grid's threads, not 32
+    grid, images = conv05._launches(100, per_image, 8, 8, 1, 0)
+    assert grid == (16 * 132, 1, 1) and images == (2**31 - 1 - 16 * 132 * 256) // per_image == 31
+    with pytest.raises(ValueError, match="counts in 32 bits"):
+        conv05._launches(1, 2**31 - 1000, 8, 8, 1, 0)
+
+
 def test_the_gradient_operators_fake_implementations_give_torchs_shapes():
     with FakeTensorMode():
         dy = torch.empty(2, 24, 8, 9, device="cuda", dtype=torch.bfloat16)
