@@ -215,6 +215,7 @@ class DepthwiseConv(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight = ctx.saved_tensors
+        dy = dy.contiguous(memory_format=torch.channels_last)  # once for both kernels (an NCHW or expanded dy: a copy)
         dx = dgrad(dy, weight, ctx.g, _suggests_channels_last(x)) if ctx.needs_input_grad[0] else None
         dw = wgrad(x, dy, ctx.g, weight.dtype) if ctx.needs_input_grad[1] else None
         db = dy.sum((0, 2, 3)).to(ctx.bias_dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
@@ -287,6 +288,7 @@ def _op_backward(ctx, dy):
         raise RuntimeError("gemmlab::conv2d_depthwise takes gradients without a fused activation; conv2d applies "
                            "the activation through torch where one is wanted")  # fmt: skip
     x, weight = ctx.saved_tensors
+    dy = dy.contiguous(memory_format=torch.channels_last)  # once for both operators
     dx = dgrad_op(dy, weight, list(x.shape), *ctx.args, _suggests_channels_last(x)) if ctx.needs_input_grad[0] else None
     dw = wgrad_op(x, dy, list(weight.shape), *ctx.args, weight.dtype) if ctx.needs_input_grad[1] else None
     db = dy.sum((0, 2, 3)).to(ctx.bias_dtype) if ctx.bias_dtype is not None and ctx.needs_input_grad[2] else None
