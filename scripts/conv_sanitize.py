@@ -1,7 +1,7 @@
 """conv03, conv04 and conv05 under compute-sanitizer: a few small convolutions, each checked against
 float64, with the persistent grid forced down to 3 blocks so that every block walks several tiles
 (where a hand-over of shared memory between tiles would race). conv03 through algorithm="tma",
-with the staged TMA-store epilogue and the register one; conv04 through algorithm="gather" (few
+with the staged TMA-store epilogue and the register one, on the rule's tiles and the 256-pixel ones; conv04 through algorithm="gather" (few
 input channels: the stem, a dilated 3x3, a 5x5 over one channel), its input tile staged in shared
 memory while the last tile's fragments are gathered; conv05 through algorithm="depthwise" (its reads
 at the borders, 16 bytes of channels a thread and one), forward, dgrad and wgrad. Run by scripts/gpu_run.sh's "conv-sanitize"
@@ -40,8 +40,11 @@ def main() -> int:
     launch.resident_blocks = lambda *args, **kw: 3  # (conv03 asks it for the persistent grid)
     launch.resident_blocks_all = lambda *args, **kw: 3  # (conv04 asks this one)
     wrong = 0
-    for staged in (True, False):
-        with conv03.staged_stores(staged), torch.no_grad():
+    # each case on the rule's tile, with and without the staged epilogue; then on the 256-pixel tiles
+    # (two 64-pixel parts a consumer warpgroup), which the rule takes only for large layers
+    runs = [(staged, None) for staged in (True, False)] + [(True, (256, 64)), (False, (256, 128))]
+    for staged, tile in runs:
+        with conv03.staged_stores(staged), conv03.on_tile(tile), torch.no_grad():
             conv03._PLANS.clear()
             for N, C, H, W, K, R, stride, padding in CASES:
                 x = torch.randn(N, C, H, W, device="cuda").bfloat16().to(memory_format=torch.channels_last)

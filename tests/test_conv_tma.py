@@ -26,7 +26,7 @@ from gemmlab.activations import ACTIVATIONS, post_code
 from gemmlab.conv import conv_geometry, tma_why_not
 from gemmlab.conv03 import WALK_GROUP, grid_for, tile_origin, tile_walk
 from gemmlab.specs.conv import (CONV03_BK, CONV03_ONE_TILE_A_BLOCK, CONV03_STAGED_TILES, CONV03_STAGING, CONV03_TILES,
-                                 CONV_03, conv03_config, conv03_tile_config)  # fmt: skip
+                                 CONV_03, conv03_config, conv03_consumers, conv03_tile_config)  # fmt: skip
 from gemmlab.tma import filter_map_params, im2col_map_params, im2col_why_not, output_map_params
 
 # every tile the rules pick, in both builds, with the register epilogue and the staged one
@@ -77,7 +77,7 @@ def test_the_staged_buffers_fit_beside_each_tiles_ring():
     for tile, stages in CONV03_STAGED_TILES.items():
         staged, plain = conv03_tile_config(tile, True, True), CONV_03.config(BM=tile[0], BN=tile[1], STAGES=stages, PERSISTENT=1)
         assert staged["STAGES"] == stages and staged["TMA_STORE"] == 1
-        assert CONV_03.dynamic_smem(staged) == CONV_03.dynamic_smem(plain) + tile[0] // 64 * CONV03_STAGING <= 227 * 1024
+        assert CONV_03.dynamic_smem(staged) == CONV_03.dynamic_smem(plain) + conv03_consumers(tile[0]) * CONV03_STAGING <= 227 * 1024
         with pytest.raises(ValueError, match="shared memory"):
             CONV_03.config(BM=tile[0], BN=tile[1], STAGES=stages + 1, PERSISTENT=1, TMA_STORE=1)
         assert stages == CONV03_TILES[tile] - (tile[1] == 64), tile
@@ -136,8 +136,10 @@ def test_a_plan_takes_the_staged_build_where_it_can(K, staged, monkeypatch):
 def test_configs_it_refuses():
     with pytest.raises(ValueError, match="BN must be 64, 128 or 256"):
         CONV_03.config(BN=32)
-    with pytest.raises(ValueError, match="BM must be 64 or 128"):
+    with pytest.raises(ValueError, match="BM must be 64, 128 or 256"):
         CONV_03.config(BM=192)
+    with pytest.raises(ValueError, match="256 x 256 tile's accumulators"):
+        CONV_03.config(BM=256, BN=256, STAGES=3)
     with pytest.raises(ValueError, match="shared memory"):
         CONV_03.config(BN=256, STAGES=6)
     with pytest.raises(ValueError, match="shared memory"):

@@ -61,19 +61,26 @@ CONV03_BK = 64
 CONV03_STAGING = 2 * 64 * 64 * 2  # bytes of one consumer's staging buffers
 
 
+def conv03_consumers(bm: int) -> int:
+    """conv03's consumer warpgroups for a tile of bm pixels: one per 64 pixels, two of 128 at 256."""
+    return min(bm // 64, 2)
+
+
 def _conv03_smem(c: GemmConfig) -> int:
     """The ring (A: BM x 64, B: BN x 64 16-bit elements a stage), the staging buffers (TMA_STORE),
     the ring's full and empty barriers, and 1 KB to align the ring to the 128-byte swizzle's
     1024-byte atoms."""
-    staging = c["TMA_STORE"] * c["BM"] // 64 * CONV03_STAGING
+    staging = c["TMA_STORE"] * conv03_consumers(c["BM"]) * CONV03_STAGING
     return c["STAGES"] * 2 * CONV03_BK * (c["BM"] + c["BN"]) + staging + 2 * 8 * c["STAGES"] + 1024
 
 
 def _conv03_check(c: GemmConfig) -> str | None:
-    if c["BM"] not in (64, 128):
-        return "BM must be 64 or 128 (one consumer warpgroup per 64 output pixels)"
+    if c["BM"] not in (64, 128, 256):
+        return "BM must be 64, 128 or 256 (one consumer warpgroup per 64 output pixels, two of 128 at 256)"
     if c["BN"] not in (64, 128, 256):
         return "BN must be 64, 128 or 256 (one m64n64k16, m64n128k16 or m64n256k16 MMA a warpgroup)"
+    if c["BM"] == 256 and c["BN"] == 256:
+        return "a 256 x 256 tile's accumulators (two 64 x 256 parts a warpgroup) do not fit in registers"
     if c["STAGES"] < 2:
         return "STAGES must be at least 2"
     if c["PERSISTENT"] not in (0, 1):
@@ -103,14 +110,14 @@ CONV_03 = KernelSpec(
     source="conv/03_tma_im2col.cu",
     entry="conv_tma_im2col",
     params=(
-        Param("BM", 128, "output pixels a block: 64 per consumer warpgroup (64 or 128)"),
+        Param("BM", 128, "output pixels a block: 64 per consumer warpgroup (64 or 128), or two of 128 (256)"),
         Param("BN", 128, "output channels a block (64, 128 or 256: one m64nBNk16 MMA a warpgroup)"),
         Param("STAGES", 6, "shared buffers in the TMA ring (a stage: one tap x 64 channels)"),
         Param("PERSISTENT", 0, "0 one tile a block; 1 at most one block an SM, each walking tiles"),
         Param("TMA_STORE", 0, "0 the epilogue stores from registers; 1 through shared memory with TMA stores"),
         Param("A_ROWS", 0, "0 A through the im2col map; 1 through a tiled map of the input's rows (1x1, stride 1, no padding)"),
     ),
-    block=lambda c: ((c["BM"] // 64 + 1) * 128, 1, 1),
+    block=lambda c: ((conv03_consumers(c["BM"]) + 1) * 128, 1, 1),
     grid=_conv03_grid,
     dtypes=(torch.bfloat16, torch.float16),
     dynamic_smem=_conv03_smem,
@@ -123,17 +130,20 @@ CONV_03 = KernelSpec(
 
 
 # conv03's tiles (BM, BN) with their rings: the 64-wide ones (for layers of 64 output channels,
-# which a 128-wide tile computes half of in zeros) with the deepest ring 227 KB of shared memory
-# holds beside them.
-CONV03_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8, (128, 64): 9, (64, 64): 14}
+# which a 128-wide tile computes half of in zeros) and the 256-pixel ones (two 64-pixel parts a
+# consumer warpgroup) with the deepest ring 227 KB of shared memory holds beside them.
+CONV03_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8, (128, 64): 9, (64, 64): 14, (256, 128): 4,
+                (256, 64): 5}
 # The same with the staged epilogue's buffers (TMA_STORE = 1, 16 KB a consumer): the 64-wide tiles
 # give up a stage for them; the others' rings fit beside them as they are.
-CONV03_STAGED_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8, (128, 64): 8, (64, 64): 13}
+CONV03_STAGED_TILES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8, (128, 64): 8, (64, 64): 13, (256, 128): 4,
+                       (256, 64): 4}
 # A tile's time for a k-step, relative to a 128 x 256 tile's: smaller tiles read more bytes a
 # multiply-add and keep fewer MMAs in flight, so each costs more than its share of the area. A
 # first estimate, to be replaced by measurement; the 64-wide tiles' are guesses on the same lines
 # (m64n64k16 reads A from shared memory once for half the columns of m64n128k16).
-CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128): 0.35, (128, 64): 0.35, (64, 64): 0.2}
+CONV03_TILE_COST = {(128, 256): 1.0, (128, 128): 0.55, (64, 256): 0.6, (64, 128): 0.35, (128, 64): 0.35, (64, 64): 0.2,
+                    (256, 128): 1.0, (256, 64): 0.55}
 # The tiles the one-tile-a-block rule weighs. The 64-wide tiles came with the persistent build and
 # are weighed only there until a GPU run has measured them (both builds compile and test them).
 CONV03_ONE_TILE_A_BLOCK = ((128, 256), (128, 128), (64, 256), (64, 128))

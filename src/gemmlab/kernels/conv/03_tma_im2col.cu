@@ -31,8 +31,9 @@
 #include "common/tma.cuh"
 
 // T: __nv_bfloat16 or __half; TD: the type of D (T or float). BM x BN: the block's tile of D
-// (output pixels x output channels), one consumer warpgroup per 64 pixels; BN = 64, 128 or 256,
-// one m64nBNk16 MMA a warpgroup and k16 step. A stage is one filter tap (r, s) and 64 channels of the
+// (output pixels x output channels), one consumer warpgroup per 64 pixels, or with BM = 256 two
+// warpgroups of 128 pixels each; BN = 64, 128 or 256, one m64nBNk16 MMA a warpgroup, 64-pixel
+// part and k16 step (BN <= 128 at BM = 256: the accumulators of two parts in registers). A stage is one filter tap (r, s) and 64 channels of the
 // input (one 128-byte swizzle row); the reduction runs r, s, then the channel slices c0 = 0, 64, ...
 // (the filter matrix's (r, s, c) order, a tap at a time). STAGES: buffers in the ring. PERSISTENT:
 // 0 one tile a block (grid: N tiles x M tiles), 1 the persistent build above (grid: at most the
@@ -49,20 +50,25 @@
 // 128-byte swizzle), read only by the staged epilogue (the register one is passed any 128 bytes).
 template <typename T, typename TD, int BM, int BN, int STAGES, int PERSISTENT = 0, int TMA_STORE = 0, int A_ROWS = 0,
           int POST = 0>
-__global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
+__global__ void __launch_bounds__(((BM > 128 ? 128 : BM) / 64 + 1) * 128, 1)
 conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_constant__ gemmlab::TensorMap tmW, TD* D,
                 int M, int out_c, int in_c, int f_r, int f_s, int out_p, int out_q, int stride_h, int stride_w,
                 int pad_h, int pad_w, int dil_h, int dil_w, int ldd, float alpha, const TD* __restrict__ bias,
                 const __grid_constant__ gemmlab::TensorMap tmD) {
     constexpr int BK = 64;  // channels a stage: one 128-byte row of 16-bit elements
-    constexpr int CONSUMERS = BM / 64;
+    // Consumer warpgroups, and the 64-pixel parts each multiplies (PARTS m64nBNk16 MMAs a k16 step).
+    // A 256-pixel tile (cuDNN's for layers of 64 output channels at large batch) reads the filter's
+    // stage once for twice the pixels of a 128-pixel one: half the filter's traffic from L2, half
+    // the stages and barrier waits for the same MMAs.
+    constexpr int CONSUMERS = BM > 128 ? 2 : BM / 64, PARTS = BM / 64 / CONSUMERS, ROWS_WG = 64 * PARTS;
     constexpr int STAGE_A = BM * BK, STAGE_B = BN * BK;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);  // whole boxes, zero-filled parts included
     constexpr int NACC = BN / 2;
     constexpr int CHUNK = 64 * 64;  // elements of one 64 x 64 staging buffer; two a consumer (TMA_STORE)
     // The register file (64 K) split as tc06's: the producer keeps 40 a thread, each consumer 232.
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-    static_assert(CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups (64 or 128 pixels)");
+    static_assert(BM == 64 || BM == 128 || BM == 256, "one or two consumer warpgroups (64, 128 or 256 pixels)");
+    static_assert(PARTS == 1 || BN <= 128, "two 64-pixel parts a warpgroup hold 2 x BN / 2 accumulators: BN <= 128");
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536, "the register file");
     static_assert(BN == 64 || BN == 128 || BN == 256, "one m64nBNk16 MMA a warpgroup and k16 step: BN = 64, 128 or 256");
     static_assert(STAGES >= 2, "a ring needs at least two stages");
@@ -173,7 +179,8 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     //   in flight into shared memory when the block exits.
     gemmlab::setmaxnreg_inc<CONSUMER_REGS>();
     const int c = wg - 1;
-    const unsigned long long desc_a0 = gemmlab::stage_desc<BK, 1>(sA + c * 64 * BK);
+    const unsigned long long desc_a0 = gemmlab::stage_desc<BK, 1>(sA + c * ROWS_WG * BK);
+    constexpr unsigned long long PART_A = (64 * BK * sizeof(T)) >> 4;  // the next 64 pixels' rows of a stage
     const unsigned long long desc_b0 = gemmlab::stage_desc<BK, 1>(sB);
     // The staged epilogue's buffers, and whether D takes TMA stores: rows of whole 16-byte units,
     // 16-byte aligned (TMA clips a box at D's edge only to 16 bytes along a row).
@@ -183,30 +190,52 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
     for (int t = first; t < tiles; t += stride) {
         int row0, col0;
         tile_origin(t, row0, col0);
-        float acc[NACC];
+        float acc[PARTS][NACC];
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] = 0.0f;
+        for (int j = 0; j < PARTS; ++j)
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) acc[j][i] = 0.0f;
 
         for (int kt = 0; kt < KT; ++kt) {
             const int u = it + kt, stage = u % STAGES;
+            const unsigned long long da = desc_a0 + (stage * STAGE_A * 2 >> 4), db = desc_b0 + (stage * STAGE_B * 2 >> 4);
             // TA = 0 (A K-major), TB = 1 (B stored as [N][K]: K-major)
-            gemmlab::mma_k_step<T, BN, BK, 0, 1>(acc, &full[stage], (u / STAGES) & 1,
-                                                 desc_a0 + (stage * STAGE_A * 2 >> 4), desc_b0 + (stage * STAGE_B * 2 >> 4));
+            if constexpr (PARTS == 1) {
+                gemmlab::mma_k_step<T, BN, BK, 0, 1>(acc[0], &full[stage], (u / STAGES) & 1, da, db);
+            } else {
+                // mma_k_step's protocol with both parts' MMAs in one group: the stage's B read twice
+                gemmlab::mbar_wait(&full[stage], (u / STAGES) & 1);
+                gemmlab::wgmma_fence();
+#pragma unroll
+                for (int j = 0; j < PARTS; ++j) gemmlab::wgmma_stage<T, BN, BK, 0, 1>(acc[j], da + j * PART_A, db);
+                gemmlab::wgmma_commit();
+                gemmlab::wgmma_wait<1>();
+#pragma unroll
+                for (int j = 0; j < PARTS; ++j)
+#pragma unroll
+                    for (int i = 0; i < NACC; ++i) gemmlab::wgmma_fence_operand(acc[j][i]);
+            }
             if (kt > 0) gemmlab::release_stage<1>(&empty[(u - 1) % STAGES]);
         }
         it += KT;
         gemmlab::wgmma_wait<0>();
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) gemmlab::wgmma_fence_operand(acc[i]);
+        for (int j = 0; j < PARTS; ++j)
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) gemmlab::wgmma_fence_operand(acc[j][i]);
         // The tile's last stage, for the next tile's loads (one tile a block has no next).
         if (PERSISTENT && KT > 0) gemmlab::release_stage<1>(&empty[(it - 1) % STAGES]);
 
-        if constexpr (TMA_STORE)
-            gemmlab::store_tile_64xn<TD, NACC, 1, 2, POST>(acc, static_cast<const TD*>(nullptr), D, &tmD, out, tma_store, 1 + c,
-                                                           row0 + c * 64, col0, M, out_c, ldd, ldd, alpha, 0.0f, bias);
-        else
-            gemmlab::store_accumulators<TD, NACC, POST>(acc, static_cast<const TD*>(nullptr), D, row0 + c * 64, col0, M,
-                                                        out_c, ldd, ldd, alpha, 0.0f, bias);
+#pragma unroll
+        for (int j = 0; j < PARTS; ++j) {
+            const int part_row0 = row0 + c * ROWS_WG + j * 64;
+            if constexpr (TMA_STORE)
+                gemmlab::store_tile_64xn<TD, NACC, 1, 2, POST>(acc[j], static_cast<const TD*>(nullptr), D, &tmD, out, tma_store,
+                                                               1 + c, part_row0, col0, M, out_c, ldd, ldd, alpha, 0.0f, bias);
+            else
+                gemmlab::store_accumulators<TD, NACC, POST>(acc[j], static_cast<const TD*>(nullptr), D, part_row0, col0, M,
+                                                            out_c, ldd, ldd, alpha, 0.0f, bias);
+        }
     }
     if constexpr (TMA_STORE)
         if (tid % 128 == 0) gemmlab::bulk_wait<0>();  // every store finished before the block exits
