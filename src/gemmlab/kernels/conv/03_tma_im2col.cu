@@ -145,9 +145,10 @@ conv_tma_im2col(const __grid_constant__ gemmlab::TensorMap tmX, const __grid_con
         return;
     }
 
-    // Consumer c: pixels 64 c .. 64 c + 63 of each tile, all BN output channels. A and B are both
-    // K-major 128-byte-swizzled [rows][64] tiles: 8-row groups 1024 bytes apart. `it` counts the
-    // k-steps of the block's tiles before this one, as the producer's does: both walk the same tiles.
+    // Consumer c: pixels ROWS_WG c .. ROWS_WG (c + 1) - 1 of each tile (PARTS parts of 64), all BN
+    // output channels. A and B are both K-major 128-byte-swizzled [rows][64] tiles: 8-row groups
+    // 1024 bytes apart. `it` counts the k-steps of the block's tiles before this one, as the
+    // producer's does: both walk the same tiles.
     //
     // Why the persistent hand-over from tile to tile is race-free:
     // - The ring. A stage is refilled only after every consumer released its last use (the empty
