@@ -1,11 +1,12 @@
-"""conv03, conv04 and conv05 under compute-sanitizer: a few small convolutions, each checked against
-float64, with the persistent grid forced down to 3 blocks so that every block walks several tiles
-(where a hand-over of shared memory between tiles would race). conv03 through algorithm="tma",
-with the staged TMA-store epilogue and the register one, on the rule's tiles and the 256-pixel ones; conv04 through algorithm="gather" (few
-input channels: the stem, a dilated 3x3, a 5x5 over one channel), its input tile staged in shared
-memory while the last tile's fragments are gathered; conv05 through algorithm="depthwise" (its reads
-at the borders, 16 bytes of channels a thread and one), forward, dgrad and wgrad. Run by scripts/gpu_run.sh's "conv-sanitize"
-step:
+"""conv02's grouped build, conv03, conv04 and conv05 under compute-sanitizer: a few small
+convolutions, each checked against float64, with the persistent grid forced down to 3 blocks so
+that every block walks several tiles (where a hand-over of shared memory between tiles would race).
+conv03 through algorithm="tma", with the staged TMA-store epilogue and the register one, on the
+rule's tiles and the 256-pixel ones; conv04 through algorithm="gather" (few input channels: the
+stem, a dilated 3x3, a 5x5 over one channel), its input tile staged in shared memory while the last
+tile's fragments are gathered; conv05 through algorithm="depthwise" (its reads at the borders, 16
+bytes of channels a thread and one), forward, dgrad and wgrad; conv02's grouped build (every group
+in one launch, groups of 4, 24 and 32 channels). Run by scripts/gpu_run.sh's "conv-sanitize" step:
   compute-sanitizer --tool racecheck python3 scripts/conv_sanitize.py
 Exit 1 on a wrong result; the sanitizer's own exit code reports hazards."""
 
@@ -26,6 +27,9 @@ CASES = [(2, 64, 20, 20, 128, 1, 1, 0), (2, 32, 13, 11, 192, 3, 1, 1), (1, 16, 1
 # thread (24 bf16 channels, 12 float32 ones) and one (13 channels), the padding's reads at every border
 DEPTHWISE_CASES = [(2, 24, 13, 11, 3, 1, 1, 1, torch.bfloat16), (1, 12, 9, 17, 7, 2, 3, 1, torch.float32),
                    (2, 13, 8, 8, 5, 1, "same", 2, torch.float16)]  # fmt: skip
+# conv02's grouped build, one launch (N, C, H, W, K, R, stride, padding, groups): groups of 4
+# channels (8-byte copies, the 16-wide tile), of 24 at stride 2 (the 64-wide tile), of 32
+GROUPED_CASES = [(2, 64, 13, 11, 64, 3, 1, 1, 16), (1, 96, 9, 17, 192, 3, 2, 1, 4), (2, 256, 7, 7, 256, 3, 1, 1, 8)]
 # conv04's (N, C, H, W, K, R, stride, padding, dilation): the stem on a small odd image, a 3x3 over 5
 # channels dilated 2 into 130 output channels (three 64-channel parts held), a 5x5 over one channel
 GATHER_CASES = [(2, 3, 37, 45, 64, 7, 2, 3, 1), (1, 5, 29, 23, 130, 3, 1, 2, 2), (2, 1, 31, 33, 24, 5, 1, 2, 1)]
@@ -95,6 +99,17 @@ def main() -> int:
         wrong += not ok
         print(f"{'passed' if ok else 'FAIL'} depthwise x={N}x{C}x{H}x{W} w={C}x1x{R}x{R} stride={stride} padding={padding} "
               f"dilation={dilation} {str(dtype).removeprefix('torch.')} error (y, dx, dw) {err:.1e}", flush=True)  # fmt: skip
+    for N, C, H, W, K, R, stride, padding, groups in GROUPED_CASES:
+        x = torch.randn(N, C, H, W, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+        w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).bfloat16()
+        bias = torch.randn(K, device="cuda").bfloat16()
+        kw = dict(stride=stride, padding=padding, groups=groups)
+        y = gemmlab.conv2d(x, w, bias, **kw, activation="relu")
+        err = _error(y, F.relu(F.conv2d(x.double(), w.double(), bias.double(), **kw)))
+        ok = err < 2e-2 and not y.isnan().any()
+        wrong += not ok
+        print(f"{'passed' if ok else 'FAIL'} grouped x={N}x{C}x{H}x{W} w={K}x{C // groups}x{R}x{R} stride={stride} "
+              f"groups={groups} error {err:.1e}", flush=True)  # fmt: skip
     return 1 if wrong else 0
 
 

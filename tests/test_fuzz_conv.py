@@ -15,6 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from gemmlab import fuzz_conv
 from gemmlab.activations import ACTIVATIONS
 from gemmlab.conv import conv_geometry, gather_why_not, implicit_gemm_why_not, tma_why_not
+from gemmlab.conv_grouped import grouped_why_not
 from gemmlab import fuzz_conv_cases
 from gemmlab.fuzz_conv_cases import GRAD_LIMITS, MAX_FIELDS, MAX_INPUT, MAX_MACS, MAX_OUTPUT
 from gemmlab.specs.conv import CONV04_MAX_ENTRIES, CONV04_MAX_K, CONV04_TILES, CONV_04, conv03_config, conv04_config
@@ -45,7 +46,7 @@ def test_drawn_geometries_are_valid_and_inside_the_limits(cases):
         assert rows * c.C * c.R * c.S <= MAX_FIELDS and c.N * c.C * c.H * c.W <= MAX_INPUT, c.label()
         assert 1 <= c.N <= 8, c.label()
         assert c.dtype != "fp32" or c.algorithm in ("im2col", "depthwise"), c.label()
-        assert fuzz_conv.why_not(c.algorithm, c.dtype, g) is None, c.label()
+        assert fuzz_conv.why_not(c.algorithm, c.dtype, g, c.groups) is None, c.label()
 
 
 def test_every_regime_algorithm_dtype_and_form_is_reached(cases):
@@ -228,7 +229,10 @@ def test_the_cases_pass_conv2ds_own_checks_on_fake_cuda_tensors(cases):
             t = fuzz_conv.Built(*fuzz_conv.group_views(c, _fake(c), c.groups - 1))  # (the last group's slices)
             if c.algorithm == "tma":
                 assert tma_why_not(t.x, t.w, t.bias, *c.g_args) is None, c.label()
-            if c.algorithm == "implicit":
+            if c.algorithm == "implicit" and c.groups > 1:  # one launch of conv02's grouped build
+                whole = _fake(c)
+                assert grouped_why_not(whole.x, whole.w, c.groups) is None, c.label()
+            elif c.algorithm == "implicit":
                 assert implicit_gemm_why_not(t.x, t.w, t.bias) is None, c.label()
             if c.algorithm == "gather":
                 assert gather_why_not(t.x, t.w, t.bias, *c.g_args) is None, c.label()
@@ -685,6 +689,11 @@ def test_grouped_cases_stay_within_the_work_limits_and_their_reference_is_torchs
     assert not any(c.grad for c in grouped)
     assert 0.5 * GROUPED_SHARE < len(grouped) / len(forward) < 1.5 * GROUPED_SHARE
     assert {c.algorithm for c in grouped} == {"tma", "implicit", "gather", "im2col"}
+    # conv02's run in one launch of its grouped build, some on groups of 4k + 4 channels (8-byte copies)
+    one_launch = [c for c in grouped if c.algorithm == "implicit"]
+    assert {c.C % 8 for c in one_launch} == {0, 4}, [c.label() for c in one_launch]
+    assert all("(grouped)" in fuzz_conv.chosen(c)[0] for c in one_launch)
+    assert any("CH=4" in fuzz_conv.chosen(c)[0] for c in one_launch)
     for c in grouped:
         g = c.geometry()
         rows = c.N * g["P"] * g["Q"]

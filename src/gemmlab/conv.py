@@ -159,7 +159,8 @@ def implicit_gemm(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activ
     sizes = (g["N"], g["H"], g["W"], g["C"], K, g["R"], g["S"], g["P"], g["Q"], *g["stride"], g["pads"][0], g["pads"][2],
              *g["dilation"], K)  # (the last: D's row stride)  # fmt: skip
     launch.launch(loaded, device_id, spec.grid(M, K, cfg), spec.block(cfg), xs.data_ptr(), wm.data_ptr(), d.data_ptr(),
-                  *(launch.i32(v) for v in sizes), launch.f32(1.0), 0 if b is None else b.data_ptr())  # fmt: skip
+                  *(launch.i32(v) for v in sizes), launch.f32(1.0), 0 if b is None else b.data_ptr(),
+                  launch.i32(g["C"]))  # (x's pixel stride: one group)  # fmt: skip
     return d
 
 
@@ -265,7 +266,10 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     product runs on gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor
     cores); CPU tensors run the CPU ladder (float32). groups > 1 (grouped and depthwise
     convolutions, weight [K, C / groups, R, S]) runs one ordinary convolution a group, each on the
-    step algorithm picks for it, and concatenates their channels (_grouped): a launch a group. A
+    step algorithm picks for it, and concatenates their channels (_grouped): a launch a group. Under
+    "auto" or "implicit", bf16/fp16 CUDA tensors whose groups have a multiple of 4 channels run
+    instead in one launch of conv02's grouped build (gemmlab.conv_grouped) where no gradient is
+    taken and no trace records the call. A
     depthwise layer (groups = C = K) under "auto" runs instead in one launch of conv05 (bf16, fp16 or
     float32 CUDA tensors; in fp32 arithmetic; under torch.compile as the operator
     gemmlab::conv2d_depthwise), its gradients one launch each too (conv05.DepthwiseConv).
@@ -284,6 +288,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         _check(x, weight, bias, groups, activation)  # every error before the first group's launch
         y = algorithm in ("depthwise", "auto") and _depthwise(x, weight, bias, stride, padding, dilation, groups,
                                                                activation, algorithm == "depthwise")  # fmt: skip
+        if not isinstance(y, Tensor) and algorithm in ("auto", "implicit"):
+            y = _grouped_one_launch(x, weight, bias, stride, padding, dilation, groups, activation)
         return y if isinstance(y, Tensor) else _grouped(x, weight, bias, stride, padding, dilation, groups, activation,
                                                         precision, algorithm)  # fmt: skip
     kind = _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
@@ -319,6 +325,21 @@ def group_slices(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, i:
     tensor fails where torch has no CUDA)."""
     cg, kg = x.shape[1] // groups, weight.shape[0] // groups
     return x.narrow(1, i * cg, cg), weight.narrow(0, i * kg, kg), None if bias is None else bias.narrow(0, i * kg, kg)
+
+
+def _grouped_one_launch(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
+                        activation: str | None) -> Tensor | None:  # fmt: skip
+    """A grouped layer in one launch of conv02's grouped build (gemmlab.conv_grouped), or None where
+    it cannot serve (grouped_why_not), a gradient is to be taken or a trace records the call: those
+    run a convolution a group (_grouped), whose steps carry gradients and operators."""
+    from . import conv_grouped
+
+    if (conv_grouped.grouped_why_not(x, weight, groups) is not None or wants_grad(x, weight, bias)
+            or _traced(x, weight, bias)):  # fmt: skip
+        return None
+    g = conv_geometry((x.shape[0], x.shape[1] // groups, *x.shape[2:]), tuple(weight.shape), stride, padding, dilation)
+    last = _suggests_channels_last(x) or _suggests_channels_last(weight)
+    return conv_grouped.run(x, weight, bias, g, groups, activation, last)
 
 
 def _depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,

@@ -15,7 +15,8 @@ staged TMA-store epilogue forced on and for a quarter of the rest its register e
 through conv03.TMA_STORE),
 so any one can be run again alone (`gemmlab conv-fuzz --replay '<case>'`). A share of the forward
 cases are grouped (groups > 1: the drawn geometry is one group's, and every group runs on the
-algorithm drawn, each on its channel slices of x and w). The cases and their
+algorithm drawn, each on its channel slices of x and w; conv02's, in one launch of its grouped
+build, half of them with groups of 4k + 4 channels). The cases and their
 drawing live in gemmlab.fuzz_conv_cases; this module runs and judges them.
 
 Each case: x and w drawn fresh (normal; w scaled by 1/sqrt(C*R*S)), the memory the result will
@@ -60,8 +61,9 @@ from .fuzz_conv_cases import (ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, STEP
                                _im2col_problem, _wgrad_problem, draw, why_not)  # fmt: skip
 from .reference import error_terms, reference_post, tolerance
 from .conv05 import depthwise_why_not
-from .specs.conv import (CONV03_TILES, CONV_02, CONV_03, CONV_04, CONV_05, conv03_config, conv03_tile_config, conv04_config,
-                         conv05_vec)  # fmt: skip
+from .conv_grouped import grouped_why_not
+from .specs.conv import (CONV03_TILES, CONV_02, CONV_03, CONV_04, CONV_05, conv02_grouped_config, conv03_config,
+                         conv03_tile_config, conv04_config, conv05_vec)  # fmt: skip
 
 # (the cases and their drawing, imported here too: fuzz_conv.draw, fuzz_conv.ConvCase)
 __all__ = ["ALGORITHM_WEIGHTS", "DTYPES", "REGIMES", "ConvCase", "draw", "why_not", "run_activation", "run", "replay",
@@ -116,8 +118,10 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
     for algorithm in (case.algorithm, *FALLBACK[case.algorithm]):
         if algorithms is not None and algorithm not in algorithms:
             continue
-        why = depthwise_why_not(t.x, t.w, case.groups) if algorithm == "depthwise" else None  # (one call)
-        for x, w, bias in (group_views(case, t, i) for i in range(case.groups) if algorithm in STEPS):  # (each group's)
+        one_launch = algorithm == "implicit" and case.groups > 1  # conv02's grouped build (gemmlab.conv_grouped)
+        why = (depthwise_why_not(t.x, t.w, case.groups) if algorithm == "depthwise" else
+               grouped_why_not(t.x, t.w, case.groups) if one_launch else None)  # (one call)  # fmt: skip
+        for x, w, bias in (group_views(case, t, i) for i in range(case.groups) if algorithm in STEPS and not one_launch):
             if algorithm == "tma":
                 why = tma_why_not(x, w, bias, *case.g_args)
             elif algorithm == "implicit":
@@ -327,8 +331,9 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
     g = case.geometry()
     M = g["N"] * g["P"] * g["Q"]
     if case.algorithm == "implicit":
-        cfg = CONV_02.default_config()
-        return f"{CONV_02.id} BM={cfg['BM']},BN={cfg['BN']}", ""
+        grouped = case.groups > 1  # one launch of the grouped build
+        cfg = conv02_grouped_config(case.K, case.C) if grouped else CONV_02.default_config()
+        return f"{CONV_02.id} BM={cfg['BM']},BN={cfg['BN']}" + (f",CH={cfg['CH']} (grouped)" if grouped else ""), ""
     if case.algorithm == "gather":
         return _chosen_gather(case, g, t)
     if case.algorithm == "depthwise":
@@ -526,8 +531,9 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
                     cfg = conv03_tile_config(tile, conv03.PERSISTENT, staged, rows)
                     jobs.setdefault(CONV_03.name_expression(cfg, dtype, dtype, post), (CONV_03, cfg, dtype, dtype, post))
             if algorithms is None or {"implicit", "tma", "gather"} & set(algorithms):  # (tma falls back to it)
-                cfg = CONV_02.default_config()
-                jobs.setdefault(CONV_02.name_expression(cfg, dtype, dtype, post), (CONV_02, cfg, dtype, dtype, post))
+                grouped = [conv02_grouped_config(k, c) for k in (16, 32, 64, 65) for c in (4, 8)]  # (its grouped builds)
+                for cfg in (CONV_02.default_config(), *grouped):
+                    jobs.setdefault(CONV_02.name_expression(cfg, dtype, dtype, post), (CONV_02, cfg, dtype, dtype, post))
     ahead = min(max_cases, WARM_CASES_MAX) if max_cases else WARM_CASES
     for job in _drawn_jobs(seed, activation, dtypes, algorithms, ahead):
         if job[0] is not CONV_04 or cc >= CONV_04.min_capability:

@@ -345,12 +345,13 @@ def _fit(N, C, H, W, K, R, S, stride, padding, dilation, limits: tuple = LIMITS)
             H, W = max(1, H * 3 // 4), max(1, W * 3 // 4)
 
 
-def why_not(algorithm: str, dtype: str, g: dict) -> str | None:
+def why_not(algorithm: str, dtype: str, g: dict, groups: int = 1) -> str | None:
     """Why an algorithm cannot serve this geometry and dtype, judged from them alone (the device is
     asked at run time): conv02, conv03 and conv04 take 16-bit inputs, conv02 and conv03 with C a
     multiple of 8, conv03 only what its im2col map can describe (gemmlab.tma.im2col_why_not, as
     conv.tma_why_not asks it), conv04 only what one of its builds holds (conv04_config's refusals,
-    as conv.gather_why_not words them)."""
+    as conv.gather_why_not words them); conv02 over groups (one launch of its grouped build) with C
+    a multiple of 4."""
     if algorithm in ("im2col", "depthwise"):  # (a depthwise case's geometry is drawn as one: draw)
         return None
     if dtype == "fp32":
@@ -361,6 +362,8 @@ def why_not(algorithm: str, dtype: str, g: dict) -> str | None:
         except ValueError as e:
             return str(e).replace(f"{CONV_04.id} ", "", 1)
         return None
+    if algorithm == "implicit" and groups > 1:
+        return None if g["C"] % 4 == 0 else f"its grouped build reads channels 4 at a time: C = {g['C']} a group"
     if g["C"] % 8:
         return f"it reads channels 8 at a time: C = {g['C']} is not a multiple of 8"
     if algorithm == "tma":
@@ -427,6 +430,8 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     groups = 1 if grad else _groups(random.Random(f"groups {seed}"), N, C, H, W, K, R, S, g)
     if algorithm == "depthwise":  # every channel its own group (C and K are a group's)
         C, K, groups = 1, 1, C
+    if algorithm == "implicit" and groups > 1 and C % 8 == 0 and random.Random(f"fours {seed}").random() < 0.5:
+        C -= 4  # conv02's grouped build copies groups of 4k channels 8 bytes at a time (CH = 4)
     return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
                     act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad, staged,
                     registers, groups)  # fmt: skip

@@ -80,6 +80,8 @@ def _ran_cell(r: dict) -> str:
         return f"conv03 {_tile_cells(r, False)}"
     if r.get("algorithm") == "implicit":
         return "conv02"
+    if r.get("algorithm") == "grouped-conv02":
+        return f"conv02, one launch ({r.get('groups')} groups)"
     if r.get("algorithm") in ("depthwise", "grouped"):
         return "conv05" if r["algorithm"] == "depthwise" else f"a convolution a group ({r.get('groups')})"
     if r.get("algorithm") == "gather":

@@ -88,6 +88,7 @@ def newest_peak(results_root: Path, gpu_slug: str) -> dict | None:
 
 CONV_TAGS = ("conv-resnet50", "conv-resnet50-implicit", "conv-resnet50-tma", "conv-resnet50-auto")  # conv-bench's sweep, per algorithm
 DEPTHWISE_TAGS = ("conv-depthwise-auto",)  # sweeps/conv/depthwise.toml on auto: conv05, a table of its own
+GROUPED_TAGS = ("conv-resnext50-auto",)  # sweeps/conv/resnext50.toml on auto: grouped layers, a table of their own
 
 
 def merged_conv(results_root: Path, tags: tuple[str, ...] = CONV_TAGS) -> list[dict]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import registry
 from .records import (
-    DEPTHWISE_TAGS, _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, merged_conv, newest_peak, record_paths, short_commit,
+    DEPTHWISE_TAGS, GROUPED_TAGS, _newest_per_gpu, _sidecar, find_runs, load_run, merged_runs, merged_conv, newest_peak, record_paths, short_commit,
 )
 from .accuracy_table import accuracy_table
 from .bmm_table import bmm_table
@@ -78,6 +78,7 @@ def results_sections(results_root: Path) -> dict[str, str]:
     fp32_md = "\n\n".join(fp32_shapes_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "fp32-shapes")))
     conv_md = "\n\n".join(conv_table(run) for run in merged_conv(results_root))
     depthwise_md = "\n\n".join(conv_table(run) for run in merged_conv(results_root, DEPTHWISE_TAGS))
+    grouped_md = "\n\n".join(conv_table(run) for run in merged_conv(results_root, GROUPED_TAGS))
     linear_md = "\n\n".join(linear_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "linear-mlp")))
     bmm_paths = _newest_per_gpu(find_runs(results_root, "bmm"), key=lambda m: m.get("dtype", ""))
     bmm_md = "\n\n".join(bmm_table(load_run(p)) for p in bmm_paths)
@@ -87,7 +88,7 @@ def results_sections(results_root: Path) -> dict[str, str]:
     none = "_no records yet_"
     return {"results": bench_md or none, "overhead": over_md or none, "results-cpu": cpu_md or none,
             "models": models_md or none, "fp32-shapes": fp32_md or none, "conv": conv_md or none,
-            "conv-depthwise": depthwise_md or none,
+            "conv-depthwise": depthwise_md or none, "conv-grouped": grouped_md or none,
             "linear": linear_md or none, "bmm": bmm_md or none, "train": train_md or none, "cold-start": cold_md or none}
 
 

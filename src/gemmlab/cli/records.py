@@ -88,7 +88,7 @@ def plot_cmd(
 
     The ladder at one size, TFLOP/s against size, a roofline where the GPU has a peak record,
     gemm() on a model's layers where it has a models sweep, and conv2d against cuDNN on ResNet-50's
-    layers and on depthwise layers where it has conv-bench records of them."""
+    layers, on depthwise layers and on ResNeXt-50's grouped layers where it has conv-bench records of them."""
     from ..bench import plots, records
 
     runs = records.merged_runs(records.find_runs(results, "bench"))
@@ -98,7 +98,10 @@ def plot_cmd(
     depthwise: dict[str, list[dict]] = {}
     for run in records.merged_conv(results, records.DEPTHWISE_TAGS):
         depthwise.setdefault(run["meta"]["gpu_slug"], []).append(run)
-    if not runs and not conv and not depthwise:
+    grouped: dict[str, list[dict]] = {}
+    for run in records.merged_conv(results, records.GROUPED_TAGS):
+        grouped.setdefault(run["meta"]["gpu_slug"], []).append(run)
+    if not runs and not conv and not depthwise and not grouped:
         err_console.print(f"gemmlab: no bench or conv-bench records under {results}")
         raise typer.Exit(1)
     out.mkdir(parents=True, exist_ok=True)
@@ -141,4 +144,8 @@ def plot_cmd(
     for slug, dw_runs in sorted(depthwise.items()):  # gemmlab conv-bench --sweep sweeps/conv/depthwise.toml
         png = out / f"{slug}-conv-depthwise.png"
         plots.conv_bars(dw_runs, png, "MobileNetV2's and ConvNeXt-T's depthwise layers")
+        console.print(f"wrote {png}")
+    for slug, g_runs in sorted(grouped.items()):  # gemmlab conv-bench --sweep sweeps/conv/resnext50.toml
+        png = out / f"{slug}-conv-grouped.png"
+        plots.conv_bars(g_runs, png, "ResNeXt-50's grouped 3x3 layers")
         console.print(f"wrote {png}")

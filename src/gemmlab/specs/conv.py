@@ -18,8 +18,10 @@ def _check(c: GemmConfig) -> str | None:
     threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
     if c["BK"] not in (16, 32) and c["BK"] % 64:
         return "BK must be 16, 32 or a multiple of 64 (the XOR swizzle)"
-    if c["BM"] * (c["BK"] // 8) % threads:
-        return "every thread must stage the same number of A chunks: BM * BK / 8 a multiple of the threads"
+    if c["CH"] not in (4, 8):
+        return "CH must be 8 (16-byte copies) or 4 (8-byte copies, for groups of 4 channels)"
+    if c["BM"] * (c["BK"] // c["CH"]) % threads:
+        return "every thread must stage the same number of A chunks: BM * BK / CH a multiple of the threads"
     if c["STAGES"] < 2:
         return "STAGES must be at least 2"
     return _check_warp_tiles(c) or _smem_fits(c["STAGES"] * _stage_bytes(c), 227 * 1024)
@@ -41,6 +43,7 @@ CONV_02 = KernelSpec(
         Param("WM", 64, "output pixels a warp (multiple of 16)"),
         Param("WN", 32, "output channels a warp (multiple of 16)"),
         Param("STAGES", 4, "shared buffers in the cp.async ring"),
+        Param("CH", 8, "channels a cp.async copies: 8 (16 bytes) or 4 (8 bytes: groups of 4 channels)"),
     ),
     block=lambda c: ((c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32, 1, 1),
     grid=lambda M, N, c: (cdiv(N, c["BN"]), cdiv(M, c["BM"]), 1),
@@ -51,6 +54,27 @@ CONV_02 = KernelSpec(
     type_param=True,
     epilogues=True,
 )
+
+
+# conv02's builds for grouped convolutions (one grid layer a group, blockIdx.z), by the group's
+# output channels: the narrowest tile that holds them, four warps of 32 pixels (BN <= 32) or 2 x 2
+# warps, so that a group of 4..32 filters does not compute a 128-wide tile of mostly zeros.
+CONV02_GROUPED_TILES = (  # (most output channels a group, BM, BN, WM, WN)
+    (16, 128, 16, 32, 16),
+    (32, 128, 32, 32, 32),
+    (64, 128, 64, 64, 32),
+)
+
+
+def conv02_grouped_config(group_out_channels: int, group_in_channels: int) -> GemmConfig:
+    """conv02's config for a grouped convolution whose groups have these many output and input
+    channels: CONV02_GROUPED_TILES' tile (the default one past 64 output channels), 8-byte copies
+    where a group's channels are not a multiple of 8."""
+    ch = 8 if group_in_channels % 8 == 0 else 4
+    for most, bm, bn, wm, wn in CONV02_GROUPED_TILES:
+        if group_out_channels <= most:
+            return CONV_02.config(BM=bm, BN=bn, WM=wm, WN=wn, CH=ch)
+    return CONV_02.config(CH=ch)
 
 
 # conv03: a stage is one filter tap and 64 channels (one 128-byte swizzle row); BM pixels (64 per

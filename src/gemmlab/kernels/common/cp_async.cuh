@@ -18,6 +18,11 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
 
+// 8 bytes, through L1 (.ca); src and dst 8-byte aligned; src_bytes 0 or 8.
+__device__ __forceinline__ void cp_async_8(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+
 // 4 bytes, through L1 (.ca: the only cache option below 16 bytes); src_bytes 0 or 4.
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src, int src_bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));

@@ -10,6 +10,14 @@
 // the GEMM's columns: staged K-major, [BN][BK], and read with ldmatrix without .trans, which gives
 // mma.sync's column-major B fragment. The pipeline, fragments and MMAs are tc03's. D, [N*P*Q][K],
 // is the NHWC output, with the bias and the activation fused (gemmlab::post).
+//
+// Groups (blockIdx.z). A grouped convolution (torch's groups: input channels and filters split into
+// G equal groups, each convolving only its own) is G independent implicit GEMMs over the same
+// pixels, one a grid layer: group z reads channels z * C .. z * C + C - 1 of pixels ldx channels
+// apart, its own K filters (rows z * K .. of the [G * K][R*S*C] filter matrix) and writes its K
+// columns of D. C and K are then the group's; one group (z = 0, ldx = C) is the plain convolution.
+// Groups of 4 channels (ResNeXt's first stage) copy 8 bytes a cp.async (CH = 4) into the same
+// swizzled tiles.
 #include "common/tc_common.cuh"
 
 namespace conv {
@@ -24,22 +32,24 @@ struct Geometry {
 
 // T: __nv_bfloat16 or __half; TD: the type of D (T or float). BM x BN: the block's tile of D (output
 // pixels x output channels); BK: the reduction slice of one stage (a multiple of 16); WM x WN: one
-// warp's tile; STAGES: shared buffers in the ring. Needs C % 8 == 0 and 16-byte aligned x and w
-// rows (the host checks). POST: the fused epilogue (bias, activation), 0 for none.
-template <typename T, typename TD, int BM, int BN, int BK, int WM, int WN, int STAGES, int POST = 0>
+// warp's tile; STAGES: shared buffers in the ring; CH: channels a cp.async copies (8: 16 bytes, 4:
+// 8 bytes). Needs C % CH == 0, ldx % CH == 0 and CH * 2-byte aligned x and w (the host checks).
+// POST: the fused epilogue (bias, activation), 0 for none.
+template <typename T, typename TD, int BM, int BN, int BK, int WM, int WN, int STAGES, int CH = 8, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 conv_implicit_gemm(const T* __restrict__ X, const T* __restrict__ Wt, TD* D, int n_img, int in_h, int in_w, int in_c,
                    int out_c, int f_r, int f_s, int out_p, int out_q, int stride_h, int stride_w, int pad_h, int pad_w,
-                   int dil_h, int dil_w, int ldd, float alpha, const TD* __restrict__ bias) {
+                   int dil_h, int dil_w, int ldd, float alpha, const TD* __restrict__ bias, int ldx) {
     const conv::Geometry g{n_img, in_h, in_w, in_c, out_c, f_r, f_s, out_p, out_q, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w};
     constexpr int WARPS_N = BN / WN;
     constexpr int THREADS = (BM / WM) * WARPS_N * 32;
     constexpr int MT = WM / 16, NT = WN / 8;  // m16 and n8 tiles per warp
     constexpr int STAGE_A = BM * BK, STAGE_B = BN * BK;
-    constexpr int A_CHUNKS = BM * (BK / 8) / THREADS;  // 16-byte chunks of A a thread stages a tile
+    constexpr int A_CHUNKS = BM * (BK / CH) / THREADS;  // CH-channel chunks of A a thread stages a tile
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must tile the block tile");
     static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "m16n8k16 tiles, B read 16 columns at a time");
-    static_assert(BM * (BK / 8) % THREADS == 0, "every thread stages the same number of A chunks");
+    static_assert(BM * (BK / CH) % THREADS == 0, "every thread stages the same number of A chunks");
+    static_assert(CH == 8 || CH == 4, "16- or 8-byte copies");
     static_assert(STAGES >= 2, "a pipeline needs at least two stages");
     extern __shared__ __align__(128) unsigned char smem[];
     T* sA = reinterpret_cast<T*>(smem);  // [STAGES][BM][BK]
@@ -50,39 +60,49 @@ conv_implicit_gemm(const T* __restrict__ X, const T* __restrict__ Wt, TD* D, int
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
     const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
     const int KT = gemmlab::ceil_div(KR, BK);
+    // This block's group: its channels of x, its filters, its columns of D and of the bias
+    const int grp = blockIdx.z;
+    X += grp * g.C;
+    Wt += static_cast<long long>(grp) * N * KR;
+    D += grp * N;
+    if (bias != nullptr) bias += grp * N;
 
     // The output pixels of this thread's A chunks, once: the image, and the input row and column
     // the filter's (0, 0) tap reads for them (a pixel past M gets an image past the batch).
     int a_img[A_CHUNKS], a_h0[A_CHUNKS], a_w0[A_CHUNKS];
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; ++i) {
-        const int pix = row0 + (tid + i * THREADS) / (BK / 8);
+        const int pix = row0 + (tid + i * THREADS) / (BK / CH);
         const int n = pix / (g.P * g.Q), pq = pix % (g.P * g.Q);
         a_img[i] = pix < M ? n : g.N;
         a_h0[i] = pq / g.Q * g.stride_h - g.pad_h;
         a_w0[i] = pq % g.Q * g.stride_w - g.pad_w;
     }
 
+    // One chunk of CH channels into shared memory, zeros where it lies outside (reads nothing there)
+    auto copy = [](T* dst, const T* src, bool inside) {
+        if constexpr (CH == 8) gemmlab::cp_async_16(dst, src, inside ? 16 : 0);
+        else gemmlab::cp_async_8(dst, src, inside ? 8 : 0);
+    };
     auto load_tile = [&](int kt, int stage) {
         const int k0 = kt * BK;
         T* a = sA + stage * STAGE_A;
         T* b = sB + stage * STAGE_B;
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; ++i) {
-            const int c = tid + i * THREADS, r = c / (BK / 8), kc = c % (BK / 8) * 8;
-            const int kk = k0 + kc;  // (fr, fs, ch) of the filter, ch fastest; C % 8 == 0 keeps a chunk in one tap
+            const int c = tid + i * THREADS, r = c / (BK / CH), kc = c % (BK / CH) * CH;
+            const int kk = k0 + kc;  // (fr, fs, ch) of the filter, ch fastest; C % CH == 0 keeps a chunk in one tap
             const int ch = kk % g.C, tap = kk / g.C, fs = tap % g.S, fr = tap / g.S;
             const int h = a_h0[i] + fr * g.dil_h, w = a_w0[i] + fs * g.dil_w;
             const bool inside = a_img[i] < g.N && kk < KR && h >= 0 && h < g.H && w >= 0 && w < g.W;
-            const T* src = inside ? X + ((static_cast<long long>(a_img[i]) * g.H + h) * g.W + w) * g.C + ch : X;
-            gemmlab::cp_async_16(a + gemmlab::swizzled<BK>(r, kc), src, inside ? 16 : 0);
+            const T* src = inside ? X + ((static_cast<long long>(a_img[i]) * g.H + h) * g.W + w) * ldx + ch : X;
+            copy(a + gemmlab::swizzled<BK>(r, kc), src, inside);
         }
-        for (int c = tid; c < BN * (BK / 8); c += THREADS) {
-            const int r = c / (BK / 8), kc = c % (BK / 8) * 8;
+        for (int c = tid; c < BN * (BK / CH); c += THREADS) {
+            const int r = c / (BK / CH), kc = c % (BK / CH) * CH;
             const int gn = col0 + r, gk = k0 + kc;
-            const bool inside = gn < N && gk < KR;  // (KR is a multiple of 8: C is)
-            gemmlab::cp_async_16(b + gemmlab::swizzled<BK>(r, kc), inside ? Wt + gemmlab::offset(gn, gk, KR) : Wt,
-                                 inside ? 16 : 0);
+            const bool inside = gn < N && gk < KR;  // (KR is a multiple of CH: C is)
+            copy(b + gemmlab::swizzled<BK>(r, kc), inside ? Wt + gemmlab::offset(gn, gk, KR) : Wt, inside);
         }
     };
 

@@ -1,0 +1,189 @@
+"""Grouped convolutions in one launch of conv02's grouped build (gemmlab.conv_grouped): its
+compiles for sm_90a with the resource report checked, the tile it takes for a group's channels,
+what it refuses, and when conv2d takes it (fake CUDA tensors, no GPU); on a GPU (marker `gpu`) its
+results against float64 over random grouped layers, with groups of 4k and 8k channels, both memory
+formats, a bias and each activation, and NaN and Inf carried through as torch carries them."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import gemmlab
+from gemmlab import conv as conv_module
+from gemmlab import conv_grouped, jit
+from gemmlab.activations import ACTIVATIONS, post_code
+from gemmlab.specs.conv import CONV02_GROUPED_TILES, CONV_02, conv02_grouped_config
+
+BUILDS = [conv02_grouped_config(k, c) for k in (16, 32, 64, 65) for c in (4, 8)]
+
+
+@pytest.mark.parametrize("cfg", BUILDS, ids=lambda c: f"BN{c['BN']}-CH{c['CH']}")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_each_grouped_build_compiles_for_hopper_without_spills(cfg, dtype):
+    for post in (0, post_code(True, "gelu")):
+        ck = jit.compile_kernel(CONV_02, cfg, "sm_90a", dtype, dtype, post)
+        assert ck.usage.spills == 0 and ck.usage.stack_frame == 0, ck.usage
+        assert ck.usage.dynamic_smem == CONV_02.dynamic_smem(cfg)
+
+
+def test_the_tile_holds_a_groups_output_channels_and_the_copies_fit_its_input_channels():
+    for k, bn in ((1, 16), (4, 16), (16, 16), (17, 32), (32, 32), (33, 64), (64, 64)):
+        cfg = conv02_grouped_config(k, 8)
+        assert cfg["BN"] == bn and cfg["CH"] == 8 and CONV_02.block(cfg)[0] == 128
+    assert conv02_grouped_config(4, 4)["CH"] == 4 and conv02_grouped_config(4, 12)["CH"] == 4
+    assert conv02_grouped_config(65, 16) == CONV_02.config(CH=8)
+    assert [t[0] for t in CONV02_GROUPED_TILES] == sorted(t[0] for t in CONV02_GROUPED_TILES)
+    with pytest.raises(ValueError, match="CH must be 8"):
+        CONV_02.config(CH=2)
+
+
+def test_what_it_refuses():
+    with FakeTensorMode():
+        x = torch.empty(2, 64, 9, 9, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(64, 4, 3, 3, device="cuda", dtype=torch.bfloat16)
+        assert conv_grouped.grouped_why_not(x, w, 16) is None
+        assert "multiple of 4" in conv_grouped.grouped_why_not(x, torch.empty(64, 2, 3, 3, device="cuda"), 32)
+        assert "bf16 or fp16" in conv_grouped.grouped_why_not(x.float(), w.float(), 16)
+        assert "groups > 1" in conv_grouped.grouped_why_not(x, torch.empty(64, 64, 3, 3, device="cuda"), 1)
+    assert "CUDA tensors" in conv_grouped.grouped_why_not(torch.empty(1, 8, 3, 3), torch.empty(8, 4, 1, 1), 2)
+
+
+def _dispatch(monkeypatch, requires_grad=False, traced=False, groups=8, channels=64, dtype=torch.bfloat16):
+    """Which path conv2d takes for a grouped call on fake CUDA tensors: 'one launch' or 'a group at a time'."""
+    taken = []
+    monkeypatch.setattr(conv_module, "_traced", lambda *t: traced)
+    monkeypatch.setattr(conv_module, "wants_grad", lambda *t: requires_grad)
+    monkeypatch.setattr(conv_grouped, "run", lambda *a: (taken.append("one launch"), torch.empty(0))[1])
+    monkeypatch.setattr(conv_module, "_grouped", lambda *a: (taken.append("a group at a time"), torch.empty(0))[1])
+    with FakeTensorMode():
+        x = torch.empty(2, channels, 9, 9, device="cuda", dtype=dtype)
+        w = torch.empty(64, channels // groups, 3, 3, device="cuda", dtype=dtype)
+        gemmlab.conv2d(x, w, padding=1, groups=groups)
+    return taken
+
+
+def test_conv2d_takes_one_launch_for_a_grouped_layer_without_gradients_or_a_trace(monkeypatch):
+    assert _dispatch(monkeypatch) == ["one launch"]
+    assert _dispatch(monkeypatch, groups=16) == ["one launch"]  # groups of 4 channels
+    assert _dispatch(monkeypatch, requires_grad=True) == ["a group at a time"]  # (its steps carry gradients)
+    assert _dispatch(monkeypatch, traced=True) == ["a group at a time"]  # (and operators)
+    assert _dispatch(monkeypatch, groups=32) == ["a group at a time"]  # groups of 2 channels
+    assert _dispatch(monkeypatch, dtype=torch.float32) == ["a group at a time"]
+
+
+gpu = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _layers(count: int, seed: int = 0):
+    """Random grouped layers: groups of 4..40 channels (4k and 8k), 1..70 filters a group, odd
+    images, filters 1x1..5x5, stride, padding and dilation as conv2d takes them."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        groups = rng.choice((2, 3, 4, 8, 32))
+        cg, kg = 4 * rng.randint(1, 10), rng.choice((1, 3, 4, 8, 13, 16, 24, 32, 40, 64, 70))
+        R = rng.choice((1, 3, 3, 5))
+        dil = rng.choice((1, 1, 2))
+        H, W = rng.randint(dil * (R - 1) + 1, 29), rng.randint(dil * (R - 1) + 1, 29)
+        padding = rng.choice((0, 1, R // 2, "same", "valid"))
+        stride = 1 if padding == "same" else rng.choice((1, 2))
+        yield dict(N=rng.randint(1, 3), C=cg * groups, H=H, W=W, K=kg * groups, R=R, stride=stride, padding=padding,
+                   dilation=dil, groups=groups)  # fmt: skip
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 4e-3)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("layer", list(_layers(16)), ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_one_launch_against_float64_on_the_gpu(dtype, tol, layer, monkeypatch):
+    """The layer in one launch (each launch counted) with a bias and an activation, both memory
+    formats, against F.conv2d in float64; the memory the result lands in is filled with NaN before."""
+    launches = []
+    real = conv_grouped.run
+    monkeypatch.setattr(conv_grouped, "run", lambda *a: (launches.append(1), real(*a))[1])
+    L = dict(layer)
+    N, C, H, W, K, R, groups = L.pop("N"), L.pop("C"), L.pop("H"), L.pop("W"), L.pop("K"), L.pop("R"), L["groups"]
+    torch.manual_seed(0)
+    rng = random.Random(str(layer))
+    x = torch.randn(N, C, H, W, device="cuda").to(dtype)
+    if rng.random() < 0.5:
+        x = x.to(memory_format=torch.channels_last)
+    w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).to(dtype)
+    bias = torch.randn(K, device="cuda").to(dtype) if rng.random() < 0.7 else None
+    activation = rng.choice((None, "relu", "gelu", "silu"))
+    want = F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), **L)
+    want = want if activation is None else ACTIVATIONS[activation](want)
+    torch.full((4 * want.numel() + 4096,), float("nan"), device="cuda", dtype=dtype)  # freed: the result's memory
+    y = gemmlab.conv2d(x, w, bias, activation=activation, **L)
+    assert launches == [1] and y.dtype == dtype and y.shape == want.shape
+    theirs = F.conv2d(x, w, bias, **L)
+    for fmt in (torch.channels_last, torch.contiguous_format):  # torch's memory format
+        assert y.is_contiguous(memory_format=fmt) == theirs.is_contiguous(memory_format=fmt), fmt
+    assert not y.isnan().any()
+    err = float((y.double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
+    assert err < tol, f"{layer} bias={bias is not None} {activation}: {err:.2e}"
+
+
+@gpu
+@needs_gpu
+def test_nan_and_inf_reach_the_groups_they_are_in_on_the_gpu():
+    """A NaN in one group's input and an Inf in another's filter reach exactly the outputs torch's
+    convolution gives them, in one launch; a group of 4 channels and one of 8."""
+    for cg in (4, 8):
+        groups, kg = 4, 6
+        x = torch.randn(2, cg * groups, 11, 13, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+        w = torch.randn(kg * groups, cg, 3, 3, device="cuda").bfloat16()
+        x[1, cg + 1, 5, 6] = float("nan")  # group 1
+        w[3 * kg + 2, 0, 1, 1] = float("inf")  # group 3
+        y = gemmlab.conv2d(x, w, padding=1, groups=groups)
+        ref = F.conv2d(x.double(), w.double(), padding=1, groups=groups)
+        assert torch.equal(y.isnan(), ref.isnan()) and torch.equal(y.isinf(), ref.isinf())
+        assert y.isnan().any() and y.isinf().any()
+
+
+# ---- conv-bench over ResNeXt-50's grouped layers ------------------------------------------------
+
+
+def test_the_resnext_sweep_parses():
+    from pathlib import Path
+
+    from gemmlab.bench.conv import read_conv_sweep
+
+    sweep = read_conv_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "conv" / "resnext50.toml")
+    assert sweep["tag"] == "conv-resnext50" and len(sweep["layers"]) == 7
+    assert all(l.groups == 32 and l.C == l.K and l.R == l.S == 3 for l in sweep["layers"])
+    assert sorted({l.C // 32 for l in sweep["layers"]}) == [4, 8, 16, 32]
+
+
+def test_grouped_records_have_a_table_of_their_own(tmp_path):
+    """conv-resnext50-auto records merge among themselves (GROUPED_TAGS) and stay out of ResNet-50's
+    and the depthwise layers' tables; their rows say which path ran: one launch or a group at a time."""
+    from conftest import conv_run
+    from gemmlab.bench import layer_tables, records
+    from gemmlab.bench.run import write_run
+
+    run = conv_run("auto", {("s1 3x3", 32): 0.8, ("s2 3x3", 32): 0.1}, "gggg")
+    for r, algorithm in zip(run["records"], ("grouped-conv02", "grouped")):
+        r.update(algorithm=algorithm, C=128, K=128, R=3, S=3, stride=1, groups=32, tflops=1.0, cudnn_tflops=2.0,
+                 gemm=dict(M=100352, N=4, K=36))  # fmt: skip
+    write_run(tmp_path / "nvidia-h200" / "conv-resnext50-auto-20261128T000000Z.json", run["meta"], run["records"])
+    assert records.merged_conv(tmp_path) == [] and records.merged_conv(tmp_path, records.DEPTHWISE_TAGS) == []
+    (merged,) = records.merged_conv(tmp_path, records.GROUPED_TAGS)
+    table = layer_tables.conv_table(merged)
+    assert "| 0.80x | conv02, one launch (32 groups) |" in table
+    assert "| 0.10x | a convolution a group (32) |" in table
+
+
+@gpu
+@needs_gpu
+def test_a_grouped_bench_run_says_conv02_ran_in_one_launch_on_the_gpu(tmp_path):
+    from gemmlab.bench import conv as conv_bench
+
+    layer = conv_bench.Layer("g", 64, 15, 13, 64, 3, 3, 1, 1, groups=16)
+    sweep = dict(layers=[layer], batches=[2], dtypes=["bf16"], tag="t", reps=3, warmup=1)
+    for _, (r,) in conv_bench.run_conv_bench(sweep, tmp_path, algorithm="auto"):
+        assert r["algorithm"] == "grouped-conv02" and r["groups"] == 16 and r["gemm"] == dict(M=2 * 15 * 13, N=4, K=36)
+        assert r["error"] < 2e-2 and r["ms"] > 0 and r["cudnn_ms"] > 0
