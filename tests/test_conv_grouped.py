@@ -2,7 +2,8 @@
 compiles for sm_90a with the resource report checked, the tile it takes for a group's channels,
 what it refuses, and when conv2d takes it (fake CUDA tensors, no GPU); on a GPU (marker `gpu`) its
 results against float64 over random grouped layers, with groups of 4k and 8k channels, both memory
-formats, a bias and each activation, and NaN and Inf carried through as torch carries them."""
+formats, a bias and each activation, NaN and Inf carried through as torch carries them, and the
+gradients of x, the weight and the bias (GroupedConv) against torch's in float64."""
 
 import random
 
@@ -58,6 +59,7 @@ def _dispatch(monkeypatch, requires_grad=False, traced=False, groups=8, channels
     monkeypatch.setattr(conv_module, "wants_grad", lambda *t: requires_grad)
     monkeypatch.setattr(conv_grouped, "run", lambda *a: (taken.append("one launch"), torch.empty(0))[1])
     monkeypatch.setattr(conv_module, "_grouped", lambda *a: (taken.append("a group at a time"), torch.empty(0))[1])
+    monkeypatch.setattr(conv_module.GroupedConv, "apply", lambda *a: (taken.append("one launch, autograd"), torch.empty(0))[1])
     with FakeTensorMode():
         x = torch.empty(2, channels, 9, 9, device="cuda", dtype=dtype)
         w = torch.empty(64, channels // groups, 3, 3, device="cuda", dtype=dtype)
@@ -65,11 +67,11 @@ def _dispatch(monkeypatch, requires_grad=False, traced=False, groups=8, channels
     return taken
 
 
-def test_conv2d_takes_one_launch_for_a_grouped_layer_without_gradients_or_a_trace(monkeypatch):
+def test_conv2d_takes_one_launch_for_a_grouped_layer_outside_a_trace(monkeypatch):
     assert _dispatch(monkeypatch) == ["one launch"]
     assert _dispatch(monkeypatch, groups=16) == ["one launch"]  # groups of 4 channels
-    assert _dispatch(monkeypatch, requires_grad=True) == ["a group at a time"]  # (its steps carry gradients)
-    assert _dispatch(monkeypatch, traced=True) == ["a group at a time"]  # (and operators)
+    assert _dispatch(monkeypatch, requires_grad=True) == ["one launch, autograd"]  # (GroupedConv's gradients)
+    assert _dispatch(monkeypatch, traced=True) == ["a group at a time"]  # (its steps have operators)
     assert _dispatch(monkeypatch, groups=32) == ["a group at a time"]  # groups of 2 channels
     assert _dispatch(monkeypatch, dtype=torch.float32) == ["a group at a time"]
 
@@ -187,3 +189,33 @@ def test_a_grouped_bench_run_says_conv02_ran_in_one_launch_on_the_gpu(tmp_path):
     for _, (r,) in conv_bench.run_conv_bench(sweep, tmp_path, algorithm="auto"):
         assert r["algorithm"] == "grouped-conv02" and r["groups"] == 16 and r["gemm"] == dict(M=2 * 15 * 13, N=4, K=36)
         assert r["error"] < 2e-2 and r["ms"] > 0 and r["cudnn_ms"] > 0
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 4e-3)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("layer", list(_layers(10, seed=1)), ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_gradients_against_float64_on_the_gpu(dtype, tol, layer, monkeypatch):
+    """GroupedConv: the forward pass in one launch, then dX (one more grouped convolution: in one
+    launch too where dY's groups have a multiple of 4 channels) and dW, db, against torch's float64
+    gradients of the same layer with a SiLU after it, at a random dY."""
+    launches = []
+    real = conv_grouped.run
+    monkeypatch.setattr(conv_grouped, "run", lambda *a: (launches.append(1), real(*a))[1])
+    L = dict(layer)
+    N, C, H, W, K, R, groups = L.pop("N"), L.pop("C"), L.pop("H"), L.pop("W"), L.pop("K"), L.pop("R"), L["groups"]
+    torch.manual_seed(1)
+    x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).to(dtype)
+    b = torch.randn(K, device="cuda").to(dtype)
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+    y = gemmlab.conv2d(xs, ws, bs, activation="silu", **L)
+    dy = torch.randn(y.shape, device="cuda").to(dtype)
+    y.backward(dy)
+    assert len(launches) == 1 + ((K // groups) % 4 == 0)  # the forward pass, and dX where dY's groups allow
+    ref = [t.double().requires_grad_() for t in (x, w, b)]
+    F.silu(F.conv2d(*ref, **L)).backward(dy.double())
+    for name, mine, theirs in zip("xwb", (xs.grad, ws.grad, bs.grad), (t.grad for t in ref)):
+        assert mine.shape == theirs.shape and mine.dtype == dtype, name
+        err = float((mine.double() - theirs).abs().max() / theirs.abs().max().clamp_min(1e-30))
+        assert err < 4 * tol, f"{layer} d{name}: {err:.2e}"

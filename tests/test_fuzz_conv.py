@@ -259,7 +259,7 @@ def test_a_quarter_of_conv02s_to_conv05s_cases_check_their_gradients(cases):
     """Gradient cases: drawn for about a quarter of the tma, implicit, gather and depthwise cases
     and never for im2col's, fixed by their seed, within GRAD_LIMITS (every group's work counted),
     without NaN or Inf, and over every algorithm, every epilogue, strides past 1 (dgrad's spread dY)
-    and forced conv03 tiles."""
+    and forced conv03 tiles; grouped where conv02 runs them (its grouped build's GroupedConv)."""
     grad = [c for c in cases if c.grad]
     served = [c for c in cases if c.algorithm in ("implicit", "tma", "gather", "depthwise")]
     assert 0.2 < len(grad) / len(served) < 0.3, f"{len(grad)} of {len(served)}"
@@ -272,7 +272,8 @@ def test_a_quarter_of_conv02s_to_conv05s_cases_check_their_gradients(cases):
         assert rows * c.K * c.C * c.R * c.S * c.groups <= macs and rows * c.K * c.groups <= outputs, c.label()
         assert rows * c.C * c.R * c.S * c.groups <= fields and c.N * c.C * c.groups * c.H * c.W <= inputs, c.label()
         assert c.special == "", c.label()
-        assert c.groups == 1 or (c.algorithm == "depthwise" and c.C == c.K == 1), c.label()
+        assert c.groups == 1 or c.algorithm == "implicit" or (c.algorithm == "depthwise" and c.C == c.K == 1), c.label()
+    assert any(c.groups > 1 for c in grad if c.algorithm == "implicit")  # conv02's grouped build's gradients
     assert {(c.bias, c.activation) for c in grad} == {(b, a) for b in (False, True) for a in (None, "gelu")}
     assert any(c.stride != 1 for c in grad) and any(c.tile for c in grad)
     # most with K a multiple of 8: their dx convolution runs on conv02/conv03 (the others' on im2col)
@@ -678,15 +679,15 @@ def test_depthwise_cases_are_one_channel_a_group_within_the_work_limits(cases):
 
 
 def test_grouped_cases_stay_within_the_work_limits_and_their_reference_is_torchs(cases):
-    """A share of the forward cases are grouped (never a gradient case), every group's geometry the
+    """A share of the forward cases are grouped (of the gradient cases, conv02's only), every group's geometry the
     drawn one; the whole convolution within the work limits; and the float64 reference of a grouped
     case (run on the CPU) is torch's grouped convolution plus the bias, its norm at least the
     brute-force norm of its terms (sum over outputs of sum_j (x_j w_jk)^2, j over the group's fields)."""
     from gemmlab.fuzz_conv_cases import GROUPED_SHARE, LIMITS
 
-    grouped = [c for c in cases if c.groups > 1 and c.algorithm != "depthwise"]
+    grouped = [c for c in cases if c.groups > 1 and c.algorithm != "depthwise" and not c.grad]
     forward = [c for c in cases if not c.grad and c.algorithm != "depthwise"]
-    assert not any(c.grad for c in grouped)
+    assert all(c.algorithm == "implicit" for c in cases if c.groups > 1 and c.grad and c.algorithm != "depthwise")
     assert 0.5 * GROUPED_SHARE < len(grouped) / len(forward) < 1.5 * GROUPED_SHARE
     assert {c.algorithm for c in grouped} == {"tma", "implicit", "gather", "im2col"}
     # conv02's run in one launch of its grouped build, some on groups of 4k + 4 channels (8-byte copies)

@@ -329,17 +329,56 @@ def group_slices(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, i:
 
 def _grouped_one_launch(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
                         activation: str | None) -> Tensor | None:  # fmt: skip
-    """A grouped layer in one launch of conv02's grouped build (gemmlab.conv_grouped), or None where
-    it cannot serve (grouped_why_not), a gradient is to be taken or a trace records the call: those
-    run a convolution a group (_grouped), whose steps carry gradients and operators."""
+    """A grouped layer in one launch of conv02's grouped build (gemmlab.conv_grouped; with a gradient
+    to take, GroupedConv and the activation through torch after it), or None where it cannot serve
+    (grouped_why_not, fits) or a trace records the call: those run a convolution a group
+    (_grouped), whose steps have operators."""
     from . import conv_grouped
 
-    if (conv_grouped.grouped_why_not(x, weight, groups) is not None or wants_grad(x, weight, bias)
-            or _traced(x, weight, bias)):  # fmt: skip
+    if conv_grouped.grouped_why_not(x, weight, groups) is not None or _traced(x, weight, bias):
         return None
     g = conv_geometry((x.shape[0], x.shape[1] // groups, *x.shape[2:]), tuple(weight.shape), stride, padding, dilation)
+    if not conv_grouped.fits(g, groups):
+        return None
     last = _suggests_channels_last(x) or _suggests_channels_last(weight)
+    if wants_grad(x, weight, bias):
+        y = GroupedConv.apply(x, weight, bias, g, groups, last)
+        return y if activation is None else ACTIVATIONS[activation](y)
     return conv_grouped.run(x, weight, bias, g, groups, activation, last)
+
+
+class GroupedConv(torch.autograd.Function):
+    """A grouped convolution on conv02's grouped build with autograd (g: one group's geometry): the
+    forward pass in one launch; dX one more grouped convolution through conv2d (the spread dY by
+    each group's filters transposed and flipped: gemmlab.conv_grad, one launch again where the
+    grouped build serves dY's groups); dW one GEMM a group (conv_wgrad); the bias's a sum over dY."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, g, groups, last):
+        from . import conv_grouped
+
+        ctx.save_for_backward(x, weight)
+        ctx.g, ctx.groups = g, groups
+        return conv_grouped.run(x, weight, bias, g, groups, None, last)
+
+    @staticmethod
+    def backward(ctx, dy):
+        from .conv_grad import dgrad_operands
+
+        x, weight = ctx.saved_tensors
+        g, G = ctx.g, ctx.groups
+        K, cg, R, S = weight.shape
+        dx = dw = None
+        if ctx.needs_input_grad[0]:  # each group's [K/G, C/G, R, S] filters as [C/G, K/G, R, S], flipped
+            z, _, pad = dgrad_operands(dy, weight[:1], g)
+            w2 = weight.reshape(G, K // G, cg, R, S).transpose(1, 2).reshape(G * cg, K // G, R, S).flip(2, 3)
+            dx = conv2d(z, w2.contiguous(memory_format=torch.channels_last), None, 1, pad, g["dilation"], G)
+        if ctx.needs_input_grad[1]:
+            kg = dict(g, K=K // G)
+            dw = torch.cat([conv_wgrad(x.narrow(1, i * cg, cg), dy.narrow(1, i * (K // G), K // G), kg)
+                            for i in range(G)])  # fmt: skip
+        db = dy.sum((0, 2, 3)) if ctx.needs_input_grad[2] else None
+        return dx, dw, db, None, None, None
 
 
 def _depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,

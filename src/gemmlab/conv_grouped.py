@@ -4,8 +4,9 @@ one grid layer a group). A grouped layer that is not depthwise (ResNeXt's 3x3s: 
 launch, a result and a copy a group. This build reads each group's channels where they lie in
 x's NHWC memory and writes its output channels straight into the one result, the bias and the
 activation fused, for bf16 and fp16 CUDA tensors whose groups have a multiple of 4 channels, where
-no gradient is taken and no trace records the call (those keep the group-by-group path, whose
-steps carry gradients and operators)."""
+no trace records the call (a trace keeps the group-by-group path, whose steps have operators).
+With gradients to take (gemmlab.conv.GroupedConv), dX is one more grouped convolution, of the spread
+dY by the flipped filters (gemmlab.conv_grad), and dW one GEMM a group."""
 
 from __future__ import annotations
 
@@ -46,17 +47,20 @@ def _operands(x: Tensor, weight: Tensor, bias: Tensor | None, cg: int):
     return xs, wm, None if bias is None else bias.to(x.dtype).contiguous()
 
 
+def fits(g: dict, groups: int) -> bool:
+    """Whether one launch holds the layer: its tiles of output pixels within the grid's y dimension
+    (GRID_Y_MAX; g: one group's geometry)."""
+    return cdiv(g["N"] * g["P"] * g["Q"], conv02_grouped_config(g["K"] // groups, g["C"])["BM"]) <= GRID_Y_MAX
+
+
 def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, groups: int, activation: str | None,
-        channels_last: bool) -> Tensor | None:  # fmt: skip
+        channels_last: bool) -> Tensor:  # fmt: skip
     """activation(conv2d(x, weight, bias, groups=groups)) in one launch, g the geometry of one group
-    (conv_geometry of x's shape with C / groups channels; its K is every group's); the result NCHW
-    over NHWC memory where channels_last, else contiguous. None where the grid would need more than
-    GRID_Y_MAX tiles of pixels (the caller then runs the groups one by one)."""
+    (conv_geometry of x's shape with C / groups channels; its K is every group's; fits(g, groups)
+    holds); the result NCHW over NHWC memory where channels_last, else contiguous."""
     cg, kg = g["C"], g["K"] // groups
     cfg = conv02_grouped_config(kg, cg)
     M = g["N"] * g["P"] * g["Q"]
-    if cdiv(M, cfg["BM"]) > GRID_Y_MAX:
-        return None
     d = torch.empty((M, g["K"]), dtype=x.dtype, device=x.device)
     if M and g["K"]:
         xs, wm, b = _operands(x, weight, bias, cg)

@@ -16,7 +16,8 @@ through conv03.TMA_STORE),
 so any one can be run again alone (`gemmlab conv-fuzz --replay '<case>'`). A share of the forward
 cases are grouped (groups > 1: the drawn geometry is one group's, and every group runs on the
 algorithm drawn, each on its channel slices of x and w; conv02's, in one launch of its grouped
-build, half of them with groups of 4k + 4 channels). The cases and their
+build, half of them with groups of 4k + 4 channels; conv02's gradient cases may be grouped too,
+its GroupedConv). The cases and their
 drawing live in gemmlab.fuzz_conv_cases; this module runs and judges them.
 
 Each case: x and w drawn fresh (normal; w scaled by 1/sqrt(C*R*S)), the memory the result will

@@ -427,7 +427,9 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     tile = trng.choice(list(CONV03_TILES)) if algorithm == "tma" and trng.random() < TILE_SHARE else None
     staged = algorithm == "tma" and random.Random(f"staged {seed}").random() < STAGED_SHARE
     registers = algorithm == "tma" and not staged and random.Random(f"registers {seed}").random() < REGISTER_SHARE
-    groups = 1 if grad else _groups(random.Random(f"groups {seed}"), N, C, H, W, K, R, S, g)
+    # grouped: forward cases, and conv02's gradient cases (its grouped build's GroupedConv), within their limits
+    grouped = not grad or algorithm == "implicit"
+    groups = _groups(random.Random(f"groups {seed}"), N, C, H, W, K, R, S, g, GRAD_LIMITS if grad else LIMITS) if grouped else 1
     if algorithm == "depthwise":  # every channel its own group (C and K are a group's)
         C, K, groups = 1, 1, C
     if algorithm == "implicit" and groups > 1 and C % 8 == 0 and random.Random(f"fours {seed}").random() < 0.5:
@@ -437,12 +439,13 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
                     registers, groups)  # fmt: skip
 
 
-def _groups(rng: random.Random, N: int, C: int, H: int, W: int, K: int, R: int, S: int, g: dict) -> int:
-    """A forward case's groups: 1, or for a GROUPED_SHARE of them one of GROUP_COUNTS, at most what
-    keeps the whole convolution (every group's work) within the work limits."""
+def _groups(rng: random.Random, N: int, C: int, H: int, W: int, K: int, R: int, S: int, g: dict,
+            limits: tuple = LIMITS) -> int:  # fmt: skip
+    """A case's groups: 1, or for a GROUPED_SHARE of them one of GROUP_COUNTS, at most what keeps
+    the whole convolution (every group's work) within the work limits (a gradient case's, smaller)."""
     if rng.random() >= GROUPED_SHARE:
         return 1
-    macs, output, fields, input_ = LIMITS
+    macs, output, fields, input_ = limits
     rows = N * g["P"] * g["Q"]
     groups = rng.choice(GROUP_COUNTS)
     while groups > 1 and not (rows * K * C * R * S * groups <= macs and rows * K * groups <= output
