@@ -22,6 +22,16 @@ from gemmlab.bench.timing import HostGate, L2Flusher, interleaved, median
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def _tensors(L, n: int, name: str, grad: bool = False):
+    """The layer's input at batch n and its filter (channels_last, in dtype `name`, requiring grad
+    where asked), and conv2d's keywords for it."""
+    G = L.groups
+    x = torch.randn(n, L.C, L.H, L.W, device="cuda").to(DTYPES[name]).to(memory_format=torch.channels_last)
+    w = (torch.randn(L.K, L.C // G, L.R, L.S, device="cuda") / (L.C // G * 9) ** 0.5).to(x.dtype)
+    w = w.to(memory_format=torch.channels_last)
+    return x.requires_grad_(grad), w.requires_grad_(grad), dict(stride=L.stride, padding=L.padding, groups=G)
+
+
 def _err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return float((y.double() - ref).abs().max() / ref.abs().max())
 
@@ -37,11 +47,8 @@ def main() -> None:
         for n in batches:
             for L in sweep["layers"]:
                 G = L.groups
-                x = torch.randn(n, L.C, L.H, L.W, device="cuda").to(DTYPES[name]).to(memory_format=torch.channels_last)
-                w = (torch.randn(L.K, L.C // G, L.R, L.S, device="cuda") / (L.C // G * 9) ** 0.5).to(x.dtype)
-                w = w.to(memory_format=torch.channels_last)
+                x, w, kw = _tensors(L, n, name)
                 g = conv.conv_geometry((n, L.C // G, L.H, L.W), tuple(w.shape), L.stride, L.padding)
-                kw = dict(stride=L.stride, padding=L.padding, groups=G)
                 fns = {"one launch": lambda: conv_grouped.run(x, w, None, g, G, None, True),
                        "a group at a time": lambda: conv._grouped(x, w, None, L.stride, L.padding, 1, G, None, "fp32", "auto"),
                        "cudnn": lambda: F.conv2d(x, w, None, **kw)}  # fmt: skip
@@ -59,10 +66,7 @@ def backward(sweep, dtypes, batches, flush, gate) -> None:
         for n in batches:
             for L in sweep["layers"]:
                 G = L.groups
-                x = torch.randn(n, L.C, L.H, L.W, device="cuda").to(DTYPES[name]).to(memory_format=torch.channels_last)
-                w = (torch.randn(L.K, L.C // G, L.R, L.S, device="cuda") / (L.C // G * 9) ** 0.5).to(x.dtype)
-                x.requires_grad_(), w.requires_grad_()
-                kw = dict(stride=L.stride, padding=L.padding, groups=G)
+                x, w, kw = _tensors(L, n, name, grad=True)
                 dy = torch.randn_like(F.conv2d(x.detach(), w.detach(), **kw))
                 grad = lambda y: torch.autograd.grad(y, (x, w), dy)  # noqa: E731
                 fns = {"conv2d": lambda: grad(conv.conv2d(x, w, **kw)),

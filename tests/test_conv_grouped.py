@@ -96,6 +96,26 @@ def _layers(count: int, seed: int = 0):
                    dilation=dil, groups=groups)  # fmt: skip
 
 
+def _counted_launches(monkeypatch) -> list:
+    """A list that gets an entry at each launch of the grouped build (conv_grouped.run)."""
+    launches = []
+    real = conv_grouped.run
+    monkeypatch.setattr(conv_grouped, "run", lambda *a: (launches.append(1), real(*a))[1])
+    return launches
+
+
+def _sizes(layer: dict) -> tuple:
+    """A drawn layer's (N, C, H, W, K, R, groups), and conv2d's keywords for it."""
+    L = dict(layer)
+    return tuple(L.pop(k) for k in "NCHWKR") + (L["groups"],), L
+
+
+def test_the_drawn_layers_are_grouped_and_split_into_sizes_and_keywords():
+    for layer in _layers(30):
+        (N, C, H, W, K, R, groups), kw = _sizes(layer)
+        assert C % (4 * groups) == 0 and K % groups == 0 and set(kw) == {"stride", "padding", "dilation", "groups"}
+
+
 @gpu
 @needs_gpu
 @pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 4e-3)], ids=["bf16", "fp16"])
@@ -103,11 +123,8 @@ def _layers(count: int, seed: int = 0):
 def test_one_launch_against_float64_on_the_gpu(dtype, tol, layer, monkeypatch):
     """The layer in one launch (each launch counted) with a bias and an activation, both memory
     formats, against F.conv2d in float64; the memory the result lands in is filled with NaN before."""
-    launches = []
-    real = conv_grouped.run
-    monkeypatch.setattr(conv_grouped, "run", lambda *a: (launches.append(1), real(*a))[1])
-    L = dict(layer)
-    N, C, H, W, K, R, groups = L.pop("N"), L.pop("C"), L.pop("H"), L.pop("W"), L.pop("K"), L.pop("R"), L["groups"]
+    launches = _counted_launches(monkeypatch)
+    (N, C, H, W, K, R, groups), L = _sizes(layer)
     torch.manual_seed(0)
     rng = random.Random(str(layer))
     x = torch.randn(N, C, H, W, device="cuda").to(dtype)
@@ -199,11 +216,8 @@ def test_gradients_against_float64_on_the_gpu(dtype, tol, layer, monkeypatch):
     """GroupedConv: the forward pass in one launch, then dX (one more grouped convolution: in one
     launch too where dY's groups have a multiple of 4 channels) and dW, db, against torch's float64
     gradients of the same layer with a SiLU after it, at a random dY."""
-    launches = []
-    real = conv_grouped.run
-    monkeypatch.setattr(conv_grouped, "run", lambda *a: (launches.append(1), real(*a))[1])
-    L = dict(layer)
-    N, C, H, W, K, R, groups = L.pop("N"), L.pop("C"), L.pop("H"), L.pop("W"), L.pop("K"), L.pop("R"), L["groups"]
+    launches = _counted_launches(monkeypatch)
+    (N, C, H, W, K, R, groups), L = _sizes(layer)
     torch.manual_seed(1)
     x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
     w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).to(dtype)
