@@ -4,6 +4,8 @@ GEMM registry and `auto` never sees them; gemmlab.conv.conv2d launches them when
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .base import GemmConfig, KernelSpec, Param, cdiv
@@ -66,10 +68,12 @@ CONV02_GROUPED_TILES = (  # (most output channels a group, BM, BN, WM, WN)
 )
 
 
+@functools.lru_cache(maxsize=256)
 def conv02_grouped_config(group_out_channels: int, group_in_channels: int) -> GemmConfig:
     """conv02's config for a grouped convolution whose groups have these many output and input
     channels: CONV02_GROUPED_TILES' tile (the default one past 64 output channels), 8-byte copies
-    where a group's channels are not a multiple of 8."""
+    where a group's channels are not a multiple of 8. (Kept: a config is checked as it is made,
+    some 9 us a call, which every grouped call would otherwise pay twice.)"""
     ch = 8 if group_in_channels % 8 == 0 else 4
     for most, bm, bn, wm, wn in CONV02_GROUPED_TILES:
         if group_out_channels <= most:
