@@ -74,6 +74,15 @@ def test_conv2d_takes_one_launch_for_a_grouped_layer_outside_a_trace(monkeypatch
     assert _dispatch(monkeypatch, traced=True) == ["a group at a time"]  # (its steps have operators)
     assert _dispatch(monkeypatch, groups=32) == ["a group at a time"]  # groups of 2 channels
     assert _dispatch(monkeypatch, dtype=torch.float32) == ["a group at a time"]
+    monkeypatch.setattr(conv_grouped, "GRID_Y_MAX", 1)  # more tiles of pixels than one launch's grid holds
+    assert _dispatch(monkeypatch) == ["a group at a time"]
+
+
+def test_fits_counts_the_tiles_of_output_pixels():
+    g = dict(N=32, C=4, K=128, P=56, Q=56)  # ResNeXt-50's first grouped layer: 784 tiles of 128 pixels
+    assert conv_grouped.fits(g, 32)
+    assert conv_grouped.fits(dict(g, N=1, P=2048, Q=4095), 32)  # 65,520 tiles
+    assert not conv_grouped.fits(dict(g, N=1, P=2048, Q=4096), 32)  # 65,536: past the grid's y dimension
 
 
 gpu = pytest.mark.gpu
