@@ -14,7 +14,9 @@
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
 # "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "conv-tiles" conv03 on each of its tiles there (CONV_TILES_SECONDS at most),
-# "conv-depthwise" conv2d (conv05) against cuDNN on MobileNetV2's and ConvNeXt-T's depthwise layers (sweeps/conv/depthwise.toml), "linear" the fused Linear + GELU against torch,
+# "conv-depthwise" conv2d (conv05) against cuDNN on MobileNetV2's and ConvNeXt-T's depthwise layers (sweeps/conv/depthwise.toml), "conv-grouped" conv2d
+# (conv02's grouped build) on ResNeXt-50's grouped layers (sweeps/conv/resnext50.toml) with both paths forward and backward (scripts/grouped_paths.py),
+# "few-tiles" the bf16 GEMMs auto leaves on a few tc04 tiles against tc09 staged and torch.mm (scripts/probe_few_tiles.py), "linear" the fused Linear + GELU against torch,
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
@@ -181,6 +183,20 @@ if want conv-depthwise; then
   step "conv-bench: depthwise layers against cuDNN (sweeps/conv/depthwise.toml, conv05 on auto)"
   python3 -m gemmlab conv-bench --sweep sweeps/conv/depthwise.toml --algorithm auto --out "$OUT/results" 2>&1 | tee -a "$LOG" \
     || fail "conv-bench depthwise"
+fi
+
+if want conv-grouped; then
+  step "conv-bench: ResNeXt-50's grouped layers against cuDNN (sweeps/conv/resnext50.toml, conv02's grouped build on auto)"
+  python3 -m gemmlab conv-bench --sweep sweeps/conv/resnext50.toml --algorithm auto --out "$OUT/results" 2>&1 | tee -a "$LOG" \
+    || fail "conv-bench grouped"
+  for mode in "" backward; do
+    python3 scripts/grouped_paths.py bf16,fp16 32,256 $mode 2>&1 | tee -a "$LOG" || fail "grouped_paths $mode"
+  done
+fi
+
+if want few-tiles; then
+  step "bf16 GEMMs on a few tc04 tiles against tc09 staged and torch.mm (scripts/probe_few_tiles.py)"
+  python3 scripts/probe_few_tiles.py 2>&1 | tee -a "$LOG" || fail "probe_few_tiles"
 fi
 
 if want conv-tiles; then
