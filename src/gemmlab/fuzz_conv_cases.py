@@ -462,7 +462,7 @@ def _im2col_problem(case: ConvCase, g: dict):
     of the GPU's SM count where there is one."""
     from .problem import problem_from_tensors
 
-    from .conv import _aligned_rows
+    from .conv_im2col import _aligned_rows
 
     dtype, rsc = DTYPES[case.dtype], case.C * case.R * case.S
     like = torch.empty(0, dtype=dtype, device="meta")
