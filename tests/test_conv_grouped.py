@@ -3,7 +3,9 @@ compiles for sm_90a with the resource report checked, the tile it takes for a gr
 what it refuses, and when conv2d takes it (fake CUDA tensors, no GPU); on a GPU (marker `gpu`) its
 results against float64 over random grouped layers, with groups of 4k and 8k channels, both memory
 formats, a bias and each activation, NaN and Inf carried through as torch carries them, and the
-gradients of x, the weight and the bias (GroupedConv) against torch's in float64."""
+gradients of x, the weight and the bias (GroupedConv) against torch's in float64. The filter
+gradient's diagonal blocks of one GEMM (conv_grad.wgrad_grouped) run on the CPU ladder too, in one
+run and in several runs of images, NaN included."""
 
 import random
 
@@ -14,8 +16,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import gemmlab
 from gemmlab import conv as conv_module
-from gemmlab import conv_grouped, jit
+from gemmlab import conv_grad, conv_grouped, jit
 from gemmlab.activations import ACTIVATIONS, post_code
+from gemmlab.conv_shape import conv_geometry
 from gemmlab.specs.conv import CONV02_GROUPED_TILES, CONV_02, conv02_grouped_config
 
 BUILDS = [conv02_grouped_config(k, c) for k in (16, 32, 64, 65) for c in (4, 8)]
@@ -123,6 +126,56 @@ def test_the_drawn_layers_are_grouped_and_split_into_sizes_and_keywords():
     for layer in _layers(30):
         (N, C, H, W, K, R, groups), kw = _sizes(layer)
         assert C % (4 * groups) == 0 and K % groups == 0 and set(kw) == {"stride", "padding", "dilation", "groups"}
+
+
+def _torch_wgrad(x, dy, w, L):
+    """torch's filter gradient of the layer (aten.convolution_backward, the weight's alone)."""
+    g = conv_geometry(tuple(x.shape), tuple(w.shape), L["stride"], L["padding"], L["dilation"])
+    top, bottom, left, right = g["pads"]
+    if (top, left) != (bottom, right):  # "same" with an even reach: pad the far side first
+        x, (top, left) = F.pad(x, (0, right - left, 0, bottom - top)), (top, left)
+    return torch.ops.aten.convolution_backward(dy, x, w, None, list(g["stride"]), [top, left], list(g["dilation"]), False,
+                                               [0, 0], L["groups"], [False, True, False])[1]  # fmt: skip
+
+
+@pytest.mark.parametrize("runs", ["one run", "a run an image"])
+@pytest.mark.parametrize("layer", list(_layers(6, seed=2)), ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_the_filter_gradient_is_the_diagonal_of_one_gemm(layer, runs, monkeypatch):
+    """wgrad_grouped on the CPU ladder (float32) against torch's float64 filter gradient of the same
+    grouped layer: every group's block, in one run of images and with the images one a run (the
+    parts summed in fp32 through gemm's c)."""
+    if runs != "one run":
+        monkeypatch.setattr(conv_grad, "WGRAD_FIELDS_BYTES", 1)
+    (N, C, H, W, K, R, groups), L = _sizes(layer)
+    torch.manual_seed(3)
+    x = torch.randn(N, C, H, W).to(memory_format=torch.channels_last)
+    w = torch.randn(K, C // groups, R, R)
+    g = conv_geometry(tuple(x.shape), (K, C, R, R), L["stride"], L["padding"], L["dilation"])
+    dy = torch.randn(N, K, g["P"], g["Q"]).to(memory_format=torch.channels_last)
+    dw = conv_grad.wgrad_grouped(x, dy, g, groups)
+    ref = _torch_wgrad(x.double(), dy.double(), w.double(), L)
+    assert dw.shape == ref.shape and dw.dtype == torch.float32
+    err = float((dw.double() - ref).abs().max() / ref.abs().max())
+    assert err < 1e-5, f"{layer} {runs}: {err:.2e}"
+
+
+def test_a_nan_in_one_groups_input_reaches_that_groups_filter_gradient_alone(monkeypatch):
+    """The dense GEMM's other blocks multiply every group's input too; they are dropped, so a NaN
+    in group 1's input and an Inf in group 2's dY reach exactly the filter gradients torch gives
+    them (in one run and in several)."""
+    groups, cg, kg = 4, 4, 3
+    x = torch.randn(2, cg * groups, 9, 8).to(memory_format=torch.channels_last)
+    dy = torch.randn(2, kg * groups, 9, 8).to(memory_format=torch.channels_last)
+    x[1, cg + 2, 4, 4] = float("nan")
+    dy[0, 2 * kg + 1, 3, 3] = float("inf")
+    L = dict(stride=1, padding=1, dilation=1, groups=groups)
+    g = conv_geometry(tuple(x.shape), (kg * groups, cg * groups, 3, 3), 1, 1, 1)
+    ref = _torch_wgrad(x.double(), dy.double(), torch.empty(kg * groups, cg, 3, 3, dtype=torch.double), L)
+    for fields_bytes in (conv_grad.WGRAD_FIELDS_BYTES, 1):
+        monkeypatch.setattr(conv_grad, "WGRAD_FIELDS_BYTES", fields_bytes)
+        dw = conv_grad.wgrad_grouped(x, dy, g, groups)
+        assert torch.equal(dw.isnan(), ref.isnan()) and torch.equal(dw.isinf(), ref.isinf())
+        assert dw.isnan().any() and not dw[:kg].isnan().any() and not dw[3 * kg:].isnan().any()
 
 
 @gpu
@@ -242,3 +295,28 @@ def test_gradients_against_float64_on_the_gpu(dtype, tol, layer, monkeypatch):
         assert mine.shape == theirs.shape and mine.dtype == dtype, name
         err = float((mine.double() - theirs).abs().max() / theirs.abs().max().clamp_min(1e-30))
         assert err < 4 * tol, f"{layer} d{name}: {err:.2e}"
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 4e-3)], ids=["bf16", "fp16"])
+def test_the_filter_gradient_in_runs_of_images_on_the_gpu(dtype, tol, monkeypatch):
+    """wgrad_grouped with an image a run (the parts summed in fp32 through gemm's c, rounded once)
+    against torch's float64 filter gradient, and a NaN in one group's input reaching that group's
+    filters alone, as torch's does."""
+    monkeypatch.setattr(conv_grad, "WGRAD_FIELDS_BYTES", 1)
+    groups, cg, kg = 8, 4, 12
+    torch.manual_seed(4)
+    x = torch.randn(3, cg * groups, 15, 17, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    L = dict(stride=2, padding=1, dilation=1, groups=groups)
+    g = conv_geometry(tuple(x.shape), (kg * groups, cg * groups, 3, 3), 2, 1, 1)
+    dy = torch.randn(3, kg * groups, g["P"], g["Q"], device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    w = torch.empty(kg * groups, cg, 3, 3, dtype=torch.double, device="cuda")
+    dw = conv_grad.wgrad_grouped(x, dy, g, groups)
+    ref = _torch_wgrad(x.double(), dy.double(), w, L)
+    assert dw.dtype == dtype
+    assert float((dw.double() - ref).abs().max() / ref.abs().max()) < 4 * tol
+    x[2, 5 * cg + 1, 7, 7] = float("nan")  # group 5
+    dw = conv_grad.wgrad_grouped(x, dy, g, groups)
+    ref = _torch_wgrad(x.double(), dy.double(), w, L)
+    assert torch.equal(dw.isnan(), ref.isnan()) and dw[5 * kg:6 * kg].isnan().any() and not dw[:5 * kg].isnan().any()

@@ -294,7 +294,8 @@ class GroupedConv(torch.autograd.Function):
     """A grouped convolution on conv02's grouped build with autograd (g: one group's geometry): the
     forward pass in one launch; dX one more grouped convolution through conv2d (the spread dY by
     each group's filters transposed and flipped: gemmlab.conv_grad, one launch again where the
-    grouped build serves dY's groups); dW one GEMM a group (conv_wgrad); the bias's a sum over dY."""
+    grouped build serves dY's groups); dW the diagonal blocks of one GEMM over every channel
+    (conv_grad.wgrad_grouped); the bias's a sum over dY."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, g, groups, last):
@@ -306,7 +307,7 @@ class GroupedConv(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        from .conv_grad import dgrad_operands
+        from .conv_grad import dgrad_operands, wgrad_grouped
 
         x, weight = ctx.saved_tensors
         g, G = ctx.g, ctx.groups
@@ -316,10 +317,8 @@ class GroupedConv(torch.autograd.Function):
             z, _, pad = dgrad_operands(dy, weight[:1], g)
             w2 = weight.reshape(G, K // G, cg, R, S).transpose(1, 2).reshape(G * cg, K // G, R, S).flip(2, 3)
             dx = conv2d(z, w2.contiguous(memory_format=torch.channels_last), None, 1, pad, g["dilation"], G)
-        if ctx.needs_input_grad[1]:
-            kg = dict(g, K=K // G)
-            dw = torch.cat([conv_wgrad(x.narrow(1, i * cg, cg), dy.narrow(1, i * (K // G), K // G), kg)
-                            for i in range(G)])  # fmt: skip
+        if ctx.needs_input_grad[1]:  # one GEMM over every channel, its diagonal blocks
+            dw = wgrad_grouped(x, dy, dict(g, C=cg * G), G)
         db = dy.sum((0, 2, 3)) if ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None, None
 

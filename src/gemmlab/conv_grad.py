@@ -16,6 +16,18 @@ wgrad. dW[k, c, r, s] = sum over n, p, q of dY[n, k, p, q] * x_padded[n, c, p*sh
 q*sw + s*dw]: the GEMM dY_rows^T @ im2col(x), [K, N*P*Q] x [N*P*Q, R*S*C], dY_rows the [N*P*Q, K]
 matrix of dY's NHWC memory, read transposed in place. Its [K, R*S*C] result, in im2col's (r, s, c)
 order, is the filter's channels_last memory.
+
+Grouped wgrad (`wgrad_grouped`). Group i's filters [K/G, C/G, R, S] are the GEMM of its own dY
+columns and its own channels' fields: G GEMMs of [K/G, N*P*Q] x [N*P*Q, R*S*C/G], tiny ones where
+groups are narrow (ResNeXt-50's first grouped layer: 32 of 4 x 36 with a reduction of 100,352 at
+batch 32). Instead, one GEMM over every channel, dY_rows^T @ im2col(x) as for an ungrouped layer,
+[K, R*S*C], holds each group's filters as its diagonal block (rows of group i, channels of group i),
+and the rest is dropped: G times the multiply-adds the groups need, the same as the layer's wgrad
+would cost with groups=1, in one launch. Each element of a diagonal block is still the sum over
+pixels of its own group's dY times its own group's input, so a NaN or an Inf in one group's input
+reaches that group's filters alone, as in torch. The fields' matrix is R*S times x's bytes; where
+that passes WGRAD_FIELDS_BYTES the images go in runs, each run's product added to the ones before
+in fp32 (gemm's c and beta, fp32 out) and rounded once at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +35,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .conv_im2col import im2col
+from .ops import gemm
 
 
 def dgrad_paddings(g: dict) -> tuple[int, int, int, int]:
@@ -83,3 +98,42 @@ def _format_of(t: Tensor) -> torch.memory_format:
     """channels_last for a tensor laid out so (and not also contiguous), else contiguous_format."""
     cl = t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
     return torch.channels_last if cl else torch.contiguous_format
+
+
+# The most bytes of fields (im2col's matrix) one run of wgrad_grouped builds: at ResNeXt-50's first
+# grouped layer (128 channels at 56 x 56, bf16) 7.2 MB an image, so 35 images a run
+WGRAD_FIELDS_BYTES = 256 * 2**20
+
+
+def wgrad_grouped(x: Tensor, dy: Tensor, g: dict, groups: int, precision: str = "fp32") -> Tensor:
+    """The filter's gradient of a grouped convolution, [K, C/G, R, S] (channels_last memory): the
+    diagonal blocks of one GEMM over every channel (the module's docstring). g is the geometry of
+    the whole layer (every channel of x, every filter: its C and K are the layer's)."""
+    N, K, C, R, S, G = g["N"], g["K"], g["C"], g["R"], g["S"], groups
+    per_image = g["P"] * g["Q"] * R * S * C * x.element_size()
+    run = max(1, min(N, WGRAD_FIELDS_BYTES // max(per_image, 1)))
+    rows = dy_rows(dy)  # [N*P*Q, K]
+    pixels = g["P"] * g["Q"]
+    device = "cpu" if x.device.type == "cpu" else None
+    m = None
+    for n0 in range(0, N, run):
+        n = min(run, N - n0)
+        fields = im2col(x.narrow(0, n0, n), dict(g, N=n))
+        part = rows.narrow(0, n0 * pixels, n * pixels).t()
+        if run >= N:  # one run: the GEMM writes x's dtype, as conv_wgrad's does
+            m = gemm(part, fields, precision=precision, device=device)
+        elif m is None:
+            m = gemm(part, fields, precision=precision, device=device, out_dtype=_fp32_out(x))
+        else:
+            m = gemm(part, fields, m, beta=1.0, precision=precision, device=device, out_dtype=_fp32_out(x))
+    if m is None:  # no images: nothing summed
+        m = torch.zeros((K, R * S * C), dtype=x.dtype, device=x.device)
+    kg, cg = K // G, C // G
+    blocks = torch.diagonal(m.view(G, kg, R, S, G, cg), dim1=0, dim2=4)  # [K/G, R, S, C/G, G]
+    dw = blocks.permute(4, 0, 1, 2, 3).reshape(K, R, S, cg).to(x.dtype)  # KRSC memory
+    return dw.permute(0, 3, 1, 2)
+
+
+def _fp32_out(x: Tensor):
+    """gemm's out_dtype for an fp32 sum of 16-bit operands (None: float32 operands write fp32 anyway)."""
+    return torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else None

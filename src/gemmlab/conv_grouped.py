@@ -6,7 +6,8 @@ x's NHWC memory and writes its output channels straight into the one result, the
 activation fused, for bf16 and fp16 CUDA tensors whose groups have a multiple of 4 channels, where
 no trace records the call (a trace keeps the group-by-group path, whose steps have operators).
 With gradients to take (gemmlab.conv.GroupedConv), dX is one more grouped convolution, of the spread
-dY by the flipped filters (gemmlab.conv_grad), and dW one GEMM a group."""
+dY by the flipped filters (gemmlab.conv_grad), and dW the diagonal blocks of one GEMM over every
+channel (conv_grad.wgrad_grouped)."""
 
 from __future__ import annotations
 
