@@ -470,8 +470,9 @@ def test_tf32_splits_few_tall_k_tiles_over_every_sm():
 
 def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():
     """Rows TMA cannot read (1022 bf16 = 2044 bytes, not a multiple of 16): tc07 and tc09 serve
-    them through padded copies; 'auto' takes them where the GEMM repays the copies, tc04 (which
-    reads any layout in place) below that or where the copy is large against the work."""
+    them through padded copies; 'auto' takes them where the GEMM repays the copies, or where tc04's
+    few tiles would walk a long K alone; tc04 (which reads any layout in place) below that or where
+    the copy is large against the work."""
     from gemmlab.configs import select
 
     def auto(M, N, K):
@@ -483,6 +484,11 @@ def test_auto_stages_odd_16_bit_operands_where_the_copy_pays():
     ]  # fmt: skip
     assert auto(1024, 1024, 1024) == "tc07_persistent_cluster"  # aligned: no copy, no threshold
     assert auto(100_000, 8, 1022) == "tc04_wgmma"  # a 204 MB copy of A for 1.6 GFLOP
+    # a few tc04 tiles (one wave or less) would each walk a long K alone: staged, though small
+    for M, N, K in ((4, 36, 100352), (1, 100, 16384), (100, 100, 16384), (1000, 4, 100352)):
+        assert auto(M, N, K) in ("tc07_persistent_cluster", "tc09_stream_k"), (M, N, K)
+    assert auto(100, 100, 1024) == "tc07_persistent_cluster" and auto(100, 100, 1023) == "tc04_wgmma"
+    assert auto(1100, 1100, 1024) != "tc04_wgmma" and auto(100, 100, 512) == "tc04_wgmma"
 
     def copied(M, N, K):
         a, b = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16)

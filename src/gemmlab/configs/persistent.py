@@ -195,6 +195,16 @@ def _tile192_deep(problem: GemmProblem, cfg: GemmConfig) -> bool:
 # (36 against 56 us): 'auto' starts there. At 1022^3 it is 2.4x faster than tc04, at 3135^3 4x.
 STAGE_MIN_FLOPS = 2 * 640**3
 STAGE_MIN_INTENSITY = 256
+# That rule was measured on cubes, where tc04 fills the GPU with tiles. A thin product with a long
+# reduction (a grouped layer's filter gradient, 4 x 36 x 100352; 100 x 100 x 16384) is a few tc04
+# tiles, each block walking all of K alone: on an H200, bf16, tc04 took 4,555 us at 4 x 36 x 100352
+# and 789 us at 1 x 100 x 16384, where tc09 on padded copies (stream-K over every SM) took 51 and
+# 25 us, torch.mm 23 and 10; at 100 x 100 x 1024 57 against 28 us
+# (results/nvidia-h200/few-tiles-20261128T1834Z.txt, docs/notes/few-tiles-unaligned-rows.md). So
+# the copies also pay where tc04's 128 x 128 tiles are one wave or less and K is at least
+# STAGE_FEW_TILES_MIN_K.
+STAGE_FEW_TILES_MIN_K = 1024
+TC04_TILE = 128
 
 
 def copies_pay(problem: GemmProblem, c: GemmConfig) -> str | None:
@@ -206,6 +216,9 @@ def copies_pay(problem: GemmProblem, c: GemmConfig) -> str | None:
     nbytes = sum(getattr(problem, n).rows * getattr(problem, n).cols * size for n in copied)
     if problem.flops >= STAGE_MIN_FLOPS and problem.flops >= STAGE_MIN_INTENSITY * nbytes:
         return None
+    tc04_tiles = cdiv(problem.M, TC04_TILE) * cdiv(problem.N, TC04_TILE)
+    if problem.K >= STAGE_FEW_TILES_MIN_K and tc04_tiles <= sm_count_of(problem.device):
+        return None  # tc04 would walk the whole of K in a few blocks
     return (f"{' and '.join(copied)} would need a padded copy for TMA, which costs more than it saves "
             f"at {problem.shape}; tc04 reads them in place")
 
