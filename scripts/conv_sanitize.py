@@ -27,9 +27,11 @@ CASES = [(2, 64, 20, 20, 128, 1, 1, 0), (2, 32, 13, 11, 192, 3, 1, 1), (1, 16, 1
 # thread (24 bf16 channels, 12 float32 ones) and one (13 channels), the padding's reads at every border
 DEPTHWISE_CASES = [(2, 24, 13, 11, 3, 1, 1, 1, torch.bfloat16), (1, 12, 9, 17, 7, 2, 3, 1, torch.float32),
                    (2, 13, 8, 8, 5, 1, "same", 2, torch.float16)]  # fmt: skip
-# conv02's grouped build, one launch (N, C, H, W, K, R, stride, padding, groups): groups of 4
-# channels (8-byte copies, the 16-wide tile), of 24 at stride 2 (the 64-wide tile), of 32
-GROUPED_CASES = [(2, 64, 13, 11, 64, 3, 1, 1, 16), (1, 96, 9, 17, 192, 3, 2, 1, 4), (2, 256, 7, 7, 256, 3, 1, 1, 8)]
+# grouped layers in one launch (N, C, H, W, K, R, stride, padding, groups): conv02's grouped build
+# over groups of 4 channels and 8 filters (8-byte copies, the 16-wide tile), of 24 at stride 2 (the
+# 64-wide tile), of 32; conv05's over narrow groups of 4, of 2 at stride 2, of 8
+GROUPED_CASES = [(2, 64, 13, 11, 128, 3, 1, 1, 16), (1, 96, 9, 17, 192, 3, 2, 1, 4), (2, 256, 7, 7, 256, 3, 1, 1, 8),
+                 (2, 64, 13, 11, 64, 3, 1, 1, 16), (1, 32, 9, 17, 32, 3, 2, 1, 16), (2, 64, 7, 9, 64, 3, 1, 1, 8)]
 # conv04's (N, C, H, W, K, R, stride, padding, dilation): the stem on a small odd image, a 3x3 over 5
 # channels dilated 2 into 130 output channels (three 64-channel parts held), a 5x5 over one channel
 GATHER_CASES = [(2, 3, 37, 45, 64, 7, 2, 3, 1), (1, 5, 29, 23, 130, 3, 1, 2, 2), (2, 1, 31, 33, 24, 5, 1, 2, 1)]

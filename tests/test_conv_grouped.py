@@ -16,7 +16,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import gemmlab
 from gemmlab import conv as conv_module
-from gemmlab import conv_grad, conv_grouped, jit
+from gemmlab import conv05, conv_grad, conv_grouped, jit
 from gemmlab.activations import ACTIVATIONS, post_code
 from gemmlab.conv_shape import conv_geometry
 from gemmlab.specs.conv import CONV02_GROUPED_TILES, CONV_02, conv02_grouped_config
@@ -55,18 +55,21 @@ def test_what_it_refuses():
     assert "CUDA tensors" in conv_grouped.grouped_why_not(torch.empty(1, 8, 3, 3), torch.empty(8, 4, 1, 1), 2)
 
 
-def _dispatch(monkeypatch, requires_grad=False, traced=False, groups=8, channels=64, dtype=torch.bfloat16):
-    """Which path conv2d takes for a grouped call on fake CUDA tensors: 'one launch' or 'a group at a time'."""
+def _dispatch(monkeypatch, requires_grad=False, traced=False, groups=8, channels=64, dtype=torch.bfloat16, filters=128,
+              algorithm="auto"):  # fmt: skip
+    """Which path conv2d takes for a grouped call on fake CUDA tensors: 'one launch' (conv02's
+    grouped build), 'conv05' (its narrow groups) or 'a group at a time'."""
     taken = []
     monkeypatch.setattr(conv_module, "_traced", lambda *t: traced)
     monkeypatch.setattr(conv_module, "wants_grad", lambda *t: requires_grad)
     monkeypatch.setattr(conv_grouped, "run", lambda *a: (taken.append("one launch"), torch.empty(0))[1])
+    monkeypatch.setattr(conv05, "run", lambda *a: (taken.append("conv05"), torch.empty(0))[1])
     monkeypatch.setattr(conv_module, "_grouped", lambda *a: (taken.append("a group at a time"), torch.empty(0))[1])
     monkeypatch.setattr(conv_module.GroupedConv, "apply", lambda *a: (taken.append("one launch, autograd"), torch.empty(0))[1])
     with FakeTensorMode():
         x = torch.empty(2, channels, 9, 9, device="cuda", dtype=dtype)
-        w = torch.empty(64, channels // groups, 3, 3, device="cuda", dtype=dtype)
-        gemmlab.conv2d(x, w, padding=1, groups=groups)
+        w = torch.empty(filters, channels // groups, 3, 3, device="cuda", dtype=dtype)
+        gemmlab.conv2d(x, w, padding=1, groups=groups, algorithm=algorithm)
     return taken
 
 
@@ -77,8 +80,25 @@ def test_conv2d_takes_one_launch_for_a_grouped_layer_outside_a_trace(monkeypatch
     assert _dispatch(monkeypatch, traced=True) == ["a group at a time"]  # (its steps have operators)
     assert _dispatch(monkeypatch, groups=32) == ["a group at a time"]  # groups of 2 channels
     assert _dispatch(monkeypatch, dtype=torch.float32) == ["a group at a time"]
+    # narrow groups with as many filters as channels: conv05's grouped build, fp32 too where a
+    # group's channels fall within a thread's 16 bytes (4 fp32 ones)
+    assert _dispatch(monkeypatch, filters=64) == ["conv05"]  # 8 channels, 8 filters a group
+    assert _dispatch(monkeypatch, filters=64, groups=16) == ["conv05"]
+    assert _dispatch(monkeypatch, filters=64, groups=32) == ["conv05"]
+    assert _dispatch(monkeypatch, filters=64, groups=16, dtype=torch.float32) == ["conv05"]
+    assert _dispatch(monkeypatch, filters=64, dtype=torch.float32) == ["a group at a time"]  # 8 fp32: 32 bytes
+    assert _dispatch(monkeypatch, filters=64, requires_grad=True) == ["one launch, autograd"]
+    assert _dispatch(monkeypatch, filters=64, traced=True) == ["a group at a time"]
+    # algorithm="depthwise" asks for conv05 (narrow groups too), "implicit" for conv02
+    assert _dispatch(monkeypatch, filters=64, algorithm="depthwise") == ["conv05"]
+    assert _dispatch(monkeypatch, filters=64, algorithm="implicit") == ["one launch"]
+    with pytest.raises(ValueError, match="algorithm='depthwise'.*as many"):
+        _dispatch(monkeypatch, algorithm="depthwise")  # 16 filters a group of 8 channels
+    with pytest.raises(ValueError, match="does not run traced"):
+        _dispatch(monkeypatch, filters=64, algorithm="depthwise", traced=True)
     monkeypatch.setattr(conv_grouped, "GRID_Y_MAX", 1)  # more tiles of pixels than one launch's grid holds
     assert _dispatch(monkeypatch) == ["a group at a time"]
+    assert _dispatch(monkeypatch, filters=64) == ["conv05"]  # (its grid strides over the pixels)
 
 
 def test_fits_counts_the_tiles_of_output_pixels():
@@ -260,13 +280,16 @@ def test_grouped_records_have_a_table_of_their_own(tmp_path):
 
 @gpu
 @needs_gpu
-def test_a_grouped_bench_run_says_conv02_ran_in_one_launch_on_the_gpu(tmp_path):
+def test_a_grouped_bench_run_says_which_build_ran_in_one_launch_on_the_gpu(tmp_path):
     from gemmlab.bench import conv as conv_bench
 
-    layer = conv_bench.Layer("g", 64, 15, 13, 64, 3, 3, 1, 1, groups=16)
-    sweep = dict(layers=[layer], batches=[2], dtypes=["bf16"], tag="t", reps=3, warmup=1)
-    for _, (r,) in conv_bench.run_conv_bench(sweep, tmp_path, algorithm="auto"):
-        assert r["algorithm"] == "grouped-conv02" and r["groups"] == 16 and r["gemm"] == dict(M=2 * 15 * 13, N=4, K=36)
+    layer = conv_bench.Layer("g", 64, 15, 13, 128, 3, 3, 1, 1, groups=16)  # 4 channels and 8 filters a group
+    narrow = conv_bench.Layer("n", 64, 15, 13, 64, 3, 3, 1, 1, groups=16)  # 4 and 4: conv05's grouped build
+    sweep = dict(layers=[layer, narrow], batches=[2], dtypes=["bf16"], tag="t", reps=3, warmup=1)
+    runs = [r for _, rs in conv_bench.run_conv_bench(sweep, tmp_path, algorithm="auto") for r in rs]
+    assert [r["algorithm"] for r in runs] == ["grouped-conv02", "grouped-conv05"]
+    assert runs[0]["groups"] == 16 and runs[0]["gemm"] == dict(M=2 * 15 * 13, N=8, K=36)
+    for r in runs:
         assert r["error"] < 2e-2 and r["ms"] > 0 and r["cudnn_ms"] > 0
 
 
@@ -320,3 +343,124 @@ def test_the_filter_gradient_in_runs_of_images_on_the_gpu(dtype, tol, monkeypatc
     dw = conv_grad.wgrad_grouped(x, dy, g, groups)
     ref = _torch_wgrad(x.double(), dy.double(), w, L)
     assert torch.equal(dw.isnan(), ref.isnan()) and dw[5 * kg:6 * kg].isnan().any() and not dw[:5 * kg].isnan().any()
+
+
+# ---- conv05's grouped build: narrow groups (2, 4 or 8 channels, as many filters) ---------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_the_narrow_group_builds_compile_for_hopper_without_spills(dtype):
+    """conv05's forward kernel with CG = 2, 4 and 8 (those dividing a thread's 16 bytes of
+    channels), each TQ the host picks, plain and fused."""
+    from gemmlab.specs.conv import CONV_05
+
+    vec = 16 // torch.empty(0, dtype=dtype).element_size()
+    jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, CG=cg), post) for cg in conv05.NARROW_GROUPS if vec % cg == 0
+            for tq in (1, 4) for post in (0, post_code(True, "silu"))]  # fmt: skip
+    assert len(jobs) == 4 * (3 if vec == 8 else 2)
+    for spec, cfg, post in jobs:
+        ck = jit.compile_kernel(spec, cfg, "sm_90a", dtype, dtype, post=post)
+        assert ck.usage.spills == 0 and ck.usage.stack_frame == 0 and ck.usage.registers <= 255, (cfg, ck.usage)
+    with pytest.raises(ValueError, match="CG must be"):
+        CONV_05.config(VEC=4, TQ=4, CG=8)
+
+
+def test_what_the_narrow_group_build_refuses():
+    with FakeTensorMode():
+        x = torch.empty(2, 64, 9, 9, device="cuda", dtype=torch.bfloat16)
+        for cg in (2, 4, 8):
+            assert conv05.narrow_groups_why_not(x, torch.empty(64, cg, 3, 3, device="cuda"), 64 // cg) is None
+        assert "as many" in conv05.narrow_groups_why_not(x, torch.empty(128, 4, 3, 3, device="cuda"), 16)
+        assert "not 16 channels" in conv05.narrow_groups_why_not(x, torch.empty(64, 16, 3, 3, device="cuda"), 4)
+        assert "within 16 bytes" in conv05.narrow_groups_why_not(x.float(), torch.empty(64, 8, 3, 3, device="cuda"), 8)
+        x36 = torch.empty(2, 36, 9, 9, device="cuda", dtype=torch.bfloat16)
+        assert "within 16 bytes" in conv05.narrow_groups_why_not(x36, torch.empty(36, 4, 3, 3, device="cuda"), 9)
+        assert "taps" in conv05.narrow_groups_why_not(x, torch.empty(64, 8, 23, 23, device="cuda"), 8)
+        assert "bf16, fp16 or float32" in conv05.narrow_groups_why_not(x.double(), torch.empty(64, 4, 3, 3), 16)
+    assert "CUDA tensors" in conv05.narrow_groups_why_not(torch.empty(1, 8, 3, 3), torch.empty(8, 4, 1, 1), 2)
+
+
+def _narrow_layers(count: int, seed: int = 5):
+    """Random layers conv05's grouped build serves: groups of 2, 4 or 8 channels and as many
+    filters, odd images, filters 1x1..5x5, stride, padding and dilation, a dtype each."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        dtype = rng.choice(("bf16", "fp16", "fp32"))
+        cg = rng.choice((2, 4) if dtype == "fp32" else (2, 4, 8))
+        C = rng.choice((8, 16, 24, 64, 136)) if dtype != "fp32" else rng.choice((4, 8, 12, 64))
+        R, dil = rng.choice((1, 3, 3, 5)), rng.choice((1, 1, 2))
+        H, W = rng.randint(dil * (R - 1) + 1, 31), rng.randint(dil * (R - 1) + 1, 31)
+        padding = rng.choice((0, 1, R // 2, "same"))
+        stride = 1 if padding == "same" else rng.choice((1, 2))
+        yield dict(dtype=dtype, N=rng.randint(1, 3), C=C, H=H, W=W, K=C, R=R, stride=stride, padding=padding,
+                   dilation=dil, groups=C // cg)  # fmt: skip
+
+
+_DT = {"bf16": (torch.bfloat16, 2e-2), "fp16": (torch.float16, 4e-3), "fp32": (torch.float32, 1e-5)}
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("layer", list(_narrow_layers(16)), ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_narrow_groups_against_float64_on_the_gpu(layer, monkeypatch):
+    """conv2d on conv05's grouped build (one launch, counted) against F.conv2d in float64: both
+    memory formats, an offset view of x, a bias and an activation, the output poisoned first."""
+    L = dict(layer)
+    dtype, tol = _DT[L.pop("dtype")]
+    (N, C, H, W, K, R, groups), kw = _sizes(L)
+    launches = []
+    real = conv05.run
+    monkeypatch.setattr(conv05, "run", lambda *a: (launches.append(a[-1]), real(*a))[1])
+    torch.manual_seed(6)
+    base = torch.randn(N, C + 8, H, W, device="cuda").to(dtype)
+    for x in (base[:, 8:].contiguous(), base[:, 8:].contiguous(memory_format=torch.channels_last), base[:, 4:4 + C]):
+        w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).to(dtype)
+        b = torch.randn(K, device="cuda").to(dtype)
+        y = gemmlab.conv2d(x, w, b, activation="gelu", **kw)
+        ref = F.gelu(F.conv2d(x.double(), w.double(), b.double(), **kw))
+        assert y.shape == ref.shape and y.dtype == dtype and not y.isnan().any()
+        err = float((y.double() - ref).abs().max() / ref.abs().max())
+        assert err < tol, f"{layer}: {err:.2e}"
+    assert launches == [C // groups] * 3  # cg, one launch a call
+
+
+@gpu
+@needs_gpu
+def test_narrow_groups_carry_nan_and_inf_as_torch_does_on_the_gpu():
+    """A NaN in one group's input and an Inf in another's filter reach exactly the outputs torch's
+    grouped convolution gives them, on conv05's grouped build, groups of 2, 4 and 8."""
+    for cg in (2, 4, 8):
+        groups = 32 // cg
+        x = torch.randn(2, 32, 11, 13, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+        w = torch.randn(32, cg, 3, 3, device="cuda").bfloat16()
+        x[1, cg + 1, 5, 6] = float("nan")  # group 1
+        w[3 * cg + 1, 0, 1, 1] = float("inf")  # group 3
+        y = gemmlab.conv2d(x, w, padding=1, groups=groups)
+        ref = F.conv2d(x.double(), w.double(), padding=1, groups=groups)
+        assert torch.equal(y.isnan(), ref.isnan()) and torch.equal(y.isinf(), ref.isinf())
+        assert y.isnan().any() and y.isinf().any()
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("layer", list(_narrow_layers(6, seed=7)), ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_narrow_group_gradients_against_float64_on_the_gpu(layer):
+    """GroupedConv with its forward pass (and dX's grouped convolution) on conv05's grouped build:
+    dX, dW and db against torch's float64 gradients, a SiLU after the layer."""
+    L = dict(layer)
+    dtype, tol = _DT[L.pop("dtype")]
+    (N, C, H, W, K, R, groups), kw = _sizes(L)
+    torch.manual_seed(8)
+    x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).to(dtype)
+    b = torch.randn(K, device="cuda").to(dtype)
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+    y = gemmlab.conv2d(xs, ws, bs, activation="silu", **kw)
+    dy = torch.randn(y.shape, device="cuda").to(dtype)
+    y.backward(dy)
+    ref = [t.double().requires_grad_() for t in (x, w, b)]
+    F.silu(F.conv2d(*ref, **kw)).backward(dy.double())
+    for name, mine, theirs in zip("xwb", (xs.grad, ws.grad, bs.grad), (t.grad for t in ref)):
+        assert mine.shape == theirs.shape and mine.dtype == dtype, name
+        err = float((mine.double() - theirs).abs().max() / theirs.abs().max().clamp_min(1e-30))
+        assert err < 4 * tol, f"{layer} d{name}: {err:.2e}"

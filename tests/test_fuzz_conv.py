@@ -272,7 +272,7 @@ def test_a_quarter_of_conv02s_to_conv05s_cases_check_their_gradients(cases):
         assert rows * c.K * c.C * c.R * c.S * c.groups <= macs and rows * c.K * c.groups <= outputs, c.label()
         assert rows * c.C * c.R * c.S * c.groups <= fields and c.N * c.C * c.groups * c.H * c.W <= inputs, c.label()
         assert c.special == "", c.label()
-        assert c.groups == 1 or c.algorithm == "implicit" or (c.algorithm == "depthwise" and c.C == c.K == 1), c.label()
+        assert c.groups == 1 or c.algorithm == "implicit" or (c.algorithm == "depthwise" and c.C == c.K), c.label()
     assert any(c.groups > 1 for c in grad if c.algorithm == "implicit")  # conv02's grouped build's gradients
     assert {(c.bias, c.activation) for c in grad} == {(b, a) for b in (False, True) for a in (None, "gelu")}
     assert any(c.stride != 1 for c in grad) and any(c.tile for c in grad)
@@ -664,17 +664,24 @@ def test_a_short_gather_run_with_the_grid_forced_down_finds_nothing_wrong(monkey
 
 
 def test_depthwise_cases_are_one_channel_a_group_within_the_work_limits(cases):
-    """conv05's cases: every channel its own group (C = K = 1 a group), every dtype, a share with
-    their gradients checked, the whole layer within the work limits."""
-    from gemmlab.fuzz_conv_cases import LIMITS
+    """conv05's cases: every channel its own group (C = K = 1 a group), or narrow groups (C = K = 2,
+    4 or 8, whole 16 bytes of channels), every dtype, a share with their gradients checked, the
+    whole layer within the work limits."""
+    from gemmlab.fuzz_conv_cases import GRAD_LIMITS, LIMITS
 
-    depthwise = [c for c in cases if c.algorithm == "depthwise"]
+    depthwise = [c for c in cases if c.algorithm == "depthwise" and c.C == 1]
+    narrow = [c for c in cases if c.algorithm == "depthwise" and c.C > 1]
     assert len(depthwise) > 20 and {c.dtype for c in depthwise} == {"bf16", "fp16", "fp32"}
     assert any(c.groups % 8 for c in depthwise) and any(c.groups % 8 == 0 for c in depthwise)  # (VEC 1 and 16 bytes)
-    for c in depthwise:
-        g = c.geometry()
-        assert c.C == c.K == 1 and c.in_channels == c.out_channels == c.groups, c.label()
-        assert c.N * g["P"] * g["Q"] * c.groups <= LIMITS[1] and c.N * c.groups * c.H * c.W <= LIMITS[3], c.label()
+    assert len(narrow) > 10 and {c.C for c in narrow} == {2, 4, 8} and {c.dtype for c in narrow} == {"bf16", "fp16", "fp32"}
+    assert any(c.grad for c in narrow) and "CG=" in fuzz_conv.chosen(narrow[0])[0]
+    for c in depthwise + narrow:
+        g, limits = c.geometry(), GRAD_LIMITS if c.grad else LIMITS
+        assert c.C == c.K and c.in_channels == c.out_channels == c.groups * c.C, c.label()
+        assert c.C == 1 or c.in_channels % (4 if c.dtype == "fp32" else 8) == 0 and (c.dtype != "fp32" or c.C <= 4)
+        rows = c.N * g["P"] * g["Q"]
+        assert rows * c.in_channels * c.C * c.R * c.S <= max(limits[0], rows * c.in_channels * c.R * c.S), c.label()
+        assert rows * c.in_channels <= LIMITS[1] and c.N * c.in_channels * c.H * c.W <= LIMITS[3], c.label()
     assert 0 < sum(c.grad for c in depthwise) < len(depthwise) / 2
 
 

@@ -211,11 +211,13 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     convolutions, weight [K, C / groups, R, S]) runs one ordinary convolution a group, each on the
     step algorithm picks for it, and concatenates their channels (_grouped): a launch a group. Under
     "auto" or "implicit", bf16/fp16 CUDA tensors whose groups have a multiple of 4 channels run
-    instead in one launch of conv02's grouped build (gemmlab.conv_grouped) where no gradient is
-    taken and no trace records the call. A
+    instead in one launch of conv02's grouped build (gemmlab.conv_grouped) where no trace records the
+    call (with gradients through GroupedConv). A
     depthwise layer (groups = C = K) under "auto" runs instead in one launch of conv05 (bf16, fp16 or
     float32 CUDA tensors; in fp32 arithmetic; under torch.compile as the operator
-    gemmlab::conv2d_depthwise), its gradients one launch each too (conv05.DepthwiseConv).
+    gemmlab::conv2d_depthwise), its gradients one launch each too (conv05.DepthwiseConv); so do
+    narrow groups (2, 4 or 8 channels and as many filters, conv05.narrow_groups_why_not) outside a
+    trace, on conv05's grouped build, with gradients through GroupedConv.
     algorithm="depthwise" asks for conv05 by name (a ValueError where it cannot serve the call).
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
@@ -231,8 +233,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         _check(x, weight, bias, groups, activation)  # every error before the first group's launch
         y = algorithm in ("depthwise", "auto") and _depthwise(x, weight, bias, stride, padding, dilation, groups,
                                                                activation, algorithm == "depthwise")  # fmt: skip
-        if not isinstance(y, Tensor) and algorithm in ("auto", "implicit"):
-            y = _grouped_one_launch(x, weight, bias, stride, padding, dilation, groups, activation)
+        if not isinstance(y, Tensor) and algorithm in ("auto", "implicit", "depthwise"):
+            y = _grouped_one_launch(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
         return y if isinstance(y, Tensor) else _grouped(x, weight, bias, stride, padding, dilation, groups, activation,
                                                         precision, algorithm)  # fmt: skip
     kind = _kind(x, weight, bias, stride, padding, dilation, groups, activation, algorithm)
@@ -271,38 +273,47 @@ def group_slices(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, i:
 
 
 def _grouped_one_launch(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
-                        activation: str | None) -> Tensor | None:  # fmt: skip
-    """A grouped layer in one launch of conv02's grouped build (gemmlab.conv_grouped; with a gradient
-    to take, GroupedConv and the activation through torch after it), or None where it cannot serve
-    (grouped_why_not, fits) or a trace records the call: those run a convolution a group
-    (_grouped), whose steps have operators."""
-    from . import conv_grouped
+                        activation: str | None, algorithm: str = "auto") -> Tensor | None:  # fmt: skip
+    """A grouped layer in one launch: of conv05's grouped build where its groups are narrow
+    (conv05.narrow_groups_why_not: 2-8 channels and as many filters), else of conv02's grouped build
+    (gemmlab.conv_grouped); with a gradient to take, GroupedConv and the activation through torch
+    after it. None where neither can serve (grouped_why_not, fits) or a trace records the call:
+    those run a convolution a group (_grouped), whose steps have operators. algorithm: "auto" takes
+    either, "depthwise" (conv05 by name) the first, "implicit" (conv02) the second."""
+    from . import conv05, conv_grouped
 
-    if conv_grouped.grouped_why_not(x, weight, groups) is not None or _traced(x, weight, bias):
+    narrow = algorithm != "implicit" and conv05.narrow_groups_why_not(x, weight, groups) is None
+    if algorithm == "depthwise" and not narrow:
+        return None
+    if (not narrow and conv_grouped.grouped_why_not(x, weight, groups) is not None) or _traced(x, weight, bias):
         return None
     g = conv_geometry((x.shape[0], x.shape[1] // groups, *x.shape[2:]), tuple(weight.shape), stride, padding, dilation)
-    if not conv_grouped.fits(g, groups):
+    if not narrow and not conv_grouped.fits(g, groups):
         return None
     last = _suggests_channels_last(x) or _suggests_channels_last(weight)
     if wants_grad(x, weight, bias):
-        y = GroupedConv.apply(x, weight, bias, g, groups, last)
+        y = GroupedConv.apply(x, weight, bias, g, groups, last, narrow)
         return y if activation is None else ACTIVATIONS[activation](y)
+    if narrow:
+        return conv05.run(x, weight, bias, dict(g, C=x.shape[1]), activation, last, x.shape[1] // groups)
     return conv_grouped.run(x, weight, bias, g, groups, activation, last)
 
 
 class GroupedConv(torch.autograd.Function):
-    """A grouped convolution on conv02's grouped build with autograd (g: one group's geometry): the
-    forward pass in one launch; dX one more grouped convolution through conv2d (the spread dY by
-    each group's filters transposed and flipped: gemmlab.conv_grad, one launch again where the
-    grouped build serves dY's groups); dW the diagonal blocks of one GEMM over every channel
-    (conv_grad.wgrad_grouped); the bias's a sum over dY."""
+    """A grouped convolution in one launch with autograd (g: one group's geometry): the forward pass
+    on conv05's grouped build where `narrow` says (conv05.narrow_groups_why_not), else on conv02's; dX one more grouped
+    convolution through conv2d (the spread dY by each group's filters transposed and flipped:
+    gemmlab.conv_grad, one launch again where a grouped build serves dY's groups); dW the diagonal
+    blocks of one GEMM over every channel (conv_grad.wgrad_grouped); the bias's a sum over dY."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, g, groups, last):
-        from . import conv_grouped
+    def forward(ctx, x, weight, bias, g, groups, last, narrow=False):
+        from . import conv05, conv_grouped
 
         ctx.save_for_backward(x, weight)
         ctx.g, ctx.groups = g, groups
+        if narrow:
+            return conv05.run(x, weight, bias, dict(g, C=x.shape[1]), None, last, x.shape[1] // groups)
         return conv_grouped.run(x, weight, bias, g, groups, None, last)
 
     @staticmethod
@@ -320,7 +331,7 @@ class GroupedConv(torch.autograd.Function):
         if ctx.needs_input_grad[1]:  # one GEMM over every channel, its diagonal blocks
             dw = wgrad_grouped(x, dy, dict(g, C=cg * G), G)
         db = dy.sum((0, 2, 3)) if ctx.needs_input_grad[2] else None
-        return dx, dw, db, None, None, None
+        return dx, dw, db, None, None, None, None
 
 
 def _depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
@@ -332,8 +343,9 @@ def _depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, 
 
     why = conv05.depthwise_why_not(x, weight, groups)
     if why is not None:
-        if asked:
-            raise ValueError(f"algorithm='depthwise': {why}")
+        narrow = conv05.narrow_groups_why_not(x, weight, groups)
+        if asked and (narrow is not None or _traced(x, weight, bias)):  # (conv05's narrow groups have no operator)
+            raise ValueError(f"algorithm='depthwise': {why}; and {narrow or 'its grouped build does not run traced'}")
         return None
     grad = wants_grad(x, weight, bias)
     if _traced(x, weight, bias):  # through its operator

@@ -51,6 +51,31 @@ def depthwise_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
     return None
 
 
+NARROW_GROUPS = (2, 4, 8)  # channels a group (and filters) conv05's grouped build takes
+
+
+def narrow_groups_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
+    """Why conv05's grouped build cannot serve this grouped call (None where it can): CUDA tensors
+    in bf16, fp16 or float32, groups of 2, 4 or 8 channels with as many filters (weight [C, C/G, R,
+    S]) whose channels fall within a thread's 16 bytes (C a multiple of 16 bytes of channels, the
+    group's channels dividing them), filters of at most MAX_TAPS / (C/G) taps."""
+    if x.device.type != "cuda":
+        return f"conv05 runs on CUDA tensors, not {x.device.type}"
+    if x.dtype not in DTYPES:
+        return f"conv05 takes bf16, fp16 or float32, not {x.dtype}"
+    C = x.shape[1]
+    cg = C // groups if groups >= 1 else 0
+    if cg not in NARROW_GROUPS or weight.shape[0] != C or weight.shape[1] != cg:
+        return (f"conv05's grouped build takes groups of {', '.join(map(str, NARROW_GROUPS))} channels with as many "
+                f"filters, not {cg} channels and {weight.shape[0] // max(groups, 1)} filters a group")  # fmt: skip
+    vec = 16 // x.element_size()
+    if C % vec or vec % cg:
+        return f"conv05 reads a group's channels within 16 bytes of {vec} channels: C = {C} with {cg} a group does not split so"
+    if weight.shape[2] * weight.shape[3] * cg > MAX_TAPS:
+        return f"conv05 holds {MAX_TAPS} taps a block's vector: {weight.shape[2]} x {weight.shape[3]} x {cg} are more"
+    return None
+
+
 def _aligned(*ts: Tensor | None) -> bool:
     return all(t is None or t.data_ptr() % _ALIGN == 0 for t in ts)
 
@@ -94,20 +119,26 @@ def _nhwc_result(t: Tensor, channels_last: bool) -> Tensor:
     return out if channels_last else out.contiguous()
 
 
-def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str | None, channels_last: bool) -> Tensor:
-    """activation(depthwise conv2d(x, weight) + bias) in one launch (more only past 2^31 tasks; g:
-    conv.conv_geometry's for the whole layer, C channels in and out). Returns [N, C, P, Q],
+def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str | None, channels_last: bool,
+        cg: int = 1) -> Tensor:  # fmt: skip
+    """activation(conv2d(x, weight, groups=C/cg) + bias) in one launch (more only past 2^31 tasks;
+    g: conv.conv_geometry's for the whole layer, C channels in and out; cg: channels a group, 1 for
+    depthwise, else one of NARROW_GROUPS as narrow_groups_why_not allows). Returns [N, C, P, Q],
     channels_last where channels_last says torch's result would be, else contiguous."""
     N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
     xs = x.contiguous(memory_format=torch.channels_last)  # its memory NHWC: x itself where it is already
-    wt = weight.contiguous()  # [C][R*S]: the kernel stages a block's taps itself
+    if cg > 1 and not _aligned(xs):  # (an offset view: the grouped build reads 16 bytes a thread)
+        xs = xs.clone(memory_format=torch.channels_last)
+    wt = weight.contiguous()  # [C][cg][R*S]: the kernel stages a block's taps itself
     b = None if bias is None else bias.to(x.dtype).contiguous()
     y = torch.empty((N, P, Q, C), dtype=x.dtype, device=x.device)  # NHWC
     if y.numel():
         device_id = _device(x)
-        vec, cv = _vectors(x.dtype, C, R * S, xs, y)
+        vec, cv = _vectors(x.dtype, C, R * S * cg, xs, y)
+        if vec % cg:
+            raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
         tq = TQ if Q >= TQ else 1
-        cfg = CONV_05.config(VEC=vec, TQ=tq)
+        cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg)
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
         grid, images = _launches(N, P * -(-Q // tq), C, vec, cv, device_id)
         size = x.element_size()

@@ -61,7 +61,7 @@ from .fuzz_loop import Summary as RunSummary, drive, reasons
 from .fuzz_conv_cases import (ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, STEPS, ConvCase, _gather_dgrad_config,
                                _im2col_problem, _wgrad_problem, draw, why_not)  # fmt: skip
 from .reference import error_terms, reference_post, tolerance
-from .conv05 import depthwise_why_not
+from .conv05 import depthwise_why_not, narrow_groups_why_not
 from .conv_grouped import grouped_why_not
 from .specs.conv import (CONV03_TILES, CONV_02, CONV_03, CONV_04, CONV_05, conv02_grouped_config, conv03_config,
                          conv03_tile_config, conv04_config, conv05_vec)  # fmt: skip
@@ -120,7 +120,7 @@ def serve(case: ConvCase, t: Built, algorithms: tuple[str, ...] | None = None) -
         if algorithms is not None and algorithm not in algorithms:
             continue
         one_launch = algorithm == "implicit" and case.groups > 1  # conv02's grouped build (gemmlab.conv_grouped)
-        why = (depthwise_why_not(t.x, t.w, case.groups) if algorithm == "depthwise" else
+        why = ((depthwise_why_not if case.C == 1 else narrow_groups_why_not)(t.x, t.w, case.groups) if algorithm == "depthwise" else
                grouped_why_not(t.x, t.w, case.groups) if one_launch else None)  # (one call)  # fmt: skip
         for x, w, bias in (group_views(case, t, i) for i in range(case.groups) if algorithm in STEPS and not one_launch):
             if algorithm == "tma":
@@ -338,7 +338,7 @@ def chosen(case: ConvCase, t: Built | None = None) -> tuple[str, str]:
     if case.algorithm == "gather":
         return _chosen_gather(case, g, t)
     if case.algorithm == "depthwise":
-        return f"{CONV_05.id} VEC={conv05_vec(DTYPES[case.dtype], case.groups, True)}", ""
+        return f"{CONV_05.id} VEC={conv05_vec(DTYPES[case.dtype], case.in_channels, True)},CG={case.C}", ""
     if case.algorithm == "im2col":
         from .fuzz import _chosen
 

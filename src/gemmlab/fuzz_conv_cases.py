@@ -86,7 +86,8 @@ class ConvCase:
     dilation: int | tuple
     x_channels_last: bool
     w_channels_last: bool
-    algorithm: str  # what runs: "tma", "implicit", "gather", "im2col" or "depthwise" (conv05: groups = channels, C = K = 1)
+    algorithm: str  # what runs: "tma", "implicit", "gather", "im2col" or "depthwise" (conv05: groups = channels, C = K = 1;
+    # or its grouped build's narrow groups, C = K = 2, 4 or 8)
     bias: bool = False
     activation: str | None = None
     special: str = ""  # "", or a NaN or an Inf in x or w: "nan-x", "inf-x", "nan-w", "inf-w"
@@ -430,13 +431,29 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
     # grouped: forward cases, and conv02's gradient cases (its grouped build's GroupedConv), within their limits
     grouped = not grad or algorithm == "implicit"
     groups = _groups(random.Random(f"groups {seed}"), N, C, H, W, K, R, S, g, GRAD_LIMITS if grad else LIMITS) if grouped else 1
-    if algorithm == "depthwise":  # every channel its own group (C and K are a group's)
-        C, K, groups = 1, 1, C
+    if algorithm == "depthwise":  # every channel its own group (C and K are a group's), or narrow groups
+        C, K, groups = _narrow(random.Random(f"narrow {seed}"), dtype, N, C, R, S, g, GRAD_LIMITS if grad else LIMITS)
     if algorithm == "implicit" and groups > 1 and C % 8 == 0 and random.Random(f"fours {seed}").random() < 0.5:
         C -= 4  # conv02's grouped build copies groups of 4k channels 8 bytes at a time (CH = 4)
     return ConvCase(seed, regime, dtype, N, C, H, W, K, R, S, stride, padding, dilation, x_cl, w_cl, algorithm, bias,
                     act, special, drawn if algorithm != drawn else "", "; ".join(reasons), tile, grad, staged,
                     registers, groups)  # fmt: skip
+
+
+def _narrow(rng: random.Random, dtype: str, N: int, C: int, R: int, S: int, g: dict, limits: tuple) -> tuple:
+    """A conv05 case's (C, K, groups), C and K a group's: one channel a group (depthwise), or for
+    half of them narrow groups of 2, 4 or 8 channels and as many filters (conv05's grouped build:
+    C rounded down to whole 16 bytes of channels, a group within them), fewer where the
+    multiply-adds (a group's channels times the depthwise layer's) would pass the work limits."""
+    vec = 4 if dtype == "fp32" else 8
+    cg = rng.choice((1, 1, 1, 2, 4, 8) if vec == 8 else (1, 1, 2, 4))
+    rows = N * g["P"] * g["Q"]
+    while cg > 1 and (C < vec or rows * (C // vec * vec) * cg * R * S > limits[0]):
+        cg //= 2
+    if cg == 1:
+        return 1, 1, C
+    C = C // vec * vec  # (a narrow group's channels within a thread's 16 bytes)
+    return cg, cg, C // cg
 
 
 def _groups(rng: random.Random, N: int, C: int, H: int, W: int, K: int, R: int, S: int, g: dict,

@@ -9,8 +9,9 @@ view of the input (a 1x1 filter at stride 1 without padding), there is nothing t
 record says so (im2col_ms null). Each result is checked against float64 on the batch's first
 images before it is timed. A layer may be grouped (groups: a depthwise one has groups = C = K);
 algorithm="auto" then runs what conv2d picks for it -- conv05 for a depthwise layer ("depthwise"),
-else one launch of conv02's grouped build where it serves ("grouped-conv02", gemmlab.conv_grouped) or
-one convolution a group ("grouped") -- and the record says which.
+else one launch of conv05's grouped build for narrow groups ("grouped-conv05",
+conv05.narrow_groups_why_not) or of conv02's where it serves ("grouped-conv02", gemmlab.conv_grouped)
+or one convolution a group ("grouped") -- and the record says which.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 from ..conv import (choose_algorithm, conv2d, conv_geometry, gather_why_not, im2col, implicit_gemm_why_not,
                     tma_why_not)  # fmt: skip
-from ..conv05 import depthwise_why_not
+from ..conv05 import depthwise_why_not, narrow_groups_why_not
 from ..conv_grouped import grouped_why_not
 from . import environment
 from .run import DTYPES, PRECISIONS, REPS, record_cases, results_path
@@ -128,6 +129,7 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
     kw = dict(stride=layer.stride, padding=layer.padding) | ({"groups": layer.groups} if layer.groups > 1 else {})
     if algorithm == "auto" and layer.groups > 1:  # the record says which path ran
         algorithm = ("depthwise" if depthwise_why_not(x, w, layer.groups) is None else
+                     "grouped-conv05" if narrow_groups_why_not(x, w, layer.groups) is None else
                      "grouped-conv02" if grouped_why_not(x, w, layer.groups) is None else "grouped")  # fmt: skip
     elif algorithm == "auto":  # the record says which step ran
         algorithm = choose_algorithm(x, w, None, layer.stride, layer.padding)

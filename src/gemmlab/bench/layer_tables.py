@@ -82,6 +82,8 @@ def _ran_cell(r: dict) -> str:
         return "conv02"
     if r.get("algorithm") == "grouped-conv02":
         return f"conv02, one launch ({r.get('groups')} groups)"
+    if r.get("algorithm") == "grouped-conv05":
+        return f"conv05, one launch ({r.get('groups')} groups)"
     if r.get("algorithm") in ("depthwise", "grouped"):
         return "conv05" if r["algorithm"] == "depthwise" else f"a convolution a group ({r.get('groups')})"
     if r.get("algorithm") == "gather":

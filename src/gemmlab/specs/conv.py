@@ -307,7 +307,7 @@ def conv04_config(g: dict) -> GemmConfig:
 # no MMA. The host picks VEC, TQ and the block's channel vectors (CV) per call. Its gradients are two
 # more entries of the same file.
 CONV05_THREADS = 256
-CONV05_TAPS_SMEM = 4096  # fp32 taps a block stages (the kernel's TAPS_SMEM): R*S*CV*VEC at most
+CONV05_TAPS_SMEM = 4096  # fp32 taps a block stages (the kernel's TAPS_SMEM): R*S*CV*VEC*CG at most
 CONV05_WG_S = 8  # wgrad: taps of a filter row a thread sums at once, at most (the kernel's SG)
 
 
@@ -316,6 +316,8 @@ def _conv05_check(c: GemmConfig) -> str | None:
         return "VEC must be 1 or 16 bytes of channels (8 16-bit ones, 4 fp32 ones)"
     if "TQ" in c.as_dict() and not 1 <= c["TQ"] <= 8:
         return "TQ must be 1 to 8 pixels a thread"
+    if "CG" in c.as_dict() and (c["CG"] not in (1, 2, 4, 8) or c["VEC"] % c["CG"]):
+        return "CG must be 1, 2, 4 or 8 channels a group, dividing VEC"
     if "SG" in c.as_dict() and not 1 <= c["SG"] <= CONV05_WG_S:
         return f"SG must be 1 to {CONV05_WG_S} taps a thread"
     if "RG" in c.as_dict() and not (1 <= c["RG"] and c["RG"] * c["SG"] <= 9):
@@ -334,9 +336,10 @@ _CONV05 = dict(step=5, title="depthwise", source="conv/05_depthwise.cu", block=l
 CONV_05 = KernelSpec(
     id="conv05_depthwise",
     idea="one filter a channel: each thread 16 bytes of channels of a few output pixels over the taps, in fp32, "
-    "one launch for every group where the grouped path launches one a group",
+    "one launch for every group where the grouped path launches one a group; narrow groups (2-8 channels) alike",
     entry="conv_depthwise",
-    params=(_VEC, Param("TQ", 4, "output pixels of a row a thread computes")),
+    params=(_VEC, Param("TQ", 4, "output pixels of a row a thread computes"),
+            Param("CG", 1, "channels (and filters) a group: 1 depthwise; 2, 4 or 8 (dividing VEC) narrow groups")),
     epilogues=True,
     **_CONV05,
 )

@@ -23,6 +23,13 @@
 // conv_depthwise_wgrad_sum where the chunks are few, by torch's sum otherwise): the same bits at
 // every launch.
 //
+// Narrow groups (the forward pass's CG > 1). A grouped layer whose groups have CG = 2, 4 or 8
+// channels and as many filters (ResNeXt-50 32x4d's first two stages: 4 and 8) is as lopsided a GEMM
+// a group: N = CG columns, a reduction of R*S*CG. Where CG divides the thread's VEC channels, every
+// input channel a thread's VEC outputs reduce is in the 16 bytes it already loads, so the same walk
+// serves them with CG multiply-adds an output a tap in place of one, and the staged taps hold
+// each filter's CG channels.
+//
 // Points in the padding multiply zeros (they are not skipped), as F.conv2d's reference does, so an
 // Inf weight next to the border still gives NaN there.
 #include "common/gemm_common.cuh"
@@ -61,13 +68,14 @@ __device__ __forceinline__ void store(T* p, const float (&v)[VEC]) {
     }
 }
 
-// The block's channels' taps into shared memory, fp32, [R*S][CV*VEC] (zeros past C); w is [C][R*S].
-template <typename T, int VEC>
+// The block's channels' taps into shared memory, fp32, [R*S][CV*VEC][CG] (zeros past C); w is
+// [C][CG][R*S]: each of the block's filters, its CG input channels' taps.
+template <typename T, int VEC, int CG = 1>
 __device__ __forceinline__ void stage_taps(float* taps, const T* __restrict__ w, int C, int RS, int CV) {
-    const int width = CV * VEC, c_first = blockIdx.y * width;
+    const int width = CV * VEC * CG, c_first = blockIdx.y * CV * VEC;
     for (int i = threadIdx.x; i < RS * width; i += blockDim.x) {
-        const int tap = i / width, c = c_first + i % width;
-        taps[i] = c < C ? static_cast<float>(w[static_cast<long long>(c) * RS + tap]) : 0.0f;
+        const int tap = i / width, c = c_first + i % width / CG, cin = i % CG;
+        taps[i] = c < C ? static_cast<float>(w[(static_cast<long long>(c) * CG + cin) * RS + tap]) : 0.0f;
     }
     __syncthreads();
 }
@@ -79,9 +87,22 @@ __device__ __forceinline__ void tap_values(float (&v)[VEC], const float* taps, i
     for (int j = 0; j < VEC; ++j) v[j] = taps[tap * CV * VEC + cv * VEC + j];
 }
 
+// A grouped build's taps: VEC filters' CG input channels each at `tap`.
+template <int VEC, int CG>
+__device__ __forceinline__ void group_tap_values(float (&v)[VEC][CG], const float* taps, int tap, int CV, int cv) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+        for (int i = 0; i < CG; ++i) v[j][i] = taps[(tap * CV * VEC + cv * VEC + j) * CG + i];
+    }
+}
+
 // The forward walk. Its counts are 32-bit, which keeps the divisions cheap: the host splits a batch
 // whose tasks (plus the grid's threads) reach 2^31 into launches of fewer images.
-template <typename T, typename TD, int VEC, int TQ, int POST>
+// CG > 1 (the grouped build): groups of CG channels and CG filters, within the thread's VEC
+// channels (CG divides VEC), so that output channel c0 + j reduces input channels
+// c0 + j / CG * CG .. + CG - 1, all of them in the vector the thread loads.
+template <typename T, typename TD, int VEC, int TQ, int POST, int CG>
 __device__ __forceinline__ void forward_walk(const T* __restrict__ x, const float* taps, TD* __restrict__ y,
                                              const TD* __restrict__ bias, int N, int H, int W, int C, int P, int Q,
                                              int R, int S, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h,
@@ -101,8 +122,8 @@ __device__ __forceinline__ void forward_walk(const T* __restrict__ x, const floa
             const bool row_in = h >= 0 && h < H;
             const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
             for (int s = 0; s < S; ++s) {
-                float wv[VEC];
-                tap_values<VEC>(wv, taps, r * S + s, CV, cv);
+                float wv[VEC][CG];
+                group_tap_values<VEC, CG>(wv, taps, r * S + s, CV, cv);
 #pragma unroll
                 for (int i = 0; i < TQ; ++i) {
                     const int col = (q0 + i) * stride_w - pad_w + s * dil_w;
@@ -110,7 +131,10 @@ __device__ __forceinline__ void forward_walk(const T* __restrict__ x, const floa
                     float xv[VEC];
                     load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) acc[i][j] = fmaf(xv[j], wv[j], acc[i][j]);
+                    for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+                        for (int k = 0; k < CG; ++k) acc[i][j] = fmaf(xv[j / CG * CG + k], wv[j][k], acc[i][j]);
+                    }
                 }
             }
         }
@@ -177,12 +201,13 @@ __device__ __forceinline__ void dgrad_walk(const T* __restrict__ dy, const float
 
 // T: __nv_bfloat16, __half or float; TD: the output's type (T). VEC: channels a thread, 16 bytes of
 // them (8 16-bit, 4 fp32), or 1 where C is not a multiple of that or an address is not 16-byte
-// aligned (the host decides). TQ: output pixels of a row a thread computes. POST: the fused
-// epilogue (bias, activation), 0 for none.
-// x: NHWC [N][H][W][C]; w: [C][R*S], the weight's own memory; y: NHWC [N][P][Q][C]; bias: [C] in T,
-// or null. CV: channel vectors a block covers (a power of two; R*S*CV*VEC <= TAPS_SMEM); the grid is
-// (blocks over the pixels, ceil(C / (CV * VEC))), 256 threads a block.
-template <typename T, typename TD, int VEC, int TQ, int POST = 0>
+// aligned (the host decides). TQ: output pixels of a row a thread computes. CG: channels (and
+// filters) a group, 1 for depthwise; 2, 4 or 8 (a divisor of VEC) for narrow groups, as ResNeXt's
+// first stages have. POST: the fused epilogue (bias, activation), 0 for none.
+// x: NHWC [N][H][W][C]; w: [C][CG][R*S], the weight's own memory; y: NHWC [N][P][Q][C]; bias: [C]
+// in T, or null. CV: channel vectors a block covers (a power of two; R*S*CV*VEC*CG <= TAPS_SMEM);
+// the grid is (blocks over the pixels, ceil(C / (CV * VEC))), 256 threads a block.
+template <typename T, typename TD, int VEC, int TQ, int CG, int POST = 0>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise(const T* __restrict__ x, const T* __restrict__ w,
                                                                      TD* __restrict__ y, const TD* __restrict__ bias,
                                                                      int N, int H, int W, int C, int P, int Q, int R,
@@ -190,9 +215,10 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise(const T*
                                                                      int pad_w, int dil_h, int dil_w, int CV) {
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
     static_assert(TQ >= 1 && TQ <= 8, "TQ: 1 to 8 output pixels a thread");
+    static_assert(CG >= 1 && VEC % CG == 0, "CG: a group's channels within the thread's VEC");
     __shared__ float taps[depthwise::TAPS_SMEM];
-    depthwise::stage_taps<T, VEC>(taps, w, C, R * S, CV);
-    depthwise::forward_walk<T, TD, VEC, TQ, POST>(x, taps, y, bias, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w,
+    depthwise::stage_taps<T, VEC, CG>(taps, w, C, R * S, CV);
+    depthwise::forward_walk<T, TD, VEC, TQ, POST, CG>(x, taps, y, bias, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w,
                                                   dil_h, dil_w, CV);
 }
 
