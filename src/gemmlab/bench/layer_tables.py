@@ -46,8 +46,9 @@ def conv_table(run: dict) -> str:
                 "the ran column says which)")  # fmt: skip
         note = ("ran: the step that ran the layer (conv03 with its tile and, in the persistent build, the most tiles one "
                 "block walks, A as rows where it read x's rows for a 1x1 filter at stride 1; conv04 with its tile of "
-                "output pixels and the most tiles one block walks; conv05 for a depthwise layer; for another grouped "
-                "one, conv02 in one launch where its grouped build serves, else a convolution a group; im2col with its im2col share, view where A is the input itself).")  # fmt: skip
+                "output pixels and the most tiles one block walks; conv05 for a depthwise layer and narrow groups (2-8 "
+                "channels and as many filters); for another grouped one, conv02 in one launch where its grouped "
+                "build serves, else a convolution a group; im2col with its im2col share, view where A is the input itself).")  # fmt: skip
     elif old:
         what = "im2col by torch's unfold, then gemm()"
         note = "unfold share: torch's unfold alone against conv2d's time."
