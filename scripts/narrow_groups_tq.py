@@ -1,0 +1,56 @@
+"""conv05's grouped build on ResNeXt-50's narrow grouped layers (sweeps/conv/resnext50.toml: 32
+groups of 4 and of 8 channels) with each TQ (output pixels of a row a thread computes: 1, 2, 4, 8;
+conv05.TQ set for the call) and each block width CV (channel vectors a block covers, as
+conv05_channel_vectors allows), beside cuDNN, bf16, channels_last; each checked against float64 on
+the first images, then timed interleaved behind a host gate with L2 flushed (median of 20,
+microseconds). Prints one line a layer and batch.
+  python3 scripts/narrow_groups_tq.py [32,256]"""
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from gemmlab import conv, conv05
+from gemmlab.bench.conv import read_conv_sweep
+from gemmlab.bench.timing import HostGate, L2Flusher, interleaved, median
+
+
+def main() -> None:
+    batches = [int(b) for b in (sys.argv[1] if len(sys.argv) > 1 else "32,256").split(",")]
+    sweep = read_conv_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "conv" / "resnext50.toml")
+    flush, gate = L2Flusher(0), HostGate(0)
+    real_cv = conv05.conv05_channel_vectors
+    for n in batches:
+        for L in sweep["layers"]:
+            cg = L.C // L.groups
+            if cg not in conv05.NARROW_GROUPS or L.K != L.C:
+                continue
+            x = torch.randn(n, L.C, L.H, L.W, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+            w = (torch.randn(L.K, cg, L.R, L.S, device="cuda") / (cg * 9) ** 0.5).bfloat16()
+            kw = dict(stride=L.stride, padding=L.padding, groups=L.groups)
+            ref = F.conv2d(x[:2].double(), w.double(), **kw)
+
+            def run(tq, cv):
+                def f():
+                    conv05.TQ = tq
+                    conv05.conv05_channel_vectors = (lambda c, v, t: cv) if cv else real_cv
+                    try:
+                        return conv.conv2d(x, w, **kw)
+                    finally:
+                        conv05.TQ, conv05.conv05_channel_vectors = 4, real_cv
+                return f
+
+            fns = {f"TQ{tq}" + (f"/CV{cv}" if cv else ""): run(tq, cv) for tq in (1, 2, 4, 8) for cv in (None,)}
+            fns |= {f"TQ4/CV{cv}": run(4, cv) for cv in (1, 2, 8) if 9 * cg * cv * 8 <= 4096}
+            fns["cudnn"] = lambda: F.conv2d(x, w, **kw)
+            errs = {k: float((f()[:2].double() - ref).abs().max() / ref.abs().max()) for k, f in fns.items()}
+            with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+                t = {k: median(v) * 1e3 for k, v in interleaved(fns, reps=20, warmup=2, flush=flush, gate=gate).items()}
+            print(f"N={n} {L.name} groups of {cg}:", " ".join(f"{k} {v:.1f}" for k, v in t.items()),
+                  "| max error", f"{max(errs.values()):.1e}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
