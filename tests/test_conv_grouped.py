@@ -375,7 +375,8 @@ def test_what_the_narrow_group_build_refuses():
         assert "within 16 bytes" in conv05.narrow_groups_why_not(x.float(), torch.empty(64, 8, 3, 3, device="cuda"), 8)
         x36 = torch.empty(2, 36, 9, 9, device="cuda", dtype=torch.bfloat16)
         assert "within 16 bytes" in conv05.narrow_groups_why_not(x36, torch.empty(36, 4, 3, 3, device="cuda"), 9)
-        assert "taps" in conv05.narrow_groups_why_not(x, torch.empty(64, 8, 23, 23, device="cuda"), 8)
+        assert "too large" in conv05.narrow_groups_why_not(x, torch.empty(64, 8, 9, 9, device="cuda"), 8)  # 81*8*8 > 4096
+        assert conv05.narrow_groups_why_not(x, torch.empty(64, 8, 8, 8, device="cuda"), 8) is None  # 64*8*8 = 4096
         assert "bf16, fp16 or float32" in conv05.narrow_groups_why_not(x.double(), torch.empty(64, 4, 3, 3), 16)
     assert "CUDA tensors" in conv05.narrow_groups_why_not(torch.empty(1, 8, 3, 3), torch.empty(8, 4, 1, 1), 2)
 
@@ -464,3 +465,15 @@ def test_narrow_group_gradients_against_float64_on_the_gpu(layer):
         assert mine.shape == theirs.shape and mine.dtype == dtype, name
         err = float((mine.double() - theirs).abs().max() / theirs.abs().max().clamp_min(1e-30))
         assert err < 4 * tol, f"{layer} d{name}: {err:.2e}"
+
+
+def test_the_narrow_group_build_takes_blocks_of_two_channel_vectors():
+    """conv05.run's grouped build covers NARROW_CV vectors a block where the depthwise rule would
+    take the widest block whose taps fit; depthwise launches keep that rule."""
+    from gemmlab.specs.conv import conv05_channel_vectors
+
+    assert conv05.NARROW_CV == 2
+    assert conv05_channel_vectors(128, 8, 9 * 4) == 8  # the depthwise rule at stage 1's 3x3
+    assert conv05.narrow_block(8, 8, 9, 4) == 2 and conv05.narrow_block(8, 4, 9, 8) == 2
+    assert conv05.narrow_block(8, 32, 9, 1) == 32  # depthwise: as the rule says
+    assert conv05.narrow_block(8, 1, 300, 8) == 1  # 300 x 8 taps of two vectors pass the staged copy

@@ -52,13 +52,19 @@ def depthwise_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
 
 
 NARROW_GROUPS = (2, 4, 8)  # channels a group (and filters) conv05's grouped build takes
+# The grouped build's block covers NARROW_CV channel vectors, 128 lanes of pixels each (the depthwise
+# rule, conv05_channel_vectors, takes the widest block that fits). On ResNeXt-50's narrow layers on an
+# H200 (bf16, TQ 4; results/nvidia-h200/narrow-groups-tq-20261128T1916Z.txt) 2 was the fastest of
+# 1-8 at all six layer and batch pairs: stage 1's 3x3 67 us against 141 at batch 32 (the depthwise
+# rule's 8), 480 against 981 at batch 256; stage 2's 47-56 against 78-79 and 303-430 against 540.
+NARROW_CV = 2
 
 
 def narrow_groups_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
     """Why conv05's grouped build cannot serve this grouped call (None where it can): CUDA tensors
     in bf16, fp16 or float32, groups of 2, 4 or 8 channels with as many filters (weight [C, C/G, R,
     S]) whose channels fall within a thread's 16 bytes (C a multiple of 16 bytes of channels, the
-    group's channels dividing them), filters of at most MAX_TAPS / (C/G) taps."""
+    group's channels dividing them), a vector's filters of at most MAX_TAPS taps together."""
     if x.device.type != "cuda":
         return f"conv05 runs on CUDA tensors, not {x.device.type}"
     if x.dtype not in DTYPES:
@@ -71,9 +77,16 @@ def narrow_groups_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
     vec = 16 // x.element_size()
     if C % vec or vec % cg:
         return f"conv05 reads a group's channels within 16 bytes of {vec} channels: C = {C} with {cg} a group does not split so"
-    if weight.shape[2] * weight.shape[3] * cg > MAX_TAPS:
-        return f"conv05 holds {MAX_TAPS} taps a block's vector: {weight.shape[2]} x {weight.shape[3]} x {cg} are more"
+    if weight.shape[2] * weight.shape[3] * cg * vec > MAX_TAPS:
+        return (f"conv05 stages {MAX_TAPS} taps a block, a vector's {vec} filters of {cg} channels each: "
+                f"{weight.shape[2]} x {weight.shape[3]} filters are too large")  # fmt: skip
     return None
+
+
+def narrow_block(vec: int, cv: int, taps: int, cg: int) -> int:
+    """The channel vectors a block covers: NARROW_CV for the grouped build (cg > 1) where its taps
+    fit the staged copy, else cv (the depthwise rule's)."""
+    return NARROW_CV if cg > 1 and taps * cg * NARROW_CV * vec <= MAX_TAPS else cv
 
 
 def _aligned(*ts: Tensor | None) -> bool:
@@ -137,6 +150,7 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
         vec, cv = _vectors(x.dtype, C, R * S * cg, xs, y)
         if vec % cg:
             raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
+        cv = narrow_block(vec, cv, R * S, cg)
         tq = TQ if Q >= TQ else 1
         cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg)
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
