@@ -234,15 +234,20 @@ def test_nan_and_inf_reach_the_groups_they_are_in_on_the_gpu():
     """A NaN in one group's input and an Inf in another's filter reach exactly the outputs torch's
     convolution gives them, in one launch; a group of 4 channels and one of 8."""
     for cg in (4, 8):
-        groups, kg = 4, 6
-        x = torch.randn(2, cg * groups, 11, 13, device="cuda").bfloat16().to(memory_format=torch.channels_last)
-        w = torch.randn(kg * groups, cg, 3, 3, device="cuda").bfloat16()
-        x[1, cg + 1, 5, 6] = float("nan")  # group 1
-        w[3 * kg + 2, 0, 1, 1] = float("inf")  # group 3
-        y = gemmlab.conv2d(x, w, padding=1, groups=groups)
-        ref = F.conv2d(x.double(), w.double(), padding=1, groups=groups)
-        assert torch.equal(y.isnan(), ref.isnan()) and torch.equal(y.isinf(), ref.isinf())
-        assert y.isnan().any() and y.isinf().any()
+        _nan_and_inf_reach_their_groups(cg, 6, 4)
+
+
+def _nan_and_inf_reach_their_groups(cg: int, kg: int, groups: int) -> None:
+    """A NaN in group 1's input and an Inf in group 3's filters: conv2d's NaN and Inf where torch's
+    float64 grouped convolution has them (bf16, channels_last)."""
+    x = torch.randn(2, cg * groups, 11, 13, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+    w = torch.randn(kg * groups, cg, 3, 3, device="cuda").bfloat16()
+    x[1, cg + 1, 5, 6] = float("nan")  # group 1
+    w[3 * kg + 1, 0, 1, 1] = float("inf")  # group 3
+    y = gemmlab.conv2d(x, w, padding=1, groups=groups)
+    ref = F.conv2d(x.double(), w.double(), padding=1, groups=groups)
+    assert torch.equal(y.isnan(), ref.isnan()) and torch.equal(y.isinf(), ref.isinf())
+    assert y.isnan().any() and y.isinf().any()
 
 
 # ---- conv-bench over ResNeXt-50's grouped layers ------------------------------------------------
@@ -303,7 +308,15 @@ def test_gradients_against_float64_on_the_gpu(dtype, tol, layer, monkeypatch):
     gradients of the same layer with a SiLU after it, at a random dY."""
     launches = _counted_launches(monkeypatch)
     (N, C, H, W, K, R, groups), L = _sizes(layer)
-    torch.manual_seed(1)
+    _check_gradients(layer, dtype, tol, seed=1)
+    assert len(launches) == 1 + ((K // groups) % 4 == 0)  # the forward pass, and dX where dY's groups allow
+
+
+def _check_gradients(layer: dict, dtype, tol: float, seed: int) -> None:
+    """conv2d's dX, dW and db of a layer with a SiLU after it, at a random dY, against torch's in
+    float64 (error relative to each gradient's largest element, under 4 * tol)."""
+    (N, C, H, W, K, R, groups), L = _sizes(layer)
+    torch.manual_seed(seed)
     x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
     w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).to(dtype)
     b = torch.randn(K, device="cuda").to(dtype)
@@ -311,7 +324,6 @@ def test_gradients_against_float64_on_the_gpu(dtype, tol, layer, monkeypatch):
     y = gemmlab.conv2d(xs, ws, bs, activation="silu", **L)
     dy = torch.randn(y.shape, device="cuda").to(dtype)
     y.backward(dy)
-    assert len(launches) == 1 + ((K // groups) % 4 == 0)  # the forward pass, and dX where dY's groups allow
     ref = [t.double().requires_grad_() for t in (x, w, b)]
     F.silu(F.conv2d(*ref, **L)).backward(dy.double())
     for name, mine, theirs in zip("xwb", (xs.grad, ws.grad, bs.grad), (t.grad for t in ref)):
@@ -431,15 +443,7 @@ def test_narrow_groups_carry_nan_and_inf_as_torch_does_on_the_gpu():
     """A NaN in one group's input and an Inf in another's filter reach exactly the outputs torch's
     grouped convolution gives them, on conv05's grouped build, groups of 2, 4 and 8."""
     for cg in (2, 4, 8):
-        groups = 32 // cg
-        x = torch.randn(2, 32, 11, 13, device="cuda").bfloat16().to(memory_format=torch.channels_last)
-        w = torch.randn(32, cg, 3, 3, device="cuda").bfloat16()
-        x[1, cg + 1, 5, 6] = float("nan")  # group 1
-        w[3 * cg + 1, 0, 1, 1] = float("inf")  # group 3
-        y = gemmlab.conv2d(x, w, padding=1, groups=groups)
-        ref = F.conv2d(x.double(), w.double(), padding=1, groups=groups)
-        assert torch.equal(y.isnan(), ref.isnan()) and torch.equal(y.isinf(), ref.isinf())
-        assert y.isnan().any() and y.isinf().any()
+        _nan_and_inf_reach_their_groups(cg, cg, 32 // cg)
 
 
 @gpu
@@ -450,21 +454,7 @@ def test_narrow_group_gradients_against_float64_on_the_gpu(layer):
     dX, dW and db against torch's float64 gradients, a SiLU after the layer."""
     L = dict(layer)
     dtype, tol = _DT[L.pop("dtype")]
-    (N, C, H, W, K, R, groups), kw = _sizes(L)
-    torch.manual_seed(8)
-    x = torch.randn(N, C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
-    w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).to(dtype)
-    b = torch.randn(K, device="cuda").to(dtype)
-    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
-    y = gemmlab.conv2d(xs, ws, bs, activation="silu", **kw)
-    dy = torch.randn(y.shape, device="cuda").to(dtype)
-    y.backward(dy)
-    ref = [t.double().requires_grad_() for t in (x, w, b)]
-    F.silu(F.conv2d(*ref, **kw)).backward(dy.double())
-    for name, mine, theirs in zip("xwb", (xs.grad, ws.grad, bs.grad), (t.grad for t in ref)):
-        assert mine.shape == theirs.shape and mine.dtype == dtype, name
-        err = float((mine.double() - theirs).abs().max() / theirs.abs().max().clamp_min(1e-30))
-        assert err < 4 * tol, f"{layer} d{name}: {err:.2e}"
+    _check_gradients(L, dtype, tol, seed=8)
 
 
 def test_the_narrow_group_build_takes_blocks_of_two_channel_vectors():
