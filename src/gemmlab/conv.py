@@ -301,10 +301,11 @@ def _grouped_one_launch(x: Tensor, weight: Tensor, bias: Tensor | None, stride, 
 
 class GroupedConv(torch.autograd.Function):
     """A grouped convolution in one launch with autograd (g: one group's geometry): the forward pass
-    on conv05's grouped build where `narrow` says (conv05.narrow_groups_why_not), else on conv02's; dX one more grouped
-    convolution through conv2d (the spread dY by each group's filters transposed and flipped:
-    gemmlab.conv_grad, one launch again where a grouped build serves dY's groups); dW the diagonal
-    blocks of one GEMM over every channel (conv_grad.wgrad_grouped); the bias's a sum over dY."""
+    on conv05's grouped build where `narrow` says so (conv05.narrow_groups_why_not), else on
+    conv02's; dX one more grouped convolution through conv2d (the spread dY by each group's filters
+    transposed and flipped: gemmlab.conv_grad, one launch again where a grouped build serves dY's
+    groups); dW the diagonal blocks of one GEMM over every channel (conv_grad.wgrad_grouped); the
+    bias's a sum over dY."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, g, groups, last, narrow=False):

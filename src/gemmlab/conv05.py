@@ -76,7 +76,8 @@ def narrow_groups_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
                 f"filters, not {cg} channels and {weight.shape[0] // max(groups, 1)} filters a group")  # fmt: skip
     vec = 16 // x.element_size()
     if C % vec or vec % cg:
-        return f"conv05 reads a group's channels within 16 bytes of {vec} channels: C = {C} with {cg} a group does not split so"
+        return (f"conv05 reads a group's channels within 16 bytes a thread ({vec} channels): C = {C} in groups "
+                f"of {cg} does not split into them")  # fmt: skip
     if weight.shape[2] * weight.shape[3] * cg * vec > MAX_TAPS:
         return (f"conv05 stages {MAX_TAPS} taps a block, a vector's {vec} filters of {cg} channels each: "
                 f"{weight.shape[2]} x {weight.shape[3]} filters are too large")  # fmt: skip
