@@ -1,0 +1,92 @@
+"""conv05 on the depthwise layers of sweeps/conv/depthwise.toml (MobileNetV2's 3x3, ConvNeXt-T's
+7x7) with each TQ (output pixels of a row a thread computes: 2, 4, 8; conv05.TQ set for the call)
+and each block width CV (channel vectors a block covers: 1-32, as the staged taps allow) beside the
+rule's pick and cuDNN, channels_last; each checked against float64 on the first images, then timed
+interleaved behind a host gate with L2 flushed (median of 20, microseconds). With "dgrad" it times
+the input's gradient (conv05.dgrad against cuDNN's conv_transpose2d-shaped dgrad through autograd)
+instead. Prints one line a layer, batch and dtype.
+  python3 scripts/depthwise_cv.py [bf16,fp32] [32,128] [dgrad]"""
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from gemmlab import conv, conv05
+from gemmlab.bench.conv import read_conv_sweep
+from gemmlab.bench.timing import HostGate, L2Flusher, interleaved, median
+from gemmlab.conv_shape import conv_geometry
+from gemmlab.specs.conv import CONV05_TAPS_SMEM
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if a != "dgrad"]
+    dgrad = "dgrad" in sys.argv[1:]
+    dtypes = (args[0] if args else "bf16,fp32").split(",")
+    batches = [int(b) for b in (args[1] if len(args) > 1 else "32,128").split(",")]
+    sweep = read_conv_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "conv" / "depthwise.toml")
+    flush, gate = L2Flusher(0), HostGate(0)
+    real_cv = conv05.conv05_channel_vectors
+    for name in dtypes:
+        dtype = DTYPES[name]
+        vec = 16 // dtype.itemsize
+        for n in batches:
+            for L in sweep["layers"]:
+                x = torch.randn(n, L.C, L.H, L.W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+                w = (torch.randn(L.K, 1, L.R, L.S, device="cuda") / L.R).to(dtype)
+                kw = dict(stride=L.stride, padding=L.padding, groups=L.groups)
+                g = conv_geometry(tuple(x.shape), tuple(w.shape), L.stride, L.padding)
+                dy = torch.randn(n, L.C, g["P"], g["Q"], device="cuda").to(dtype).to(memory_format=torch.channels_last)
+                if dgrad:
+                    x2, w2 = x[:2].double().requires_grad_(), w.double()
+                    (ref,) = torch.autograd.grad(F.conv2d(x2, w2, **kw), (x2,), dy[:2].double())
+                    xg = x.detach().requires_grad_()
+
+                    def ours():
+                        return conv05.dgrad(dy, w, g, True)
+
+                    def cudnn():
+                        return torch.autograd.grad(F.conv2d(xg, w, **kw), (xg,), dy)[0]
+                else:
+                    ref = F.conv2d(x[:2].double(), w.double(), **kw)
+
+                    def ours():
+                        return conv.conv2d(x, w, **kw)
+
+                    def cudnn():
+                        return F.conv2d(x, w, **kw)
+
+                def variant(tq, cv):
+                    def f():
+                        conv05.TQ = tq
+                        conv05.conv05_channel_vectors = (lambda c, v, t: cv) if cv else real_cv
+                        try:
+                            return ours()
+                        finally:
+                            conv05.TQ, conv05.conv05_channel_vectors = 4, real_cv
+                    return f
+
+                rule_cv = real_cv(L.C, vec, L.R * L.S)
+                fns = {f"rule(CV{rule_cv})": variant(4, None)}
+                fns |= {f"TQ{tq}/CV{cv}": variant(tq, cv) for tq in (2, 4, 8) for cv in (1, 2, 4, 8, 16, 32)
+                        if L.R * L.S * cv * vec <= CONV05_TAPS_SMEM and cv * vec <= 2 * L.C}  # fmt: skip
+                fns["cudnn"] = cudnn
+                errs = {}
+                for k, f in fns.items():
+                    got = f()[:2].double()
+                    errs[k] = float((got - ref).abs().max() / ref.abs().max())
+                bad = {k: e for k, e in errs.items() if not e <= (1e-2 if dtype != torch.float32 else 1e-5)}
+                if bad:
+                    raise RuntimeError(f"{L.name} N={n} {name}: wrong results {bad}")
+                with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+                    t = {k: median(v) * 1e3 for k, v in interleaved(fns, reps=20, warmup=2, flush=flush, gate=gate).items()}
+                best = min((k for k in t if k != "cudnn"), key=t.get)
+                print(f"{name} N={n} {L.name}{' dgrad' if dgrad else ''}:", " ".join(f"{k} {v:.1f}" for k, v in t.items()),
+                      f"| best {best} | max error {max(errs.values()):.1e}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
