@@ -1,10 +1,10 @@
 """conv05 on the depthwise layers of sweeps/conv/depthwise.toml (MobileNetV2's 3x3, ConvNeXt-T's
-7x7) with each TQ (output pixels of a row a thread computes: 2, 4, 8; conv05.TQ set for the call)
-and each block width CV (channel vectors a block covers: 1-32, as the staged taps allow) beside the
-rule's pick and cuDNN, channels_last; each checked against float64 on the first images, then timed
-interleaved behind a host gate with L2 flushed (median of 20, microseconds). With "dgrad" it times
-the input's gradient (conv05.dgrad against cuDNN's conv_transpose2d-shaped dgrad through autograd)
-instead. Prints one line a layer, batch and dtype.
+7x7) with each TQ (output pixels of a row a thread computes: 2, 4, 8) and each block width CV
+(channel vectors a block covers: 1-32, as the staged taps allow) beside the rule's pick
+(conv05.depthwise_block's) and cuDNN, channels_last; each checked against float64 on the first
+images, then timed interleaved behind a host gate with L2 flushed (median of 20, microseconds).
+With "dgrad" it times the input's gradient instead (conv05.dgrad against cuDNN's, through
+torch.autograd). Prints one line a layer, batch and dtype.
   python3 scripts/depthwise_cv.py [bf16,fp32] [32,128] [dgrad]"""
 
 import sys
@@ -29,7 +29,8 @@ def main() -> None:
     batches = [int(b) for b in (args[1] if len(args) > 1 else "32,128").split(",")]
     sweep = read_conv_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "conv" / "depthwise.toml")
     flush, gate = L2Flusher(0), HostGate(0)
-    real_cv = conv05.conv05_channel_vectors
+    real_cv, real_block = conv05.conv05_channel_vectors, conv05.depthwise_block
+    real_tq = conv05.TQ, conv05.STRIDED_DGRAD_TQ
     for name in dtypes:
         dtype = DTYPES[name]
         vec = 16 // dtype.itemsize
@@ -61,16 +62,18 @@ def main() -> None:
 
                 def variant(tq, cv):
                     def f():
-                        conv05.TQ = tq
-                        conv05.conv05_channel_vectors = (lambda c, v, t: cv) if cv else real_cv
+                        conv05.TQ = conv05.STRIDED_DGRAD_TQ = tq
+                        conv05.conv05_channel_vectors = lambda c, v, t: cv
+                        conv05.depthwise_block = lambda c, v, cv_, taps, strided: cv_
                         try:
                             return ours()
                         finally:
-                            conv05.TQ, conv05.conv05_channel_vectors = 4, real_cv
+                            conv05.TQ, conv05.STRIDED_DGRAD_TQ = real_tq
+                            conv05.conv05_channel_vectors, conv05.depthwise_block = real_cv, real_block
                     return f
 
-                rule_cv = real_cv(L.C, vec, L.R * L.S)
-                fns = {f"rule(CV{rule_cv})": variant(4, None)}
+                rule_cv = real_block(L.C, vec, real_cv(L.C, vec, L.R * L.S), L.R * L.S, L.stride > 1 and not dgrad)
+                fns = {f"rule(CV{rule_cv})": ours}
                 fns |= {f"TQ{tq}/CV{cv}": variant(tq, cv) for tq in (2, 4, 8) for cv in (1, 2, 4, 8, 16, 32)
                         if L.R * L.S * cv * vec <= CONV05_TAPS_SMEM and cv * vec <= 2 * L.C}  # fmt: skip
                 fns["cudnn"] = cudnn

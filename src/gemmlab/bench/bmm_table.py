@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import statistics
 
-from .records import _commits
+from .records import GATES, _commits
 
 RATIOS = {"vs_torch": "in one launch", "per_matrix_vs_torch": "per matrix"}  # record key: what it times
 
-
-# How a run's launches reached the GPU (its meta's "gate"): behind a gate each round is queued
-# before the GPU starts it, so the host's time a call is not in the times
-GATES = {"round": " (each round of launches queued behind a gate, so host time is not counted)",
-         None: " (a spin of ~100 us before each timed launch: host time past it is counted)"}
 
 def _case(r: dict) -> str:
     return f"B={r['B']} {r['M']}x{r['N']}x{r['K']}"

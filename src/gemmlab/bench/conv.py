@@ -2,7 +2,10 @@
 
 Each layer, batch and dtype: gemmlab.conv2d and cuDNN (torch.nn.functional.conv2d with
 torch.backends.cudnn.benchmark on, TF32 off for float32), both on a channels_last input, timed in
-the same interleaved rounds with L2 flushed before each launch; conv2d's im2col (gemmlab.conv.im2col,
+the same interleaved rounds with L2 flushed before each launch, each round queued behind a host
+gate (bench.timing.HostGate) so that the times are the GPU's (records before it held each launch
+behind a ~100 us spin, past which a call's host time was counted: a few-microsecond layer could
+read several times slower than it ran); conv2d's im2col (gemmlab.conv.im2col,
 the step that builds the GEMM's A operand: padding and the one copy of the receptive fields) is
 timed alone beside them, so a table can show what the data movement costs. Where that operand is a
 view of the input (a 1x1 filter at stride 1 without padding), there is nothing to time and the
@@ -31,7 +34,7 @@ from ..conv05 import depthwise_why_not, narrow_groups_why_not
 from ..conv_grouped import grouped_why_not
 from . import environment
 from .run import DTYPES, PRECISIONS, REPS, record_cases, results_path
-from .timing import L2Flusher, interleaved, median
+from .timing import HostGate, L2Flusher, interleaved, median
 
 LAYER_KEYS = {"name", "C", "H", "W", "K", "R", "S", "stride", "padding", "groups"}
 SWEEP_KEYS = {"tag", "batches", "dtypes", "reps", "warmup", "layers"}
@@ -94,7 +97,7 @@ def _on_tile(tile: tuple[int, int], call: Callable[[], object]) -> object:
         return call()
 
 
-def _tile_times(x, w, kw: dict, ref, dtype_name: str, reps: int, warmup: int, flusher) -> dict:
+def _tile_times(x, w, kw: dict, ref, dtype_name: str, reps: int, warmup: int, flusher, gate=None) -> dict:
     """conv03 on each tile of CONV03_TILES in the build conv03.PERSISTENT picks, every result
     checked against float64 first, then all timed in the same interleaved rounds: the
     measurements CONV03_TILE_COST stands in for. Milliseconds by tile name ("128x256")."""
@@ -107,19 +110,20 @@ def _tile_times(x, w, kw: dict, ref, dtype_name: str, reps: int, warmup: int, fl
         if not err <= WRONG_ABOVE[dtype_name]:
             raise RuntimeError(f"conv03 on the {tile[0]}x{tile[1]} tile: error {err:.2e} against float64; not timed")
         fns[f"{tile[0]}x{tile[1]}"] = partial(_on_tile, tile, lambda: conv2d(x, w, algorithm="tma", **kw))
-    times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
+    times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher, gate=gate)
     return {name: median(v) for name, v in times.items()}
 
 
 def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int, flusher, device: str = "cuda",
-              algorithm: str = "im2col", tiles: bool = False) -> dict:  # fmt: skip
+              algorithm: str = "im2col", tiles: bool = False, gate: HostGate | None = None) -> dict:  # fmt: skip
     """One layer at one batch and dtype: the error of both sides against float64 on the first
     images, then the median times of gemmlab.conv2d, cuDNN and conv2d's im2col alone (None where
     im2col returns a view of x: no work, or where the algorithm is implicit GEMM, which has none).
     algorithm: conv2d's; a layer implicit GEMM (or conv03, "tma") cannot serve (C not a multiple
     of 8, or a geometry the im2col map cannot hold) runs im2col, and its record says which ran.
     Where conv03 ran, the record holds its tile, build and grid (conv03); tiles: also every tile's
-    time (tile_ms, _tile_times)."""
+    time (tile_ms, _tile_times). gate: each round of timed launches is queued behind it (the GPU's
+    times, without the host's time a call), else a spin precedes each launch (bench.timing)."""
     dtype, precision = DTYPES[dtype_name], PRECISIONS.get(dtype_name, "fp32")
     g = conv_geometry((batch, layer.C, layer.H, layer.W), (layer.K, layer.C, layer.R, layer.S), layer.stride, layer.padding)
     x = torch.randn(batch, layer.C, layer.H, layer.W, device=device).to(dtype).to(memory_format=torch.channels_last)
@@ -155,7 +159,7 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
         if not err <= WRONG_ABOVE[dtype_name]:  # (NaN too) a wrong result is not timed
             raise RuntimeError(f"{layer.name} N={batch} {dtype_name} ({algorithm}): gemmlab.conv2d's error against float64 "
                                f"is {err:.2e}, over {WRONG_ABOVE[dtype_name]:.0e} (cuDNN's: {cudnn_err:.2e}); not timed")  # fmt: skip
-        times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher)
+        times = interleaved(fns, reps=reps, warmup=warmup, flush=flusher, gate=gate)
         extra = {}
         if algorithm == "tma" and single:  # read before the tiles' plans can push the timed one out of conv03's table
             from .. import conv03
@@ -166,7 +170,7 @@ def conv_case(layer: Layer, batch: int, dtype_name: str, reps: int, warmup: int,
 
             extra["conv04"] = conv04.describe(conv04.cached_plan(x, w, None, (layer.stride, layer.padding, 1), None))
         if tiles and algorithm == "tma" and single:
-            extra["tile_ms"] = _tile_times(x, w, kw, ref, dtype_name, reps, warmup, flusher)
+            extra["tile_ms"] = _tile_times(x, w, kw, ref, dtype_name, reps, warmup, flusher, gate)
     ms = {k: median(v) for k, v in times.items()}
     flops = 2.0 * batch * g["P"] * g["Q"] * layer.K * cg * layer.R * layer.S
     return dict(
@@ -199,18 +203,19 @@ def run_conv_bench(sweep: dict, out_root: Path, device_id: int = 0,
 
         with conv03.staged_stores(tma_store):
             return run_conv_bench(sweep, out_root, device_id, on_record, algorithm, tiles)
-    flusher = L2Flusher(device_id)
+    flusher, gate = L2Flusher(device_id), HostGate(device_id)
     done = []
     for dtype_name in sweep["dtypes"]:
         meta = environment.describe(device_id)
         meta.update(kind="conv", dtype=dtype_name, algorithm=algorithm,
-                    baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last")  # fmt: skip
+                    baseline="cuDNN: F.conv2d, cudnn.benchmark, channels_last",
+                    gate="round")  # each round of timed launches queued behind a HostGate (bench.timing)  # fmt: skip
         if algorithm in ("tma", "auto"):
             from .. import conv03
 
             meta.update(conv03_persistent=conv03.PERSISTENT, conv03_tma_store=conv03.TMA_STORE, tiles_timed=tiles)
         path = results_path(out_root, meta, sweep["tag"] + ("" if algorithm == "im2col" else f"-{algorithm}"))
         cases = [partial(conv_case, layer, batch, dtype_name, sweep["reps"], sweep["warmup"], flusher, f"cuda:{device_id}",
-                         algorithm, tiles) for batch in sweep["batches"] for layer in sweep["layers"]]  # fmt: skip
+                         algorithm, tiles, gate) for batch in sweep["batches"] for layer in sweep["layers"]]  # fmt: skip
         done.append((path, record_cases(path, meta, cases, on_record)))
     return done

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from .records import _commits
+from .records import GATES, _commits
 
 
 def _im2col_share(r: dict) -> str:
@@ -71,7 +71,7 @@ def conv_table(run: dict) -> str:
     return "\n".join(lines) + (
         f"\n\n{run['meta']['gpu']}, {_commits(run['meta'])}, {run['meta'].get('dtype', recs[0]['dtype'])}: geometric mean "
         + ", ".join(means) + f"; ratio = cuDNN median time / gemmlab.conv2d's ({what}), median of {recs[0]['reps']} "
-        "event-timed runs with L2 flushed, channels_last, cudnn.benchmark on; " + note
+        f"event-timed runs with L2 flushed{GATES.get(run['meta'].get('gate'), GATES[None])}, channels_last, cudnn.benchmark on; " + note
     )
 
 

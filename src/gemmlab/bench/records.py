@@ -128,6 +128,12 @@ def short_commit(commit: str) -> str:
     return commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
 
 
+# How a run's launches reached the GPU (its meta's "gate"): behind a gate each round is queued
+# before the GPU starts it, so the host's time a call is not in the times
+GATES = {"round": " (each round of launches queued behind a gate, so host time is not counted)",
+         None: " (a spin of ~100 us before each timed launch: host time past it is counted)"}
+
+
 def _commits(meta: dict) -> str:
     runs = meta.get("commits") or {meta["commit"]: meta["time"]}
     return "runs " + ", ".join(f"`{short_commit(c)}` ({t})" for c, t in sorted(runs.items(), key=lambda x: x[1]))
