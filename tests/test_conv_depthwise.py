@@ -28,6 +28,7 @@ def test_compiles_for_hopper_without_spills(dtype):
     for vec in (conv05_vec(dtype, 64, True), 1):
         jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq), post) for tq in (1, 4) for post in (0, post_code(True, "gelu"))]
         jobs += [(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=u), 0) for tq in (1, 4) for u in (0, 1)]
+        jobs.append((CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=conv05.STRIDED_DGRAD_TQ, UNIT=0), 0))  # strided dgrad
         jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg), 0)
                  for sg, rg in ((1, 1), (3, 3), (5, 1), (7, 1), (8, 1), (1, 9))]  # fmt: skip
         jobs += [(CONV_05_WGRAD_SUM, CONV_05_WGRAD_SUM.config(), 0)]
@@ -47,6 +48,15 @@ def test_a_block_covers_channel_vectors_whose_taps_fit_its_staged_copy():
     for C, vec, taps in [(96, 8, 9), (100, 1, 49), (960, 4, 9), (24, 8, 25)]:
         cv = conv05_channel_vectors(C, vec, taps)
         assert cv & (cv - 1) == 0 and taps * cv * vec <= 4096, (C, vec, taps)
+
+
+def test_the_depthwise_block_is_at_most_eight_vectors_and_eight_at_a_stride():
+    assert conv05.depthwise_block(576, 8, 16, 9, False) == 8 and conv05.depthwise_block(960, 4, 32, 9, False) == 8
+    assert conv05.depthwise_block(32, 8, 4, 9, False) == 4  # below the cap: the rule's
+    assert conv05.depthwise_block(144, 8, 4, 9, True) == 8 and conv05.depthwise_block(576, 8, 16, 9, True) == 8
+    assert conv05.depthwise_block(32, 8, 4, 9, True) == 4  # four vectors: no block of eight
+    assert conv05.depthwise_block(768, 8, 1, 100, True) == 1  # 100 taps x 8 vectors x 8 channels pass the staged copy
+    assert conv05.depthwise_block(13, 1, 32, 9, True) == 32  # one channel a thread: the rule's, unmeasured
 
 
 def test_wgrad_chunks_depend_on_the_shapes_and_sms_alone():

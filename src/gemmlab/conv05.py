@@ -84,6 +84,33 @@ def narrow_groups_why_not(x: Tensor, weight: Tensor, groups: int) -> str | None:
     return None
 
 
+# The depthwise block (forward pass and dgrad) past the rule's pick, measured with each TQ and CV on
+# the depthwise sweep's 12 layers at batch 32 and 128 (H200; forward in bf16 and float32, dgrad in
+# bf16; scripts/depthwise_cv.py, results/nvidia-h200/depthwise-cv-fwd-20261128T2115Z.txt and
+# -dgrad-20261128T2115Z.txt, microseconds behind a host gate):
+# - a block of more than 8 channel vectors was never the fastest by more than noise, and lost up to
+#   13% (float32 mbv2 14/2 at batch 128: 36.0 on the rule's 32 against 31.5 on 8): BLOCK_CV_MAX;
+# - at stride 2 the forward pass gains from 8 vectors where the rule gives 4 (bf16 mbv2 56/2 at batch
+#   128: 106.8 -> 84.0; 112/2: 184.8 -> 168.0): STRIDED_CV, where the layer has that many vectors;
+# - at stride 2 dgrad gains from two pixels a thread (bf16 mbv2 112/2 at batch 128: 493.7 -> 386.8,
+#   56/2 269.4 -> 187.1, 14/2 75.6 -> 62.0): STRIDED_DGRAD_TQ.
+# Over the 48 forward cases the geometric mean moved 1.03x, over the 24 dgrad cases 1.08x.
+BLOCK_CV_MAX = 8
+STRIDED_CV = 8
+STRIDED_DGRAD_TQ = 2
+
+
+def depthwise_block(C: int, vec: int, cv: int, taps: int, strided: bool) -> int:
+    """The channel vectors a depthwise block covers, from the rule's cv (conv05_channel_vectors):
+    at most BLOCK_CV_MAX, and STRIDED_CV for a strided forward pass (strided) over at least that many
+    vectors whose taps fit; the rule's cv for one channel a thread (vec = 1, not measured)."""
+    if vec == 1:
+        return cv
+    if strided and -(-C // vec) >= STRIDED_CV and taps * STRIDED_CV * vec <= MAX_TAPS:
+        return STRIDED_CV
+    return min(cv, BLOCK_CV_MAX)
+
+
 def narrow_block(vec: int, cv: int, taps: int, cg: int) -> int:
     """The channel vectors a block covers: NARROW_CV for the grouped build (cg > 1) where its taps
     fit the staged copy, else cv (the depthwise rule's)."""
@@ -151,7 +178,8 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
         vec, cv = _vectors(x.dtype, C, R * S * cg, xs, y)
         if vec % cg:
             raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
-        cv = narrow_block(vec, cv, R * S, cg)
+        strided = tuple(g["stride"]) != (1, 1)
+        cv = narrow_block(vec, cv, R * S, cg) if cg > 1 else depthwise_block(C, vec, cv, R * S, strided)
         tq = TQ if Q >= TQ else 1
         cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg)
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
@@ -175,8 +203,11 @@ def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
     if dx.numel():
         device_id = _device(dy)
         vec, cv = _vectors(dy.dtype, C, R * S, dys, dx)
-        tq = TQ if W >= TQ else 1
-        cfg = CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=int(tuple(g["stride"]) == (1, 1)))
+        unit = tuple(g["stride"]) == (1, 1)
+        cv = depthwise_block(C, vec, cv, R * S, False)
+        tq = TQ if unit else STRIDED_DGRAD_TQ
+        tq = tq if W >= tq else 1
+        cfg = CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=int(unit))
         loaded = jit.load_kernel(CONV_05_DGRAD, cfg, device_id, dy.dtype, dy.dtype)
         grid, images = _launches(N, H * -(-W // tq), C, vec, cv, device_id)
         size = dy.element_size()
