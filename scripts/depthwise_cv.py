@@ -2,7 +2,8 @@
 7x7) with each TQ (output pixels of a row a thread computes: 2, 4, 8) and each block width CV
 (channel vectors a block covers: 1-32, as the staged taps allow) beside the rule's pick
 (conv05.depthwise_block's) and cuDNN, channels_last; each checked against float64 on the first
-images, then timed interleaved behind a host gate with L2 flushed (median of 20, microseconds).
+images, then timed interleaved behind a host gate with L2 flushed (median of 20, microseconds);
+"tapped": the rule's pick with each tap's pixels loaded on their own (conv05.sliding_rows off).
 With "dgrad" it times the input's gradient instead (conv05.dgrad against cuDNN's, through
 torch.autograd). Prints one line a layer, batch and dtype.
   python3 scripts/depthwise_cv.py [bf16,fp32] [32,128] [dgrad]"""
@@ -74,6 +75,12 @@ def main() -> None:
 
                 rule_cv = real_block(L.C, vec, real_cv(L.C, vec, L.R * L.S), L.R * L.S, L.stride > 1 and not dgrad)
                 fns = {f"rule(CV{rule_cv})": ours}
+                if not dgrad:  # the rule's block, each tap's pixels loaded on their own (no sliding row)
+                    def tapped():
+                        with conv05.sliding_rows(False):
+                            return ours()
+
+                    fns["tapped"] = tapped
                 fns |= {f"TQ{tq}/CV{cv}": variant(tq, cv) for tq in (2, 4, 8) for cv in (1, 2, 4, 8, 16, 32)
                         if L.R * L.S * cv * vec <= CONV05_TAPS_SMEM and cv * vec <= 2 * L.C}  # fmt: skip
                 fns["cudnn"] = cudnn

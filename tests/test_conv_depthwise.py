@@ -26,7 +26,8 @@ from gemmlab.specs.conv import (CONV_05, CONV_05_DGRAD, CONV_05_WGRAD, CONV_05_W
 def test_compiles_for_hopper_without_spills(dtype):
     """The forward kernel (each TQ the host picks, plain and fused), dgrad and wgrad, at both VECs."""
     for vec in (conv05_vec(dtype, 64, True), 1):
-        jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq), post) for tq in (1, 4) for post in (0, post_code(True, "gelu"))]
+        jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, SW=sw), post) for tq in (1, 4) for sw in (0, 3, 5, 7)
+                for post in (0, post_code(True, "gelu"))]  # fmt: skip
         jobs += [(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=u), 0) for tq in (1, 4) for u in (0, 1)]
         jobs.append((CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=conv05.STRIDED_DGRAD_TQ, UNIT=0), 0))  # strided dgrad
         jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg), 0)
@@ -57,6 +58,18 @@ def test_the_depthwise_block_is_at_most_eight_vectors_and_eight_at_a_stride():
     assert conv05.depthwise_block(32, 8, 4, 9, True) == 4  # four vectors: no block of eight
     assert conv05.depthwise_block(768, 8, 1, 100, True) == 1  # 100 taps x 8 vectors x 8 channels pass the staged copy
     assert conv05.depthwise_block(13, 1, 32, 9, True) == 32  # one channel a thread: the rule's, unmeasured
+
+
+def test_the_sliding_row_serves_filters_3_5_and_7_wide_at_stride_and_dilation_1_along_w():
+    def sw(S, stride=1, dilation=1):
+        return conv05.sliding_width(conv.conv_geometry((1, 8, 20, 20), (8, 1, 3, S), stride, 1, dilation))
+
+    assert (sw(3), sw(5), sw(7), sw(1), sw(9)) == (3, 5, 7, 0, 0)
+    assert sw(3, (2, 1)) == 3 and sw(3, 2) == 0 and sw(3, 1, (1, 2)) == 0 and sw(3, 1, (2, 1)) == 3
+    with conv05.sliding_rows(False):
+        assert sw(3) == 0
+    with pytest.raises(ValueError, match="SW must be 0 or a filter width"):
+        CONV_05.config(VEC=8, TQ=4, SW=4)
 
 
 def test_wgrad_chunks_depend_on_the_shapes_and_sms_alone():
@@ -232,6 +245,41 @@ def test_values_against_float64_on_the_gpu(dtype, tol, monkeypatch):
         assert torch.equal(y.isinf(), ref.isinf()), case
         err = float((y.double() - ref)[finite].abs().max() / ref[finite].abs().max().clamp_min(1e-30)) if finite.any() else 0.0
         assert err < tol, f"{case}: {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_the_sliding_row_gives_the_same_bits_as_a_load_a_tap_on_the_gpu(dtype):
+    """The forward pass with each row's pixels loaded once for its taps (SW) and with each tap's
+    loaded on its own: the same products added in the same order, so the same bits, NaN and Inf
+    included, on geometries where the sliding row serves (3, 5 and 7 wide at stride 1 along W, some
+    narrow rows, padding on either side, a NaN and an Inf in x) -- and against float64."""
+    rng = random.Random(11)
+    served = 0
+    for i in range(16):
+        S = rng.choice((3, 5, 7))
+        R, C = rng.choice((1, 3, S)), rng.choice((8, 24, 96, 100, 136))
+        H, W = rng.randint(R, 19), rng.randint(1, 23)
+        padding = (rng.randint(0, R // 2), rng.choice((0, S // 2, S - 1)))
+        W = max(W, S - 2 * padding[1])  # (at least one output column)
+        stride = (rng.choice((1, 2)), 1)
+        x = torch.randn(rng.randint(1, 3), C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+        if i % 3 == 0:
+            x[0, 0, 0, 0], x[-1, -1, -1, -1] = float("nan"), float("inf")
+        w = (torch.randn(C, 1, R, S, device="cuda") / S).to(dtype)
+        g = conv.conv_geometry(tuple(x.shape), tuple(w.shape), stride, padding)
+        served += conv05.sliding_width(g) == S
+        with conv05.sliding_rows(True):
+            slid = gemmlab.conv2d(x, w, stride=stride, padding=padding, groups=C)
+        with conv05.sliding_rows(False):
+            tapped = gemmlab.conv2d(x, w, stride=stride, padding=padding, groups=C)
+        assert torch.equal(slid.isnan(), tapped.isnan()) and torch.equal(slid.nan_to_num(), tapped.nan_to_num()), g
+        ref = F.conv2d(x.double(), w.double(), stride=stride, padding=padding, groups=C)
+        assert torch.equal(slid.isnan(), ref.isnan()), g
+        fin = ref.isfinite()
+        err = float((slid.double()[fin] - ref[fin]).abs().max() / ref[fin].abs().max().clamp_min(1e-30)) if fin.any() else 0.0
+        assert err <= (2e-2 if dtype == torch.bfloat16 else 1e-5), (g, err)
+    assert served == 16
 
 
 @pytest.mark.gpu

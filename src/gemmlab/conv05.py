@@ -12,14 +12,17 @@ implementation for tracing."""
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import Tensor
 
 from . import jit, launch
 from .activations import post_code
 from .conv_shape import CONV_OP_ARGS, _suggests_channels_last, conv_geometry, empty_result
-from .specs.conv import (CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD, CONV_05_WGRAD_SUM,
-                         conv05_channel_vectors, conv05_vec)  # fmt: skip
+from .settings import setting
+from .specs.conv import (CONV05_SLIDING_WIDTHS, CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD,
+                         CONV_05_WGRAD_SUM, conv05_channel_vectors, conv05_vec)  # fmt: skip
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TQ = 4  # pixels of a row a thread computes in the forward pass and dgrad (fewer in a narrower row)
@@ -111,6 +114,23 @@ def depthwise_block(C: int, vec: int, cv: int, taps: int, strided: bool) -> int:
     return min(cv, BLOCK_CV_MAX)
 
 
+SLIDING = True  # the forward pass loads a row's pixels once for its taps where it can (sliding_width)
+
+
+def sliding_width(g: dict) -> int:
+    """The forward pass's SW for geometry g: the filter's width where a row of pixels can be loaded
+    once for all its taps (a width of CONV05_SLIDING_WIDTHS, stride and dilation 1 along W, and
+    SLIDING on), else 0 (each tap's pixels loaded on their own)."""
+    ok = SLIDING and g["S"] in CONV05_SLIDING_WIDTHS and g["stride"][1] == 1 and g["dilation"][1] == 1
+    return g["S"] if ok else 0
+
+
+def sliding_rows(on: bool = True):
+    """Within it, the forward pass loads a row's pixels once for its taps where it can (on) or each
+    tap's pixels on their own (off); SLIDING as it was after."""
+    return setting(sys.modules[__name__], "SLIDING", on)
+
+
 def narrow_block(vec: int, cv: int, taps: int, cg: int) -> int:
     """The channel vectors a block covers: NARROW_CV for the grouped build (cg > 1) where its taps
     fit the staged copy, else cv (the depthwise rule's)."""
@@ -181,7 +201,7 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
         strided = tuple(g["stride"]) != (1, 1)
         cv = narrow_block(vec, cv, R * S, cg) if cg > 1 else depthwise_block(C, vec, cv, R * S, strided)
         tq = TQ if Q >= TQ else 1
-        cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg)
+        cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg, SW=sliding_width(g))
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
         grid, images = _launches(N, P * -(-Q // tq), C, vec, cv, device_id)
         size = x.element_size()

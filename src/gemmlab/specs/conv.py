@@ -309,6 +309,7 @@ def conv04_config(g: dict) -> GemmConfig:
 CONV05_THREADS = 256
 CONV05_TAPS_SMEM = 4096  # fp32 taps a block stages (the kernel's TAPS_SMEM): R*S*CV*VEC*CG at most
 CONV05_WG_S = 8  # wgrad: taps of a filter row a thread sums at once, at most (the kernel's SG)
+CONV05_SLIDING_WIDTHS = (3, 5, 7)  # filter widths the forward pass's sliding row serves (the kernel's SW)
 
 
 def _conv05_check(c: GemmConfig) -> str | None:
@@ -322,6 +323,8 @@ def _conv05_check(c: GemmConfig) -> str | None:
         return f"SG must be 1 to {CONV05_WG_S} taps a thread"
     if "RG" in c.as_dict() and not (1 <= c["RG"] and c["RG"] * c["SG"] <= 9):
         return "RG must be at least 1 filter row a thread, RG * SG at most 9 taps"
+    if "SW" in c.as_dict() and c["SW"] not in CONV05_SLIDING_WIDTHS + (0,):
+        return f"SW must be 0 or a filter width of {CONV05_SLIDING_WIDTHS}"
     if "UNIT" in c.as_dict() and c["UNIT"] not in (0, 1):
         return "UNIT must be 0 or 1"
     return None
@@ -339,7 +342,9 @@ CONV_05 = KernelSpec(
     "one launch for every group where the grouped path launches one a group; narrow groups (2-8 channels) alike",
     entry="conv_depthwise",
     params=(_VEC, Param("TQ", 4, "output pixels of a row a thread computes"),
-            Param("CG", 1, "channels (and filters) a group: 1 depthwise; 2, 4 or 8 (dividing VEC) narrow groups")),
+            Param("CG", 1, "channels (and filters) a group: 1 depthwise; 2, 4 or 8 (dividing VEC) narrow groups"),
+            Param("SW", 0, "the filter's width where a row's pixels are loaded once for its taps (3, 5 or 7: stride and "
+                  "dilation 1 along W), else 0")),
     epilogues=True,
     **_CONV05,
 )
