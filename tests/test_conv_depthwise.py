@@ -28,6 +28,9 @@ def test_compiles_for_hopper_without_spills(dtype):
     for vec in (conv05_vec(dtype, 64, True), 1):
         jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, SW=sw), post) for tq in (1, 4) for sw in (0, 3, 5, 7)
                 for post in (0, post_code(True, "gelu"))]  # fmt: skip
+        if vec == 4:  # float32 on a 7-wide sliding row
+            jobs += [(CONV_05, CONV_05.config(VEC=4, TQ=conv05.WIDE_ROW_TQ_FP32, SW=conv05.WIDE_ROW), post)
+                     for post in (0, post_code(True, "gelu"))]  # fmt: skip
         jobs += [(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=u), 0) for tq in (1, 4) for u in (0, 1)]
         jobs.append((CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=conv05.STRIDED_DGRAD_TQ, UNIT=0), 0))  # strided dgrad
         jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg), 0)
@@ -70,6 +73,9 @@ def test_the_sliding_row_serves_filters_3_5_and_7_wide_at_stride_and_dilation_1_
         assert sw(3) == 0
     with pytest.raises(ValueError, match="SW must be 0 or a filter width"):
         CONV_05.config(VEC=8, TQ=4, SW=4)
+    assert conv05.wide_row_block(8, 8, 4, 56) == (4, 4) and conv05.wide_row_block(8, 2, 4, 56) == (2, 4)
+    assert conv05.wide_row_block(4, 8, 4, 14) == (8, 8) and conv05.wide_row_block(4, 8, 4, 7) == (8, 4)
+    assert conv05.wide_row_block(1, 32, 4, 56) == (32, 4)
 
 
 def test_wgrad_chunks_depend_on_the_shapes_and_sms_alone():

@@ -125,6 +125,30 @@ def sliding_width(g: dict) -> int:
     return g["S"] if ok else 0
 
 
+# The depthwise forward pass on a 7-wide sliding row (ConvNeXt-T's layers; H200, bf16 and float32 at
+# batch 32 and 128, results/nvidia-h200/depthwise-cv-fwd-20261128T2133Z.txt, microseconds): in 16-bit
+# blocks of 4 channel vectors ran ahead of the rule's 8 at every layer but the first, which the rule
+# gives 4 already (28^2 at batch 128 135.5 -> 127.4, 14^2 86.2 -> 79.6, 7^2 50.8 -> 46.5); in float32
+# 8 pixels a thread ran ahead of 4 where a row has at least 14 (56^2 at batch 128 287.5 -> 231.7,
+# 28^2 153.9 -> 142.3, 14^2 98.1 -> 80.0) and far behind at 7 (22.0 -> 40.6 at batch 32).
+WIDE_ROW = 7
+WIDE_ROW_CV_16BIT = 4
+WIDE_ROW_TQ_FP32 = 8
+WIDE_ROW_TQ_MIN_Q = 14
+
+
+def wide_row_block(vec: int, cv: int, tq: int, Q: int) -> tuple[int, int]:
+    """(CV, TQ) of a depthwise forward pass on a WIDE_ROW-wide sliding row, from the rule's: at most
+    WIDE_ROW_CV_16BIT vectors a block in 16-bit (VEC = 8), WIDE_ROW_TQ_FP32 pixels a thread in
+    float32 (VEC = 4) where rows have WIDE_ROW_TQ_MIN_Q or more; as they are for one channel a
+    thread (VEC = 1)."""
+    if vec == 8:
+        return min(cv, WIDE_ROW_CV_16BIT), tq
+    if vec == 4 and Q >= WIDE_ROW_TQ_MIN_Q:
+        return cv, WIDE_ROW_TQ_FP32
+    return cv, tq
+
+
 def sliding_rows(on: bool = True):
     """Within it, the forward pass loads a row's pixels once for its taps where it can (on) or each
     tap's pixels on their own (off); SLIDING as it was after."""
@@ -198,10 +222,12 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
         vec, cv = _vectors(x.dtype, C, R * S * cg, xs, y)
         if vec % cg:
             raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
-        strided = tuple(g["stride"]) != (1, 1)
+        strided, sw = tuple(g["stride"]) != (1, 1), sliding_width(g)
         cv = narrow_block(vec, cv, R * S, cg) if cg > 1 else depthwise_block(C, vec, cv, R * S, strided)
         tq = TQ if Q >= TQ else 1
-        cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg, SW=sliding_width(g))
+        if cg == 1 and sw == WIDE_ROW:
+            cv, tq = wide_row_block(vec, cv, tq, Q)
+        cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg, SW=sw)
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
         grid, images = _launches(N, P * -(-Q // tq), C, vec, cv, device_id)
         size = x.element_size()
