@@ -6,8 +6,9 @@ rule's tiles and the 256-pixel ones; conv04 through algorithm="gather" (few inpu
 stem, a dilated 3x3, a 5x5 over one channel), its input tile staged in shared memory while the last
 tile's fragments are gathered; conv05 through algorithm="depthwise" (its reads at the borders, 16
 bytes of channels a thread and one), forward, dgrad and wgrad; conv02's grouped build (every group
-in one launch, groups of 4, 24 and 32 channels). Run by scripts/gpu_run.sh's "conv-sanitize" step:
-  compute-sanitizer --tool racecheck python3 scripts/conv_sanitize.py
+in one launch, groups of 4, 24 and 32 channels) and conv05's narrow groups. Run by
+scripts/gpu_run.sh's "conv-sanitize" step; "conv05" runs conv05's cases alone:
+  compute-sanitizer --tool racecheck python3 scripts/conv_sanitize.py [conv05]
 Exit 1 on a wrong result; the sanitizer's own exit code reports hazards."""
 
 import sys
@@ -24,9 +25,12 @@ from gemmlab import conv03, conv04, launch
 CASES = [(2, 64, 20, 20, 128, 1, 1, 0), (2, 32, 13, 11, 192, 3, 1, 1), (1, 16, 17, 17, 130, 3, 2, 1),
          (2, 128, 14, 14, 256, 1, 2, 0)]  # fmt: skip
 # conv05's depthwise layers (N, C, H, W, R, stride, padding, dilation, dtype): 16 bytes of channels a
-# thread (24 bf16 channels, 12 float32 ones) and one (13 channels), the padding's reads at every border
+# thread (24 bf16 channels, 12 float32 ones) and one (13 channels), the padding's reads at every border;
+# the sliding row 3 wide (the first), 7 wide in bf16 (blocks of 4 vectors) and in float32 (8 pixels a
+# thread: rows of 17), 5 wide over one channel a thread
 DEPTHWISE_CASES = [(2, 24, 13, 11, 3, 1, 1, 1, torch.bfloat16), (1, 12, 9, 17, 7, 2, 3, 1, torch.float32),
-                   (2, 13, 8, 8, 5, 1, "same", 2, torch.float16)]  # fmt: skip
+                   (2, 13, 8, 8, 5, 1, "same", 2, torch.float16), (2, 40, 11, 15, 7, 1, 3, 1, torch.bfloat16),
+                   (1, 12, 9, 17, 7, 1, 3, 1, torch.float32), (2, 13, 8, 10, 5, 1, 2, 1, torch.float16)]  # fmt: skip
 # grouped layers in one launch (N, C, H, W, K, R, stride, padding, groups): conv02's grouped build
 # over groups of 4 channels and 8 filters (8-byte copies, the 16-wide tile), of 24 at stride 2 (the
 # 64-wide tile), of 32; conv05's over narrow groups of 4, of 2 at stride 2, of 8
@@ -48,7 +52,8 @@ def main() -> int:
     wrong = 0
     # each case on the rule's tile, with and without the staged epilogue; then on the 256-pixel tiles
     # (two 64-pixel parts a consumer warpgroup), which the rule takes only for large layers
-    runs = [(staged, None) for staged in (True, False)] + [(True, (256, 64)), (False, (256, 128))]
+    only_conv05 = sys.argv[1:] == ["conv05"]
+    runs = [] if only_conv05 else [(staged, None) for staged in (True, False)] + [(True, (256, 64)), (False, (256, 128))]
     for staged, tile in runs:
         with conv03.staged_stores(staged), conv03.on_tile(tile), torch.no_grad():
             conv03._PLANS.clear()
@@ -67,8 +72,8 @@ def main() -> int:
                       f"error {err:.1e} {what}", flush=True)  # fmt: skip
     conv04._PLANS.clear()
     with torch.no_grad():
-        for (N, C, H, W, K, R, stride, padding, dilation), dtype in zip(GATHER_CASES, (torch.bfloat16, torch.float16,
-                                                                                       torch.bfloat16)):  # fmt: skip
+        for (N, C, H, W, K, R, stride, padding, dilation), dtype in zip([] if only_conv05 else GATHER_CASES,
+                                                                        (torch.bfloat16, torch.float16, torch.bfloat16)):  # fmt: skip
             x = torch.randn(N, C, H, W, device="cuda").to(dtype)
             w = (torch.randn(K, C, R, R, device="cuda") / (C * R * R) ** 0.5).to(dtype)
             bias = torch.randn(K, device="cuda").to(dtype)
@@ -101,7 +106,7 @@ def main() -> int:
         wrong += not ok
         print(f"{'passed' if ok else 'FAIL'} depthwise x={N}x{C}x{H}x{W} w={C}x1x{R}x{R} stride={stride} padding={padding} "
               f"dilation={dilation} {str(dtype).removeprefix('torch.')} error (y, dx, dw) {err:.1e}", flush=True)  # fmt: skip
-    for N, C, H, W, K, R, stride, padding, groups in GROUPED_CASES:
+    for N, C, H, W, K, R, stride, padding, groups in GROUPED_CASES[3:] if only_conv05 else GROUPED_CASES:
         x = torch.randn(N, C, H, W, device="cuda").bfloat16().to(memory_format=torch.channels_last)
         w = (torch.randn(K, C // groups, R, R, device="cuda") / (C // groups * R * R) ** 0.5).bfloat16()
         bias = torch.randn(K, device="cuda").bfloat16()
