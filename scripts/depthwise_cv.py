@@ -6,7 +6,7 @@ images, then timed interleaved behind a host gate with L2 flushed (median of 20,
 "tapped": the rule's pick with each tap's pixels loaded on their own (conv05.sliding_rows off).
 With "dgrad" it times the input's gradient instead (conv05.dgrad against cuDNN's, through
 torch.autograd). Prints one line a layer, batch and dtype.
-  python3 scripts/depthwise_cv.py [bf16,fp32] [32,128] [dgrad]"""
+  python3 scripts/depthwise_cv.py [bf16,fp32] [32,128] [dgrad] [--only NAME-PART]"""
 
 import sys
 from pathlib import Path
@@ -24,7 +24,11 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a != "dgrad"]
+    argv = sys.argv[1:]
+    only = argv[argv.index("--only") + 1] if "--only" in argv else ""
+    if only:
+        argv = argv[: argv.index("--only")] + argv[argv.index("--only") + 2 :]
+    args = [a for a in argv if a != "dgrad"]
     dgrad = "dgrad" in sys.argv[1:]
     dtypes = (args[0] if args else "bf16,fp32").split(",")
     batches = [int(b) for b in (args[1] if len(args) > 1 else "32,128").split(",")]
@@ -37,6 +41,8 @@ def main() -> None:
         vec = 16 // dtype.itemsize
         for n in batches:
             for L in sweep["layers"]:
+                if only not in L.name:
+                    continue
                 x = torch.randn(n, L.C, L.H, L.W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
                 w = (torch.randn(L.K, 1, L.R, L.S, device="cuda") / L.R).to(dtype)
                 kw = dict(stride=L.stride, padding=L.padding, groups=L.groups)

@@ -28,6 +28,7 @@ def test_compiles_for_hopper_without_spills(dtype):
     for vec in (conv05_vec(dtype, 64, True), 1):
         jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, SW=sw), post) for tq in (1, 4) for sw in (0, 3, 5, 7)
                 for post in (0, post_code(True, "gelu"))]  # fmt: skip
+        jobs += [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, SW=sw, SX=2), 0) for tq in (1, 4) for sw in (3, 5, 7)]
         if vec == 4:  # float32 on a 7-wide sliding row
             jobs += [(CONV_05, CONV_05.config(VEC=4, TQ=conv05.WIDE_ROW_TQ_FP32, SW=conv05.WIDE_ROW), post)
                      for post in (0, post_code(True, "gelu"))]  # fmt: skip
@@ -68,11 +69,14 @@ def test_the_sliding_row_serves_filters_3_5_and_7_wide_at_stride_and_dilation_1_
         return conv05.sliding_width(conv.conv_geometry((1, 8, 20, 20), (8, 1, 3, S), stride, 1, dilation))
 
     assert (sw(3), sw(5), sw(7), sw(1), sw(9)) == (3, 5, 7, 0, 0)
-    assert sw(3, (2, 1)) == 3 and sw(3, 2) == 0 and sw(3, 1, (1, 2)) == 0 and sw(3, 1, (2, 1)) == 3
+    assert sw(3, (2, 1)) == 3 and sw(3, 2) == 3 and sw(5, (1, 3)) == 0 and sw(3, 1, (1, 2)) == 0
+    assert sw(3, 1, (2, 1)) == 3
     with conv05.sliding_rows(False):
         assert sw(3) == 0
     with pytest.raises(ValueError, match="SW must be 0 or a filter width"):
         CONV_05.config(VEC=8, TQ=4, SW=4)
+    with pytest.raises(ValueError, match="SX must be 1, or 2 with a sliding row"):
+        CONV_05.config(VEC=8, TQ=4, SW=0, SX=2)
     assert conv05.wide_row_block(8, 8, 4, 56) == (4, 4) and conv05.wide_row_block(8, 2, 4, 56) == (2, 4)
     assert conv05.wide_row_block(4, 8, 4, 14) == (8, 8) and conv05.wide_row_block(4, 8, 4, 7) == (8, 4)
     assert conv05.wide_row_block(1, 32, 4, 56) == (32, 4)
@@ -258,8 +262,8 @@ def test_values_against_float64_on_the_gpu(dtype, tol, monkeypatch):
 def test_the_sliding_row_gives_the_same_bits_as_a_load_a_tap_on_the_gpu(dtype):
     """The forward pass with each row's pixels loaded once for its taps (SW) and with each tap's
     loaded on its own: the same products added in the same order, so the same bits, NaN and Inf
-    included, on geometries where the sliding row serves (3, 5 and 7 wide at stride 1 along W, some
-    narrow rows, padding on either side, a NaN and an Inf in x) -- and against float64."""
+    included, on geometries where the sliding row serves (3, 5 and 7 wide at stride 1 and 2 along
+    W, some narrow rows, padding on either side, a NaN and an Inf in x) -- and against float64."""
     rng = random.Random(11)
     served = 0
     for i in range(16):
@@ -268,7 +272,7 @@ def test_the_sliding_row_gives_the_same_bits_as_a_load_a_tap_on_the_gpu(dtype):
         H, W = rng.randint(R, 19), rng.randint(1, 23)
         padding = (rng.randint(0, R // 2), rng.choice((0, S // 2, S - 1)))
         W = max(W, S - 2 * padding[1])  # (at least one output column)
-        stride = (rng.choice((1, 2)), 1)
+        stride = (rng.choice((1, 2)), rng.choice((1, 1, 2)))
         x = torch.randn(rng.randint(1, 3), C, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)
         if i % 3 == 0:
             x[0, 0, 0, 0], x[-1, -1, -1, -1] = float("nan"), float("inf")

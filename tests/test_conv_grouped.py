@@ -363,14 +363,15 @@ def test_the_filter_gradient_in_runs_of_images_on_the_gpu(dtype, tol, monkeypatc
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 def test_the_narrow_group_builds_compile_for_hopper_without_spills(dtype):
     """conv05's forward kernel with CG = 2, 4 and 8 (those dividing a thread's 16 bytes of
-    channels), each TQ the host picks, with and without the sliding row (3 and 7 wide), plain and
-    fused."""
+    channels), each TQ the host picks, with and without the sliding row (3 and 7 wide; 3 at stride
+    2), plain and fused."""
     from gemmlab.specs.conv import CONV_05
 
     vec = 16 // torch.empty(0, dtype=dtype).element_size()
-    jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, CG=cg, SW=sw), post) for cg in conv05.NARROW_GROUPS if vec % cg == 0
-            for tq in (1, 4) for sw in (0, 3, 7) for post in (0, post_code(True, "silu"))]  # fmt: skip
-    assert len(jobs) == 12 * (3 if vec == 8 else 2)
+    jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, CG=cg, SW=sw, SX=sx), post) for cg in conv05.NARROW_GROUPS
+            if vec % cg == 0 for tq in (1, 4) for sw, sx in ((0, 1), (3, 1), (7, 1), (3, 2))
+            for post in (0, post_code(True, "silu"))]  # fmt: skip
+    assert len(jobs) == 16 * (3 if vec == 8 else 2)
     for spec, cfg, post in jobs:
         ck = jit.compile_kernel(spec, cfg, "sm_90a", dtype, dtype, post=post)
         assert ck.usage.spills == 0 and ck.usage.stack_frame == 0 and ck.usage.registers <= 255, (cfg, ck.usage)

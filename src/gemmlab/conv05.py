@@ -119,9 +119,9 @@ SLIDING = True  # the forward pass loads a row's pixels once for its taps where 
 
 def sliding_width(g: dict) -> int:
     """The forward pass's SW for geometry g: the filter's width where a row of pixels can be loaded
-    once for all its taps (a width of CONV05_SLIDING_WIDTHS, stride and dilation 1 along W, and
-    SLIDING on), else 0 (each tap's pixels loaded on their own)."""
-    ok = SLIDING and g["S"] in CONV05_SLIDING_WIDTHS and g["stride"][1] == 1 and g["dilation"][1] == 1
+    once for all its taps (a width of CONV05_SLIDING_WIDTHS, stride 1 or 2 and dilation 1 along W,
+    and SLIDING on), else 0 (each tap's pixels loaded on their own)."""
+    ok = SLIDING and g["S"] in CONV05_SLIDING_WIDTHS and g["stride"][1] in (1, 2) and g["dilation"][1] == 1
     return g["S"] if ok else 0
 
 
@@ -225,9 +225,10 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
         strided, sw = tuple(g["stride"]) != (1, 1), sliding_width(g)
         cv = narrow_block(vec, cv, R * S, cg) if cg > 1 else depthwise_block(C, vec, cv, R * S, strided)
         tq = TQ if Q >= TQ else 1
-        if cg == 1 and sw == WIDE_ROW:
+        sx = g["stride"][1] if sw else 1
+        if cg == 1 and sw == WIDE_ROW and sx == 1:
             cv, tq = wide_row_block(vec, cv, tq, Q)
-        cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg, SW=sw)
+        cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg, SW=sw, SX=sx)
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
         grid, images = _launches(N, P * -(-Q // tq), C, vec, cv, device_id)
         size = x.element_size()

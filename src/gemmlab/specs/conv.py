@@ -325,6 +325,8 @@ def _conv05_check(c: GemmConfig) -> str | None:
         return "RG must be at least 1 filter row a thread, RG * SG at most 9 taps"
     if "SW" in c.as_dict() and c["SW"] not in CONV05_SLIDING_WIDTHS + (0,):
         return f"SW must be 0 or a filter width of {CONV05_SLIDING_WIDTHS}"
+    if "SX" in c.as_dict() and (c["SX"] not in (1, 2) or (c["SX"] == 2 and not c["SW"])):
+        return "SX must be 1, or 2 with a sliding row (SW)"
     if "UNIT" in c.as_dict() and c["UNIT"] not in (0, 1):
         return "UNIT must be 0 or 1"
     return None
@@ -343,8 +345,9 @@ CONV_05 = KernelSpec(
     entry="conv_depthwise",
     params=(_VEC, Param("TQ", 4, "output pixels of a row a thread computes"),
             Param("CG", 1, "channels (and filters) a group: 1 depthwise; 2, 4 or 8 (dividing VEC) narrow groups"),
-            Param("SW", 0, "the filter's width where a row's pixels are loaded once for its taps (3, 5 or 7: stride and "
-                  "dilation 1 along W), else 0")),
+            Param("SW", 0, "the filter's width where a row's pixels are loaded once for its taps (3, 5 or 7: stride 1 or "
+                  "2 and dilation 1 along W), else 0"),
+            Param("SX", 1, "the stride along W of that sliding row: 1 or 2 (1 where SW = 0)")),
     epilogues=True,
     **_CONV05,
 )

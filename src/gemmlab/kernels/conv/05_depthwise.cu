@@ -102,7 +102,7 @@ __device__ __forceinline__ void group_tap_values(float (&v)[VEC][CG], const floa
 // CG > 1 (the grouped build): groups of CG channels and CG filters, within the thread's VEC
 // channels (CG divides VEC), so that output channel c0 + j reduces input channels
 // c0 + j / CG * CG .. + CG - 1, all of them in the vector the thread loads.
-template <typename T, typename TD, int VEC, int TQ, int POST, int CG, int SW>
+template <typename T, typename TD, int VEC, int TQ, int POST, int CG, int SW, int SX>
 __device__ __forceinline__ void forward_walk(const T* __restrict__ x, const float* taps, TD* __restrict__ y,
                                              const TD* __restrict__ bias, int N, int H, int W, int C, int P, int Q,
                                              int R, int S, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h,
@@ -122,14 +122,16 @@ __device__ __forceinline__ void forward_walk(const T* __restrict__ x, const floa
             const bool row_in = h >= 0 && h < H;
             const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
             if constexpr (SW > 0) {
-                // The sliding row (S == SW, stride and dilation 1 along W): output q0 + i reads
-                // input columns q0 - pad_w + i + s, so the row's TQ + SW - 1 pixels are loaded once
-                // each and every tap reuses them from registers, where the loop below loads TQ * S.
-                // The same products in the same order: the same bits.
-                float xv[TQ + SW - 1][VEC];
+                // The sliding row (S == SW, stride SX and dilation 1 along W): output q0 + i reads
+                // input column q0 * SX - pad_w + i * SX + s through tap s, so the row's
+                // (TQ - 1) * SX + SW pixels are loaded once each and every tap reuses them from
+                // registers, where the loop below loads TQ * S. The same products in the same order:
+                // the same bits.
+                constexpr int SPAN = (TQ - 1) * SX + SW;
+                float xv[SPAN][VEC];
 #pragma unroll
-                for (int k = 0; k < TQ + SW - 1; ++k) {
-                    const int col = q0 - pad_w + k;
+                for (int k = 0; k < SPAN; ++k) {
+                    const int col = q0 * SX - pad_w + k;
                     const bool inside = row_in && col >= 0 && col < W;
                     load<T, VEC>(xv[k], row + static_cast<long long>(inside ? col : 0) * C, inside);
                 }
@@ -142,7 +144,7 @@ __device__ __forceinline__ void forward_walk(const T* __restrict__ x, const floa
 #pragma unroll
                         for (int j = 0; j < VEC; ++j) {
 #pragma unroll
-                            for (int k = 0; k < CG; ++k) acc[i][j] = fmaf(xv[i + s][j / CG * CG + k], wv[j][k], acc[i][j]);
+                            for (int k = 0; k < CG; ++k) acc[i][j] = fmaf(xv[i * SX + s][j / CG * CG + k], wv[j][k], acc[i][j]);
                         }
                     }
                 }
@@ -230,13 +232,13 @@ __device__ __forceinline__ void dgrad_walk(const T* __restrict__ dy, const float
 // them (8 16-bit, 4 fp32), or 1 where C is not a multiple of that or an address is not 16-byte
 // aligned (the host decides). TQ: output pixels of a row a thread computes. CG: channels (and
 // filters) a group, 1 for depthwise; 2, 4 or 8 (a divisor of VEC) for narrow groups, as ResNeXt's
-// first stages have. SW: 3, 5 or 7 where the filter is that wide with stride and dilation 1 along W
-// (the host checks): each input pixel of a row is loaded once for all its taps; 0 otherwise. POST:
-// the fused epilogue (bias, activation), 0 for none.
+// first stages have. SW: 3, 5 or 7 where the filter is that wide with dilation 1 and stride SX (1 or
+// 2) along W (the host checks): each input pixel of a row is loaded once for all its taps; 0
+// otherwise (SX then 1). POST: the fused epilogue (bias, activation), 0 for none.
 // x: NHWC [N][H][W][C]; w: [C][CG][R*S], the weight's own memory; y: NHWC [N][P][Q][C]; bias: [C]
 // in T, or null. CV: channel vectors a block covers (a power of two; R*S*CV*VEC*CG <= TAPS_SMEM);
 // the grid is (blocks over the pixels, ceil(C / (CV * VEC))), 256 threads a block.
-template <typename T, typename TD, int VEC, int TQ, int CG, int SW, int POST = 0>
+template <typename T, typename TD, int VEC, int TQ, int CG, int SW, int SX, int POST = 0>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise(const T* __restrict__ x, const T* __restrict__ w,
                                                                      TD* __restrict__ y, const TD* __restrict__ bias,
                                                                      int N, int H, int W, int C, int P, int Q, int R,
@@ -246,9 +248,10 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise(const T*
     static_assert(TQ >= 1 && TQ <= 8, "TQ: 1 to 8 output pixels a thread");
     static_assert(CG >= 1 && VEC % CG == 0, "CG: a group's channels within the thread's VEC");
     static_assert(SW == 0 || SW == 3 || SW == 5 || SW == 7, "SW: 0, or the filter width of a sliding row");
+    static_assert(SX == 1 || SX == 2, "SX: the sliding row's stride along W, 1 or 2");
     __shared__ float taps[depthwise::TAPS_SMEM];
     depthwise::stage_taps<T, VEC, CG>(taps, w, C, R * S, CV);
-    depthwise::forward_walk<T, TD, VEC, TQ, POST, CG, SW>(x, taps, y, bias, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w,
+    depthwise::forward_walk<T, TD, VEC, TQ, POST, CG, SW, SX>(x, taps, y, bias, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w,
                                                   dil_h, dil_w, CV);
 }
 
