@@ -29,6 +29,9 @@ def test_compiles_for_hopper_without_spills(dtype):
         jobs = [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, SW=sw), post) for tq in (1, 4) for sw in (0, 3, 5, 7)
                 for post in (0, post_code(True, "gelu"))]  # fmt: skip
         jobs += [(CONV_05, CONV_05.config(VEC=vec, TQ=tq, SW=sw, SX=2), 0) for tq in (1, 4) for sw in (3, 5, 7)]
+        if vec == 8:  # 16-bit on a strided sliding row
+            jobs += [(CONV_05, CONV_05.config(VEC=8, TQ=conv05.STRIDED_ROW_TQ_16BIT, SW=sw, SX=2), post)
+                     for sw in (3, 5, 7) for post in (0, post_code(True, "gelu"))]  # fmt: skip
         if vec == 4:  # float32 on a 7-wide sliding row
             jobs += [(CONV_05, CONV_05.config(VEC=4, TQ=conv05.WIDE_ROW_TQ_FP32, SW=conv05.WIDE_ROW), post)
                      for post in (0, post_code(True, "gelu"))]  # fmt: skip
@@ -77,9 +80,11 @@ def test_the_sliding_row_serves_filters_3_5_and_7_wide_at_stride_and_dilation_1_
         CONV_05.config(VEC=8, TQ=4, SW=4)
     with pytest.raises(ValueError, match="SX must be 1, or 2 with a sliding row"):
         CONV_05.config(VEC=8, TQ=4, SW=0, SX=2)
-    assert conv05.wide_row_block(8, 8, 4, 56) == (4, 4) and conv05.wide_row_block(8, 2, 4, 56) == (2, 4)
-    assert conv05.wide_row_block(4, 8, 4, 14) == (8, 8) and conv05.wide_row_block(4, 8, 4, 7) == (8, 4)
-    assert conv05.wide_row_block(1, 32, 4, 56) == (32, 4)
+    assert conv05.sliding_block(8, 8, 4, 56, 7, 1) == (4, 4) and conv05.sliding_block(8, 2, 4, 56, 7, 1) == (2, 4)
+    assert conv05.sliding_block(4, 8, 4, 14, 7, 1) == (8, 8) and conv05.sliding_block(4, 8, 4, 7, 7, 1) == (8, 4)
+    assert conv05.sliding_block(1, 32, 4, 56, 7, 1) == (32, 4) and conv05.sliding_block(8, 8, 4, 56, 3, 1) == (8, 4)
+    assert conv05.sliding_block(8, 8, 4, 56, 3, 2) == (4, 2) and conv05.sliding_block(8, 8, 1, 1, 3, 2) == (4, 1)
+    assert conv05.sliding_block(4, 8, 4, 56, 3, 2) == (8, 4)  # float32 at stride 2: the rule's
 
 
 def test_wgrad_chunks_depend_on_the_shapes_and_sms_alone():

@@ -125,26 +125,37 @@ def sliding_width(g: dict) -> int:
     return g["S"] if ok else 0
 
 
-# The depthwise forward pass on a 7-wide sliding row (ConvNeXt-T's layers; H200, bf16 and float32 at
-# batch 32 and 128, results/nvidia-h200/depthwise-cv-fwd-20261128T2133Z.txt, microseconds): in 16-bit
-# blocks of 4 channel vectors ran ahead of the rule's 8 at every layer but the first, which the rule
-# gives 4 already (28^2 at batch 128 135.5 -> 127.4, 14^2 86.2 -> 79.6, 7^2 50.8 -> 46.5); in float32
-# 8 pixels a thread ran ahead of 4 where a row has at least 14 (56^2 at batch 128 287.5 -> 231.7,
-# 28^2 153.9 -> 142.3, 14^2 98.1 -> 80.0) and far behind at 7 (22.0 -> 40.6 at batch 32).
+# The depthwise forward pass on a sliding row, the block and TQ past the rule's (H200, bf16 and
+# float32 at batch 32 and 128, microseconds):
+# - 7 wide (ConvNeXt-T's layers; results/nvidia-h200/depthwise-cv-fwd-20261128T2133Z.txt): in 16-bit
+#   blocks of 4 channel vectors ran ahead of the rule's 8 at every layer but the first, which the
+#   rule gives 4 already (28^2 at batch 128 135.5 -> 127.4, 14^2 86.2 -> 79.6, 7^2 50.8 -> 46.5); in
+#   float32 8 pixels a thread ran ahead of 4 where a row has at least 14 (56^2 at batch 128 287.5 ->
+#   231.7, 28^2 153.9 -> 142.3, 14^2 98.1 -> 80.0) and far behind at 7 (22.0 -> 40.6 at batch 32);
+# - at stride 2 along W (MobileNetV2's 3x3/2 layers; depthwise-cv-fwd-strided-20261128T2147Z.txt) the
+#   16-bit row of 4 pixels a thread (9 columns held) ran behind the tap loads it replaced (183.4
+#   against 168.4 at 112^2/2, batch 128), 2 pixels a thread in blocks of 4 vectors ahead of them
+#   (148.5; 79.0 against 83.7 at 56^2/2; a geometric 0.93x of their time over the six cases, 1.13x at
+#   14^2/2 at batch 128, its one loss); float32 ran ahead on the rule's block (204.1 against 232.3).
 WIDE_ROW = 7
 WIDE_ROW_CV_16BIT = 4
 WIDE_ROW_TQ_FP32 = 8
 WIDE_ROW_TQ_MIN_Q = 14
+STRIDED_ROW_CV_16BIT = 4
+STRIDED_ROW_TQ_16BIT = 2
 
 
-def wide_row_block(vec: int, cv: int, tq: int, Q: int) -> tuple[int, int]:
-    """(CV, TQ) of a depthwise forward pass on a WIDE_ROW-wide sliding row, from the rule's: at most
-    WIDE_ROW_CV_16BIT vectors a block in 16-bit (VEC = 8), WIDE_ROW_TQ_FP32 pixels a thread in
-    float32 (VEC = 4) where rows have WIDE_ROW_TQ_MIN_Q or more; as they are for one channel a
-    thread (VEC = 1)."""
-    if vec == 8:
+def sliding_block(vec: int, cv: int, tq: int, Q: int, sw: int, sx: int) -> tuple[int, int]:
+    """(CV, TQ) of a depthwise forward pass on a sliding row sw wide at stride sx along W, from the
+    rule's: in 16-bit (VEC = 8) at stride 2, STRIDED_ROW_TQ_16BIT pixels a thread in blocks of at
+    most STRIDED_ROW_CV_16BIT vectors; WIDE_ROW wide at stride 1, at most WIDE_ROW_CV_16BIT vectors
+    a block in 16-bit and WIDE_ROW_TQ_FP32 pixels a thread in float32 (VEC = 4) where rows have
+    WIDE_ROW_TQ_MIN_Q or more; else as they are (one channel a thread, VEC = 1, is not measured)."""
+    if vec == 8 and sx == 2:
+        return min(cv, STRIDED_ROW_CV_16BIT), min(tq, STRIDED_ROW_TQ_16BIT)
+    if sw == WIDE_ROW and sx == 1 and vec == 8:
         return min(cv, WIDE_ROW_CV_16BIT), tq
-    if vec == 4 and Q >= WIDE_ROW_TQ_MIN_Q:
+    if sw == WIDE_ROW and sx == 1 and vec == 4 and Q >= WIDE_ROW_TQ_MIN_Q:
         return cv, WIDE_ROW_TQ_FP32
     return cv, tq
 
@@ -223,11 +234,13 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
         if vec % cg:
             raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
         strided, sw = tuple(g["stride"]) != (1, 1), sliding_width(g)
+        sx = g["stride"][1] if sw else 1
+        if cg > 1 and sx == 2:  # (narrow groups on a strided sliding row: not measured, so not taken)
+            sw, sx = 0, 1
         cv = narrow_block(vec, cv, R * S, cg) if cg > 1 else depthwise_block(C, vec, cv, R * S, strided)
         tq = TQ if Q >= TQ else 1
-        sx = g["stride"][1] if sw else 1
-        if cg == 1 and sw == WIDE_ROW and sx == 1:
-            cv, tq = wide_row_block(vec, cv, tq, Q)
+        if cg == 1 and sw:
+            cv, tq = sliding_block(vec, cv, tq, Q, sw, sx)
         cfg = CONV_05.config(VEC=vec, TQ=tq, CG=cg, SW=sw, SX=sx)
         loaded = jit.load_kernel(CONV_05, cfg, device_id, x.dtype, x.dtype, post=post_code(b is not None, activation))
         grid, images = _launches(N, P * -(-Q // tq), C, vec, cv, device_id)
