@@ -20,6 +20,9 @@
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
+# "fp32-shapes" gemm()'s choice for exact float32 over sweeps/fp32-shapes.toml against cuBLAS SGEMM (the float32 target's records),
+# "3xtf32" tc11 (precision="3xtf32") at the ladder's sizes against cuBLAS SGEMM (its speed target's records),
+# "models" gemm() on Llama 3 8B's and 70B's layers (sweeps/models.toml) against cuBLAS,
 # "conv-sanitize" compute-sanitizer's memcheck, racecheck and synccheck over conv03 and conv04 (scripts/conv_sanitize.py),
 # "bmm-sanitize" the same over tc07's batched build, both epilogues (scripts/bmm_sanitize.py),
 # "host" host time a call at 64^3 with gemm()'s table of kinds of call on and off, against torch (scripts/profile_host.py record),
@@ -254,6 +257,21 @@ if want bench; then
   for dt in bf16 fp16 tf32 bf16-fp32out fp16-fp32out; do
     python3 -m gemmlab bench --ladder --dtype $dt --pending --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench $dt"
   done
+fi
+
+if want fp32-shapes; then
+  step "bench: exact float32 over sweeps/fp32-shapes.toml against cuBLAS SGEMM"
+  python3 -m gemmlab bench --sweep sweeps/fp32-shapes.toml --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "fp32-shapes"
+fi
+
+if want 3xtf32; then
+  step "bench: precision=3xtf32 (tc11) against cuBLAS SGEMM"
+  python3 -m gemmlab bench -k tc11_3xtf32 --dtype 3xtf32 --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "bench 3xtf32"
+fi
+
+if want models; then
+  step "bench: Llama 3 8B's and 70B's layers (sweeps/models.toml) against cuBLAS"
+  python3 -m gemmlab bench --sweep sweeps/models.toml --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "models"
 fi
 
 if want layouts; then
