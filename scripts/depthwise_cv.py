@@ -34,7 +34,7 @@ def main() -> None:
     batches = [int(b) for b in (args[1] if len(args) > 1 else "32,128").split(",")]
     sweep = read_conv_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "conv" / "depthwise.toml")
     flush, gate = L2Flusher(0), HostGate(0)
-    real_cv, real_block = conv05.conv05_channel_vectors, conv05.depthwise_block
+    real_cv, real_block, real_sliding = conv05.conv05_channel_vectors, conv05.depthwise_block, conv05.sliding_block
     real_tq = conv05.TQ, conv05.STRIDED_DGRAD_TQ
     for name in dtypes:
         dtype = DTYPES[name]
@@ -72,14 +72,20 @@ def main() -> None:
                         conv05.TQ = conv05.STRIDED_DGRAD_TQ = tq
                         conv05.conv05_channel_vectors = lambda c, v, t: cv
                         conv05.depthwise_block = lambda c, v, cv_, taps, strided: cv_
+                        conv05.sliding_block = lambda v, cv_, tq_, q, sw, sx: (cv_, tq_)
                         try:
                             return ours()
                         finally:
                             conv05.TQ, conv05.STRIDED_DGRAD_TQ = real_tq
                             conv05.conv05_channel_vectors, conv05.depthwise_block = real_cv, real_block
+                            conv05.sliding_block = real_sliding
                     return f
 
+                g0 = conv_geometry(tuple(x.shape), tuple(w.shape), L.stride, L.padding)
                 rule_cv = real_block(L.C, vec, real_cv(L.C, vec, L.R * L.S), L.R * L.S, L.stride > 1 and not dgrad)
+                sw = 0 if dgrad else conv05.sliding_width(g0)
+                if sw:  # (the label's block: the sliding row's, where it takes one)
+                    rule_cv = real_sliding(vec, rule_cv, 4, g0["Q"], sw, g0["stride"][1])[0]
                 fns = {f"rule(CV{rule_cv})": ours}
                 if not dgrad:  # the rule's block, each tap's pixels loaded on their own (no sliding row)
                     def tapped():
