@@ -33,7 +33,7 @@ DEPTHWISE_CASES = [(2, 24, 13, 11, 3, 1, 1, 1, torch.bfloat16), (1, 12, 9, 17, 7
                    (1, 12, 9, 17, 7, 1, 3, 1, torch.float32), (2, 13, 8, 10, 5, 1, 2, 1, torch.float16)]  # fmt: skip
 # grouped layers in one launch (N, C, H, W, K, R, stride, padding, groups): conv02's grouped build
 # over groups of 4 channels and 8 filters (8-byte copies, the 16-wide tile), of 24 at stride 2 (the
-# 64-wide tile), of 32; conv05's over narrow groups of 4, of 2 at stride 2, of 8
+# 64-wide tile), of 32; conv05's over narrow groups of 4, of 2 at stride 2, of 8, with their gradients
 GROUPED_CASES = [(2, 64, 13, 11, 128, 3, 1, 1, 16), (1, 96, 9, 17, 192, 3, 2, 1, 4), (2, 256, 7, 7, 256, 3, 1, 1, 8),
                  (2, 64, 13, 11, 64, 3, 1, 1, 16), (1, 32, 9, 17, 32, 3, 2, 1, 16), (2, 64, 7, 9, 64, 3, 1, 1, 8)]
 # conv04's (N, C, H, W, K, R, stride, padding, dilation): the stem on a small odd image, a 3x3 over 5
@@ -113,10 +113,18 @@ def main() -> int:
         kw = dict(stride=stride, padding=padding, groups=groups)
         y = gemmlab.conv2d(x, w, bias, **kw, activation="relu")
         err = _error(y, F.relu(F.conv2d(x.double(), w.double(), bias.double(), **kw)))
-        ok = err < 2e-2 and not y.isnan().any()
+        grads = []
+        if C == K and C // groups in (2, 4, 8):  # conv05's narrow groups: their gradients too (wgrad on conv05)
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            dy = torch.randn(y.shape, device="cuda").bfloat16()
+            grads = torch.autograd.grad(gemmlab.conv2d(xg, wg, **kw), (xg, wg), dy)
+            x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+            want = torch.autograd.grad(F.conv2d(x64, w64, **kw), (x64, w64), dy.double())
+            err = max(err, *(_error(a, b) for a, b in zip(grads, want)))
+        ok = err < 2e-2 and not y.isnan().any() and all(g.isfinite().all() for g in grads)
         wrong += not ok
         print(f"{'passed' if ok else 'FAIL'} grouped x={N}x{C}x{H}x{W} w={K}x{C // groups}x{R}x{R} stride={stride} "
-              f"groups={groups} error {err:.1e}", flush=True)  # fmt: skip
+              f"groups={groups} error{' (y, dx, dw)' if grads else ''} {err:.1e}", flush=True)  # fmt: skip
     return 1 if wrong else 0
 
 

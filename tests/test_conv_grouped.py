@@ -372,11 +372,50 @@ def test_the_narrow_group_builds_compile_for_hopper_without_spills(dtype):
             if vec % cg == 0 for tq in (1, 4) for sw, sx in ((0, 1), (3, 1), (7, 1), (3, 2))
             for post in (0, post_code(True, "silu"))]  # fmt: skip
     assert len(jobs) == 16 * (3 if vec == 8 else 2)
+    from gemmlab.specs.conv import CONV_05_WGRAD  # and the filter gradient's, at every SG the rule can pick
+
+    jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=1, CG=cg), 0) for cg in conv05.NARROW_GROUPS
+             if vec % cg == 0 for sg in range(1, min(8, conv05.NARROW_WGRAD_SUMS // (vec * cg)) + 1)]  # fmt: skip
     for spec, cfg, post in jobs:
         ck = jit.compile_kernel(spec, cfg, "sm_90a", dtype, dtype, post=post)
         assert ck.usage.spills == 0 and ck.usage.stack_frame == 0 and ck.usage.registers <= 255, (cfg, ck.usage)
     with pytest.raises(ValueError, match="CG must be"):
         CONV_05.config(VEC=4, TQ=4, CG=8)
+    with pytest.raises(ValueError, match="at most 96 sums a thread"):
+        CONV_05_WGRAD.config(VEC=8, SG=2, RG=1, CG=8)
+
+
+def test_the_narrow_group_filter_gradient_keeps_a_threads_sums_in_registers():
+    """conv05.wgrad_taps: depthwise as before (a row, or every row of a 3x1); narrow groups as many
+    taps of a row as keep SG * VEC * CG within NARROW_WGRAD_SUMS, one row a thread."""
+    assert conv05.NARROW_WGRAD_SUMS == 96
+    assert conv05.wgrad_taps(3, 3) == (3, 1) and conv05.wgrad_taps(3, 1) == (1, 3)
+    assert conv05.wgrad_taps(3, 3, 8 * 4) == (3, 1) and conv05.wgrad_taps(3, 3, 8 * 8) == (1, 1)
+    assert conv05.wgrad_taps(5, 5, 4 * 2) == (5, 1) and conv05.wgrad_taps(7, 7, 4 * 4) == (6, 1)
+    assert conv05.wgrad_taps(1, 1, 8 * 8) == (1, 1) and conv05.wgrad_taps(3, 3, 8 * 2) == (3, 1)
+    g = conv_geometry((32, 128, 56, 56), (128, 4, 3, 3), 1, 1)
+    chunk = conv05.wgrad_chunk(g, 8, 132, 4)
+    assert chunk == conv05.wgrad_chunk(dict(g), 8, 132, 4)
+    assert -(-32 * 56 * 56 // chunk) * 9 * 128 * 4 <= conv05._WGRAD_PARTS_MAX
+
+
+def test_narrow_groups_take_conv05s_filter_gradient(monkeypatch):
+    """GroupedConv's dW: conv05.wgrad (cg channels a group) where the forward pass ran on conv05's
+    grouped build, the diagonal of one GEMM (conv_grad.wgrad_grouped) where it ran on conv02's."""
+    calls = []
+    monkeypatch.setattr(conv05, "wgrad", lambda x, dy, g, dt, cg=1: calls.append(("conv05", g["C"], g["K"], cg)))
+    monkeypatch.setattr(conv_grad, "wgrad_grouped", lambda x, dy, g, G, precision="fp32": calls.append(("gemm", g["C"], G)))
+    monkeypatch.setattr(conv05, "run", lambda *a, **k: torch.empty(0))
+    monkeypatch.setattr(conv_grouped, "run", lambda *a, **k: torch.empty(0))
+    for C, K, groups, narrow in ((128, 128, 32, True), (64, 128, 16, False)):
+        x = torch.empty(2, C, 8, 8).requires_grad_()
+        w = torch.empty(K, C // groups, 3, 3).requires_grad_()
+        g = conv_geometry((2, C // groups, 8, 8), (K, C // groups, 3, 3), 1, 1)
+        ctx = type("Ctx", (), {"needs_input_grad": (False, True, False),
+                               "save_for_backward": lambda self, *t: setattr(self, "saved_tensors", t)})()  # fmt: skip
+        conv_module.GroupedConv.forward(ctx, x, w, None, g, groups, True, narrow)
+        conv_module.GroupedConv.backward(ctx, torch.empty(2, K, 8, 8))
+    assert calls == [("conv05", 128, 128, 4), ("gemm", 64, 16)]
 
 
 def test_what_the_narrow_group_build_refuses():
@@ -457,6 +496,35 @@ def test_narrow_group_gradients_against_float64_on_the_gpu(layer):
     L = dict(layer)
     dtype, tol = _DT[L.pop("dtype")]
     _check_gradients(L, dtype, tol, seed=8)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("layer", list(_narrow_layers(8, seed=9)), ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_the_narrow_group_filter_gradient_against_float64_on_the_gpu(layer, monkeypatch):
+    """conv05.wgrad with cg channels a group against torch's float64 filter gradient: from an offset
+    view of x, its parts added by conv05's kernel and by torch's sum (WGRAD_SUM_CHUNKS), the same bits
+    at a second launch, and a NaN in one group's input reaching that group's filters alone."""
+    L = dict(layer)
+    dtype, tol = _DT[L.pop("dtype")]
+    (N, C, H, W, K, R, groups), kw = _sizes(L)
+    cg = C // groups
+    torch.manual_seed(10)
+    x = torch.randn(N, C + 8, H, W, device="cuda").to(dtype).to(memory_format=torch.channels_last)[:, 8:]
+    g = conv_geometry(tuple(x.shape), (K, cg, R, R), kw["stride"], kw["padding"], kw["dilation"])
+    dy = torch.randn(N, K, g["P"], g["Q"], device="cuda").to(dtype)
+    w = torch.empty(K, cg, R, R, dtype=torch.double, device="cuda")
+    ref = _torch_wgrad(x.double(), dy.double(), w, L)
+    for sum_chunks in (conv05.WGRAD_SUM_CHUNKS, 0):
+        monkeypatch.setattr(conv05, "WGRAD_SUM_CHUNKS", sum_chunks)
+        dw = conv05.wgrad(x, dy, g, dtype, cg)
+        assert dw.shape == ref.shape and dw.dtype == dtype and torch.equal(dw, conv05.wgrad(x, dy, g, dtype, cg))
+        err = float((dw.double() - ref).abs().max() / ref.abs().max())
+        assert err < 4 * tol, f"{layer} sum_chunks={sum_chunks}: {err:.2e}"
+    x = x.clone(memory_format=torch.channels_last)
+    x[N - 1, cg + 1, H // 2, W // 2] = float("nan")  # group 1
+    dw, ref = conv05.wgrad(x, dy, g, dtype, cg), _torch_wgrad(x.double(), dy.double(), w, L)
+    assert torch.equal(dw.isnan(), ref.isnan()) and not dw[:cg].isnan().any() and not dw[2 * cg:].isnan().any()
 
 
 def test_the_narrow_group_build_takes_blocks_of_two_channel_vectors():

@@ -304,21 +304,23 @@ class GroupedConv(torch.autograd.Function):
     on conv05's grouped build where `narrow` says so (conv05.narrow_groups_why_not), else on
     conv02's; dX one more grouped convolution through conv2d (the spread dY by each group's filters
     transposed and flipped: gemmlab.conv_grad, one launch again where a grouped build serves dY's
-    groups); dW the diagonal blocks of one GEMM over every channel (conv_grad.wgrad_grouped); the
-    bias's a sum over dY."""
+    groups); dW on conv05's filter gradient where the groups are narrow (each group's sums apart,
+    x read where it lies), else the diagonal blocks of one GEMM over every channel
+    (conv_grad.wgrad_grouped); the bias's a sum over dY."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, g, groups, last, narrow=False):
         from . import conv05, conv_grouped
 
         ctx.save_for_backward(x, weight)
-        ctx.g, ctx.groups = g, groups
+        ctx.g, ctx.groups, ctx.narrow = g, groups, narrow
         if narrow:
             return conv05.run(x, weight, bias, dict(g, C=x.shape[1]), None, last, x.shape[1] // groups)
         return conv_grouped.run(x, weight, bias, g, groups, None, last)
 
     @staticmethod
     def backward(ctx, dy):
+        from . import conv05
         from .conv_grad import dgrad_operands, wgrad_grouped
 
         x, weight = ctx.saved_tensors
@@ -329,7 +331,9 @@ class GroupedConv(torch.autograd.Function):
             z, _, pad = dgrad_operands(dy, weight[:1], g)
             w2 = weight.reshape(G, K // G, cg, R, S).transpose(1, 2).reshape(G * cg, K // G, R, S).flip(2, 3)
             dx = conv2d(z, w2.contiguous(memory_format=torch.channels_last), None, 1, pad, g["dilation"], G)
-        if ctx.needs_input_grad[1]:  # one GEMM over every channel, its diagonal blocks
+        if ctx.needs_input_grad[1] and ctx.narrow:  # each group's sums apart, in one launch
+            dw = conv05.wgrad(x, dy, dict(g, C=cg * G, K=K), weight.dtype, cg)
+        elif ctx.needs_input_grad[1]:  # one GEMM over every channel, its diagonal blocks
             dw = wgrad_grouped(x, dy, dict(g, C=cg * G), G)
         db = dy.sum((0, 2, 3)) if ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None, None, None

@@ -32,6 +32,7 @@ _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus 
 WGRAD_SUM_CHUNKS = 256  # wgrad's parts of at most this many chunks are added by conv05's own kernel (one thread
 # a filter entry, in one launch); more by torch's sum, which spreads the chunks over threads too
 WGRAD_TAPS_A_THREAD = 3  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
+NARROW_WGRAD_SUMS = 96  # wgrad of narrow groups: fp32 sums a thread, SG * VEC * CG, at most (CONV05_WG_SUMS)
 _WGRAD_THREADS_AN_SM = 512  # wgrad's chunks: about this many tasks an SM
 _WGRAD_CHUNK_MIN = 16  # and at least this many pixels a chunk
 _WGRAD_PARTS_MAX = 1 << 25  # fp32 elements of wgrad's parts at most (128 MB): past it the chunks grow
@@ -279,62 +280,74 @@ def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
     return _nhwc_result(dx, channels_last)
 
 
-def wgrad_taps(R: int, S: int) -> tuple[int, int]:
-    """wgrad's (SG, RG): the taps of a filter row a thread sums (the whole row, up to CONV05_WG_S)
-    and the filter rows (all R where R * SG <= WGRAD_TAPS_A_THREAD, else one)."""
+def wgrad_taps(R: int, S: int, sums: int = 1) -> tuple[int, int]:
+    """wgrad's (SG, RG): the taps of a filter row a thread sums and the filter rows. Depthwise
+    (sums = 1): the whole row, up to CONV05_WG_S, and all R rows where R * SG <= WGRAD_TAPS_A_THREAD,
+    else one. Narrow groups, sums = VEC * CG a tap: as many taps of a row as keep a thread's sums
+    within NARROW_WGRAD_SUMS, one row."""
+    if sums > 1:
+        return max(1, min(S, CONV05_WG_S, NARROW_WGRAD_SUMS // sums)), 1
     sg = min(S, CONV05_WG_S)
     return sg, R if R * sg <= WGRAD_TAPS_A_THREAD else 1
 
 
-def wgrad_chunk(g: dict, vec: int, sms: int) -> int:
+def wgrad_chunk(g: dict, vec: int, sms: int, cg: int = 1) -> int:
     """wgrad's chunk: how many output pixels one thread sums (a function of the shapes and the SM
     count alone, so that a layer's filter gradient has the same bits at every launch on a GPU)."""
     pixels = g["N"] * g["P"] * g["Q"]
-    sg, rg = wgrad_taps(g["R"], g["S"])
+    sg, rg = wgrad_taps(g["R"], g["S"], vec * cg if cg > 1 else 1)
     threads = -(-g["R"] // rg) * -(-g["S"] // sg) * (g["C"] // vec)  # a chunk's tasks
     chunks = max(1, min(-(-sms * _WGRAD_THREADS_AN_SM // threads), -(-pixels // _WGRAD_CHUNK_MIN),
-                        _WGRAD_PARTS_MAX // (g["R"] * g["S"] * g["C"])))  # fmt: skip
+                        _WGRAD_PARTS_MAX // (g["R"] * g["S"] * g["C"] * cg)))  # fmt: skip
     return -(-pixels // chunks)
 
 
-def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype) -> Tensor:
-    """The filter's gradient of run()'s convolution: [C, 1, R, S] in weight_dtype, from fp32 parts
-    (a chunk of pixels each), added in a fixed order (WGRAD_SUM_CHUNKS says by which kernel)."""
+def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype, cg: int = 1) -> Tensor:
+    """The filter's gradient of run()'s convolution: [C, cg, R, S] in weight_dtype (cg: channels a
+    group, 1 for depthwise, else narrow groups as run() takes them), from fp32 parts (a chunk of
+    pixels each), added in a fixed order (WGRAD_SUM_CHUNKS says by which kernel)."""
     from .device import sm_count
 
     N, C, P, Q, R, S = g["N"], g["C"], g["P"], g["Q"], g["R"], g["S"]
     xs = x.contiguous(memory_format=torch.channels_last)
     dys = dy.contiguous(memory_format=torch.channels_last)
     if not (N * P * Q and C):
-        return torch.zeros((C, 1, R, S), dtype=weight_dtype, device=x.device)
+        return torch.zeros((C, cg, R, S), dtype=weight_dtype, device=x.device)
+    if cg > 1 and not _aligned(xs, dys):  # (offset views: the grouped build reads 16 bytes a thread)
+        xs, dys = xs.clone(memory_format=torch.channels_last), dys.clone(memory_format=torch.channels_last)
     device_id = _device(x)
     vec = conv05_vec(x.dtype, C, _aligned(xs, dys))
+    if vec % cg:
+        raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
     cv = conv05_channel_vectors(C, vec, 1)
-    chunk = wgrad_chunk(g, vec, sm_count(device_id))
-    sg, rg = wgrad_taps(R, S)
-    loaded = jit.load_kernel(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg), device_id, x.dtype, x.dtype)
+    chunk = wgrad_chunk(g, vec, sm_count(device_id), cg)
+    sg, rg = wgrad_taps(R, S, vec * cg if cg > 1 else 1)
+    cfg = CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg, CG=cg)
+    loaded = jit.load_kernel(CONV_05_WGRAD, cfg, device_id, x.dtype, x.dtype)
     tasks_a_chunk = -(-R // rg) * -(-S // sg)
     # images a launch: whole chunks of its own, its pixels and tasks within 32-bit counts
     per_image = P * Q
     grid, images = _launches(N, per_image, C, vec, cv, device_id)
     images = max(1, min(images, (_COUNT_LIMIT - grid[0] * CONV05_THREADS) // max(1, -(-per_image // chunk) * tasks_a_chunk)))
     counts = [min(images, N - n0) for n0 in range(0, N, images)]
-    parts = torch.empty((sum(-(-n * per_image // chunk) for n in counts), R * S, C), dtype=torch.float32, device=x.device)
+    width = C * cg  # a tap's sums in parts: [C][cg]
+    parts = torch.empty((sum(-(-n * per_image // chunk) for n in counts), R * S, width), dtype=torch.float32,
+                        device=x.device)  # fmt: skip
     size, done, n0 = x.element_size(), 0, 0
     for n in counts:
         chunks = -(-n * per_image // chunk)
         blocks = max(1, min(grid[0], -(-chunks * tasks_a_chunk // (CONV05_THREADS // cv))))
         launch.launch(loaded, device_id, (blocks, grid[1], 1), (CONV05_THREADS, 1, 1),
                       xs.data_ptr() + n0 * g["H"] * g["W"] * C * size, dys.data_ptr() + n0 * per_image * C * size,
-                      parts.data_ptr() + done * R * S * C * 4,
+                      parts.data_ptr() + done * R * S * width * 4,
                       *(launch.i32(v) for v in (n, *_geometry_args(g), chunk, cv)))  # fmt: skip
         done, n0 = done + chunks, n0 + n
     if parts.shape[0] > WGRAD_SUM_CHUNKS:  # torch's reduction, parallel over the chunks too
-        return parts.sum(0).t().reshape(C, 1, R, S).to(weight_dtype).contiguous()
-    dw = torch.empty((C, 1, R, S), dtype=weight_dtype, device=x.device)
+        return parts.sum(0).t().reshape(C, cg, R, S).to(weight_dtype).contiguous()
+    dw = torch.empty((C, cg, R, S), dtype=weight_dtype, device=x.device)
     added = jit.load_kernel(CONV_05_WGRAD_SUM, CONV_05_WGRAD_SUM.config(), device_id, weight_dtype, weight_dtype)
-    launch.launch(added, device_id, (-(-R * S * C // CONV05_THREADS), 1, 1), (CONV05_THREADS, 1, 1), parts.data_ptr(),
-                  dw.data_ptr(), *(launch.i32(v) for v in (parts.shape[0], R * S, C)))  # fmt: skip
+    launch.launch(added, device_id, (-(-R * S * width // CONV05_THREADS), 1, 1), (CONV05_THREADS, 1, 1),
+                  parts.data_ptr(), dw.data_ptr(), *(launch.i32(v) for v in (parts.shape[0], R * S, width)))  # fmt: skip
     return dw
 
 

@@ -309,6 +309,7 @@ def conv04_config(g: dict) -> GemmConfig:
 CONV05_THREADS = 256
 CONV05_TAPS_SMEM = 4096  # fp32 taps a block stages (the kernel's TAPS_SMEM): R*S*CV*VEC*CG at most
 CONV05_WG_S = 8  # wgrad: taps of a filter row a thread sums at once, at most (the kernel's SG)
+CONV05_WG_SUMS = 96  # wgrad: fp32 sums a thread holds, RG * SG * VEC * CG, at most (the kernel's static_assert)
 CONV05_SLIDING_WIDTHS = (3, 5, 7)  # filter widths the forward pass's sliding row serves (the kernel's SW)
 
 
@@ -323,6 +324,8 @@ def _conv05_check(c: GemmConfig) -> str | None:
         return f"SG must be 1 to {CONV05_WG_S} taps a thread"
     if "RG" in c.as_dict() and not (1 <= c["RG"] and c["RG"] * c["SG"] <= 9):
         return "RG must be at least 1 filter row a thread, RG * SG at most 9 taps"
+    if "RG" in c.as_dict() and c["RG"] * c["SG"] * c["VEC"] * c["CG"] > CONV05_WG_SUMS:
+        return f"RG * SG * VEC * CG must be at most {CONV05_WG_SUMS} sums a thread"
     if "SW" in c.as_dict() and c["SW"] not in CONV05_SLIDING_WIDTHS + (0,):
         return f"SW must be 0 or a filter width of {CONV05_SLIDING_WIDTHS}"
     if "SX" in c.as_dict() and (c["SX"] not in (1, 2) or (c["SX"] == 2 and not c["SW"])):
@@ -361,10 +364,12 @@ CONV_05_DGRAD = KernelSpec(
 )
 CONV_05_WGRAD = KernelSpec(
     id="conv05_depthwise_wgrad",
-    idea="the filter's gradient of a depthwise layer: fp32 sums over chunks of pixels, then added in a fixed order",
+    idea="the filter's gradient of a depthwise layer (or of narrow groups): fp32 sums over chunks of pixels, then "
+    "added in a fixed order",
     entry="conv_depthwise_wgrad",
     params=(_VEC, Param("SG", 3, "taps of a filter row a thread sums: S, or 8 of a wider row"),
-            Param("RG", 1, "filter rows a thread sums (R * SG <= 9; the host's conv05.wgrad_taps)")),
+            Param("RG", 1, "filter rows a thread sums (R * SG <= 9; the host's conv05.wgrad_taps)"),
+            Param("CG", 1, "channels (and filters) a group: 1 depthwise; 2, 4 or 8 (dividing VEC) narrow groups")),
     **_CONV05,
 )
 CONV_05_WGRAD_SUM = KernelSpec(

@@ -274,13 +274,16 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(co
 
 // The filter's gradient of conv_depthwise, in parts: x NHWC [N][H][W][C], dy NHWC [N][P][Q][C];
 // (32-bit counts: the host keeps N * P * Q and the tasks plus the grid's threads below 2^31);
-// parts fp32 [chunks][R*S][C]. Task (chunk, row group, tap group) -- ceil(R / RG) * ceil(S / SG)
+// parts fp32 [chunks][R*S][C][CG]. Task (chunk, row group, tap group) -- ceil(R / RG) * ceil(S / SG)
 // tasks a chunk of `chunk` consecutive output pixels (n, p, q flattened) -- sums dy * x over the
 // chunk's pixels for filter rows r0 .. r0 + RG - 1 and taps s0 .. s0 + SG - 1 of each, for its VEC
 // channels (dy read once a pixel for all of them), and writes those sums to parts[chunk]. Every
 // slot of parts is written by exactly one thread. The grid is (blocks over the tasks,
 // ceil(C / (CV * VEC))); no taps are staged (TD is T).
-template <typename T, typename TD, int VEC, int SG, int RG>
+// CG > 1 (narrow groups, as the forward pass's CG): filter c0 + j reads its group's CG input
+// channels, all within the VEC channels of x the thread loads, so each pixel adds CG products a
+// filter a tap, RG * SG * VEC * CG sums a thread (the host keeps them in registers: wgrad_taps).
+template <typename T, typename TD, int VEC, int SG, int RG, int CG = 1>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(const T* __restrict__ x,
                                                                            const T* __restrict__ dy,
                                                                            float* __restrict__ parts, int N, int H,
@@ -291,6 +294,7 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
     static_assert(SG >= 1 && SG <= 8, "SG: 1 to 8 taps of a filter row a thread");
     static_assert(RG >= 1 && RG * SG <= 9, "RG: filter rows a thread, RG * SG <= 9 taps");
+    static_assert(CG >= 1 && VEC % CG == 0 && RG * SG * VEC * CG <= 96, "CG: a group's channels within VEC, 96 sums a thread");
     const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
     const int vec = blockIdx.y * CV + cv;
     if (vec * VEC >= C) return;
@@ -301,7 +305,7 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
         const int group = static_cast<int>(t % groups), r0 = static_cast<int>(t / groups % rgroups) * RG;
         const unsigned k = t / groups / rgroups;
         const int s0 = group * SG;
-        float acc[RG][SG][VEC] = {};
+        float acc[RG][SG][VEC][CG] = {};
         // the chunk's first pixel, then q, p and n counted on from it (no division a pixel)
         const unsigned first = k * chunk, last = pixels - first > static_cast<unsigned>(chunk) ? first + chunk : pixels;
         int q = static_cast<int>(first % Q), p = static_cast<int>(first / Q % P), n = static_cast<int>(first / Q / P);
@@ -321,7 +325,10 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
                     float xv[VEC];
                     depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) acc[rr][s][j] = fmaf(g[j], xv[j], acc[rr][s][j]);
+                    for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+                        for (int i = 0; i < CG; ++i) acc[rr][s][j][i] = fmaf(g[j], xv[j / CG * CG + i], acc[rr][s][j][i]);
+                    }
                 }
             }
             if (++q == Q) {
@@ -334,9 +341,12 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
 #pragma unroll
             for (int s = 0; s < SG; ++s) {
                 if (r0 + rr >= R || s0 + s >= S) continue;
-                float* out = parts + (static_cast<long long>(k) * R * S + (r0 + rr) * S + s0 + s) * C + c0;
+                float* out = parts + ((static_cast<long long>(k) * R * S + (r0 + rr) * S + s0 + s) * C + c0) * CG;
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) out[j] = acc[rr][s][j];
+                for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+                    for (int i = 0; i < CG; ++i) out[j * CG + i] = acc[rr][s][j][i];
+                }
             }
         }
     }
@@ -345,7 +355,8 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
 // wgrad's parts added: dw [C][taps] in T (the weight's own layout, [C, 1, R, S]) = the sum over
 // k = 0, 1, ... chunks - 1 of parts[k][tap][c], in that order (so the same bits every launch), one
 // thread a (tap, c), c fastest (consecutive threads read consecutive parts). VEC and the TD pair
-// are the type parameter's; VEC is 1.
+// are the type parameter's; VEC is 1. Narrow groups' parts, [chunks][taps][C][CG], add up as the
+// same sum over C * CG channels: dw [C][CG][taps] is the weight's [C, CG, R, S].
 template <typename T, typename TD, int VEC>
 __global__ void __launch_bounds__(depthwise::THREADS) conv_depthwise_wgrad_sum(const float* __restrict__ parts,
                                                                                TD* __restrict__ dw, int chunks,
