@@ -33,6 +33,8 @@ WGRAD_SUM_CHUNKS = 256  # wgrad's parts of at most this many chunks are added by
 # a filter entry, in one launch); more by torch's sum, which spreads the chunks over threads too
 WGRAD_TAPS_A_THREAD = 3  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
 NARROW_WGRAD_SUMS = 96  # wgrad of narrow groups: fp32 sums a thread, SG * VEC * CG, at most (CONV05_WG_SUMS)
+WGRAD_PIX = 1  # wgrad: pixels whose loads a depthwise thread has in flight at once (wgrad_pixels)
+NARROW_WGRAD_PIX = 4  # and a narrow groups' one
 _WGRAD_THREADS_AN_SM = 512  # wgrad's chunks: about this many tasks an SM
 _WGRAD_CHUNK_MIN = 16  # and at least this many pixels a chunk
 _WGRAD_PARTS_MAX = 1 << 25  # fp32 elements of wgrad's parts at most (128 MB): past it the chunks grow
@@ -291,6 +293,14 @@ def wgrad_taps(R: int, S: int, sums: int = 1) -> tuple[int, int]:
     return sg, R if R * sg <= WGRAD_TAPS_A_THREAD else 1
 
 
+def wgrad_pixels(sg: int, rg: int, cg: int) -> int:
+    """wgrad's PIX: the pixels whose loads (dy's and x's, 1 + RG * SG a pixel) a thread issues
+    before their multiply-adds: WGRAD_PIX for depthwise, NARROW_WGRAD_PIX for narrow groups, fewer
+    where their loads would pass 16 in flight."""
+    want = NARROW_WGRAD_PIX if cg > 1 else WGRAD_PIX
+    return max(1, min(want, 16 // (rg * sg + 1)))
+
+
 def wgrad_chunk(g: dict, vec: int, sms: int, cg: int = 1) -> int:
     """wgrad's chunk: how many output pixels one thread sums (a function of the shapes and the SM
     count alone, so that a layer's filter gradient has the same bits at every launch on a GPU)."""
@@ -322,7 +332,7 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype, cg: int = 1
     cv = conv05_channel_vectors(C, vec, 1)
     chunk = wgrad_chunk(g, vec, sm_count(device_id), cg)
     sg, rg = wgrad_taps(R, S, vec * cg if cg > 1 else 1)
-    cfg = CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg, CG=cg)
+    cfg = CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg, CG=cg, PIX=wgrad_pixels(sg, rg, cg))
     loaded = jit.load_kernel(CONV_05_WGRAD, cfg, device_id, x.dtype, x.dtype)
     tasks_a_chunk = -(-R // rg) * -(-S // sg)
     # images a launch: whole chunks of its own, its pixels and tasks within 32-bit counts

@@ -326,6 +326,8 @@ def _conv05_check(c: GemmConfig) -> str | None:
         return "RG must be at least 1 filter row a thread, RG * SG at most 9 taps"
     if "RG" in c.as_dict() and c["RG"] * c["SG"] * c["VEC"] * c["CG"] > CONV05_WG_SUMS:
         return f"RG * SG * VEC * CG must be at most {CONV05_WG_SUMS} sums a thread"
+    if "PIX" in c.as_dict() and not (1 <= c["PIX"] <= 8 and c["PIX"] * (c["RG"] * c["SG"] + 1) <= 16):
+        return "PIX must be 1 to 8 pixels, PIX * (RG * SG + 1) at most 16 loads in flight"
     if "SW" in c.as_dict() and c["SW"] not in CONV05_SLIDING_WIDTHS + (0,):
         return f"SW must be 0 or a filter width of {CONV05_SLIDING_WIDTHS}"
     if "SX" in c.as_dict() and (c["SX"] not in (1, 2) or (c["SX"] == 2 and not c["SW"])):
@@ -369,7 +371,9 @@ CONV_05_WGRAD = KernelSpec(
     entry="conv_depthwise_wgrad",
     params=(_VEC, Param("SG", 3, "taps of a filter row a thread sums: S, or 8 of a wider row"),
             Param("RG", 1, "filter rows a thread sums (R * SG <= 9; the host's conv05.wgrad_taps)"),
-            Param("CG", 1, "channels (and filters) a group: 1 depthwise; 2, 4 or 8 (dividing VEC) narrow groups")),
+            Param("CG", 1, "channels (and filters) a group: 1 depthwise; 2, 4 or 8 (dividing VEC) narrow groups"),
+            Param("PIX", 1, "pixels whose loads a thread issues before their multiply-adds (the host's "
+                  "conv05.wgrad_pixels)")),
     **_CONV05,
 )
 CONV_05_WGRAD_SUM = KernelSpec(

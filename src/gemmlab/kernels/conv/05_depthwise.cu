@@ -54,6 +54,28 @@ __device__ __forceinline__ void load(float (&v)[VEC], const T* p, bool inside) {
     }
 }
 
+// VEC elements of T as loaded, not yet converted (a uint4's four registers for 16 bytes of them):
+// what a loop keeps while its loads for several pixels are in flight.
+template <typename T, int VEC>
+struct alignas(VEC * sizeof(T) == 16 ? 16 : alignof(T)) Raw {
+    T v[VEC];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ void load_raw(Raw<T, VEC>& r, const T* p, bool inside) {
+    if constexpr (VEC * sizeof(T) == 16) {
+        *reinterpret_cast<uint4*>(r.v) = inside ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) r.v[j] = inside ? p[j] : static_cast<T>(0.0f);
+    }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ float value(const Raw<T, VEC>& r, int j) {
+    return static_cast<float>(r.v[j]);
+}
+
 template <typename T, int VEC>
 __device__ __forceinline__ void store(T* p, const float (&v)[VEC]) {
     if constexpr (VEC * sizeof(T) == 16) {
@@ -283,8 +305,9 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(co
 // CG > 1 (narrow groups, as the forward pass's CG): filter c0 + j reads its group's CG input
 // channels, all within the VEC channels of x the thread loads, so each pixel adds CG products a
 // filter a tap, RG * SG * VEC * CG sums a thread (the host keeps them in registers: wgrad_taps).
-template <typename T, typename TD, int VEC, int SG, int RG, int CG = 1>
-__global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(const T* __restrict__ x,
+// PIX: pixels whose loads a thread has in flight at once (the host's wgrad_pixels).
+template <typename T, typename TD, int VEC, int SG, int RG, int CG = 1, int PIX = 1>
+__global__ void __launch_bounds__(depthwise::THREADS, 2) conv_depthwise_wgrad(const T* __restrict__ x,
                                                                            const T* __restrict__ dy,
                                                                            float* __restrict__ parts, int N, int H,
                                                                            int W, int C, int P, int Q, int R, int S,
@@ -295,6 +318,7 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
     static_assert(SG >= 1 && SG <= 8, "SG: 1 to 8 taps of a filter row a thread");
     static_assert(RG >= 1 && RG * SG <= 9, "RG: filter rows a thread, RG * SG <= 9 taps");
     static_assert(CG >= 1 && VEC % CG == 0 && RG * SG * VEC * CG <= 96, "CG: a group's channels within VEC, 96 sums a thread");
+    static_assert(PIX >= 1 && PIX <= 8 && PIX * (RG * SG + 1) <= 16, "PIX: 1 to 8 pixels, at most 16 loads in flight");
     const int cv = threadIdx.x % CV, lanes = blockDim.x / CV;
     const int vec = blockIdx.y * CV + cv;
     if (vec * VEC >= C) return;
@@ -309,31 +333,49 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_wgrad(co
         // the chunk's first pixel, then q, p and n counted on from it (no division a pixel)
         const unsigned first = k * chunk, last = pixels - first > static_cast<unsigned>(chunk) ? first + chunk : pixels;
         int q = static_cast<int>(first % Q), p = static_cast<int>(first / Q % P), n = static_cast<int>(first / Q / P);
-        for (unsigned pixel = first; pixel < last; ++pixel) {
-            // (padding points multiply zeros, as in the forward pass)
-            float g[VEC];
-            depthwise::load<T, VEC>(g, dy + static_cast<long long>(pixel) * C + c0, true);
+        // PIX pixels at a time: every load of the PIX pixels issued before the first multiply-add, so
+        // that a thread waits on memory once a PIX pixels, not once a pixel; then the products of each
+        // pixel in turn, as one pixel at a time would add them (the same bits at every PIX)
+        for (unsigned base = first; base < last; base += PIX) {
+            depthwise::Raw<T, VEC> g[PIX], xv[PIX][RG][SG];
 #pragma unroll
-            for (int rr = 0; rr < RG; ++rr) {
-                const int h = p * stride_h - pad_h + (r0 + rr) * dil_h;
-                const bool row_in = r0 + rr < R && h >= 0 && h < H;
-                const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
+            for (int u = 0; u < PIX; ++u) {
+                const bool live = base + u < last;
+                // (padding points multiply zeros, as in the forward pass)
+                depthwise::load_raw<T, VEC>(g[u], dy + static_cast<long long>(live ? base + u : first) * C + c0, live);
 #pragma unroll
-                for (int s = 0; s < SG; ++s) {
-                    const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
-                    const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
-                    float xv[VEC];
-                    depthwise::load<T, VEC>(xv, row + static_cast<long long>(inside ? col : 0) * C, inside);
+                for (int rr = 0; rr < RG; ++rr) {
+                    const int h = p * stride_h - pad_h + (r0 + rr) * dil_h;
+                    const bool row_in = live && r0 + rr < R && h >= 0 && h < H;
+                    const T* row = x + (static_cast<long long>(n) * H + (row_in ? h : 0)) * W * C + c0;
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) {
-#pragma unroll
-                        for (int i = 0; i < CG; ++i) acc[rr][s][j][i] = fmaf(g[j], xv[j / CG * CG + i], acc[rr][s][j][i]);
+                    for (int s = 0; s < SG; ++s) {
+                        const int col = q * stride_w - pad_w + (s0 + s) * dil_w;
+                        const bool inside = row_in && s0 + s < S && col >= 0 && col < W;
+                        depthwise::load_raw<T, VEC>(xv[u][rr][s], row + static_cast<long long>(inside ? col : 0) * C, inside);
                     }
                 }
+                if (++q == Q) {
+                    q = 0;
+                    if (++p == P) p = 0, ++n;
+                }
             }
-            if (++q == Q) {
-                q = 0;
-                if (++p == P) p = 0, ++n;
+#pragma unroll
+            for (int u = 0; u < PIX; ++u) {
+                if (base + u >= last) break;
+#pragma unroll
+                for (int rr = 0; rr < RG; ++rr) {
+#pragma unroll
+                    for (int s = 0; s < SG; ++s) {
+#pragma unroll
+                        for (int j = 0; j < VEC; ++j) {
+                            const float gj = depthwise::value(g[u], j);
+#pragma unroll
+                            for (int i = 0; i < CG; ++i)
+                                acc[rr][s][j][i] = fmaf(gj, depthwise::value(xv[u][rr][s], j / CG * CG + i), acc[rr][s][j][i]);
+                        }
+                    }
+                }
             }
         }
 #pragma unroll
