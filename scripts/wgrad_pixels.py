@@ -30,8 +30,8 @@ def _variant(x, dy, g, cg, sg, pix):
     """conv05.wgrad with SG = sg (one filter row a thread) and PIX = pix."""
     def f():
         taps, pixels = conv05.wgrad_taps, conv05.wgrad_pixels
-        conv05.wgrad_taps = lambda R, S, sums=1: (sg, 1)
-        conv05.wgrad_pixels = lambda sg_, rg, cg_: pix
+        conv05.wgrad_taps = lambda R, S, vec=8, cg_=1: (sg, 1)
+        conv05.wgrad_pixels = lambda sg_, rg, vec, cg_=1: pix
         try:
             return conv05.wgrad(x, dy, g, x.dtype, cg)
         finally:
@@ -62,9 +62,8 @@ def main() -> None:
                 w = torch.randn(L.K, cg, L.R, L.S, device="cuda").to(dtype)
                 g = conv_geometry(tuple(x.shape), tuple(w.shape), L.stride, L.padding)
                 dy = torch.randn(n, L.C, g["P"], g["Q"], device="cuda").to(dtype).to(memory_format=torch.channels_last)
-                sums = vec * cg if cg > 1 else 1
-                rule = conv05.wgrad_taps(L.R, L.S, sums)
-                fns = {f"rule(SG{rule[0]}/RG{rule[1]}/PIX{conv05.wgrad_pixels(*rule, cg)})":
+                rule = conv05.wgrad_taps(L.R, L.S, vec, cg)
+                fns = {f"rule(SG{rule[0]}/RG{rule[1]}/PIX{conv05.wgrad_pixels(*rule, vec, cg)})":
                        lambda: conv05.wgrad(x, dy, g, dtype, cg)}  # fmt: skip
                 for sg in sorted({1, 2, 3, min(L.S, 8)}):
                     for pix in (1, 2, 4, 8):

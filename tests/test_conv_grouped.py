@@ -374,8 +374,9 @@ def test_the_narrow_group_builds_compile_for_hopper_without_spills(dtype):
     assert len(jobs) == 16 * (3 if vec == 8 else 2)
     from gemmlab.specs.conv import CONV_05_WGRAD  # and the filter gradient's, at every SG the rule can pick
 
-    jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=1, CG=cg), 0) for cg in conv05.NARROW_GROUPS
-             if vec % cg == 0 for sg in range(1, min(8, conv05.NARROW_WGRAD_SUMS // (vec * cg)) + 1)]  # fmt: skip
+    jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=1, CG=cg, PIX=conv05.wgrad_pixels(sg, 1, vec, cg)), 0)
+             for cg in conv05.NARROW_GROUPS if vec % cg == 0
+             for sg in range(1, min(8, conv05.NARROW_WGRAD_SUMS // (vec * cg)) + 1)]  # fmt: skip
     for spec, cfg, post in jobs:
         ck = jit.compile_kernel(spec, cfg, "sm_90a", dtype, dtype, post=post)
         assert ck.usage.spills == 0 and ck.usage.stack_frame == 0 and ck.usage.registers <= 255, (cfg, ck.usage)
@@ -387,12 +388,16 @@ def test_the_narrow_group_builds_compile_for_hopper_without_spills(dtype):
 
 def test_the_narrow_group_filter_gradient_keeps_a_threads_sums_in_registers():
     """conv05.wgrad_taps: depthwise as before (a row, or every row of a 3x1); narrow groups as many
-    taps of a row as keep SG * VEC * CG within NARROW_WGRAD_SUMS, one row a thread."""
-    assert conv05.NARROW_WGRAD_SUMS == 96
+    taps of a row as keep SG * VEC * CG within NARROW_WGRAD_SUMS, one row a thread; wgrad_pixels:
+    as many pixels' loads in flight as fit the registers left."""
+    assert conv05.NARROW_WGRAD_SUMS == 64 and conv05.WGRAD_REGISTERS == 96
     assert conv05.wgrad_taps(3, 3) == (3, 1) and conv05.wgrad_taps(3, 1) == (1, 3)
-    assert conv05.wgrad_taps(3, 3, 8 * 4) == (3, 1) and conv05.wgrad_taps(3, 3, 8 * 8) == (1, 1)
-    assert conv05.wgrad_taps(5, 5, 4 * 2) == (5, 1) and conv05.wgrad_taps(7, 7, 4 * 4) == (6, 1)
-    assert conv05.wgrad_taps(1, 1, 8 * 8) == (1, 1) and conv05.wgrad_taps(3, 3, 8 * 2) == (3, 1)
+    assert conv05.wgrad_taps(3, 3, 8, 4) == (2, 1) and conv05.wgrad_taps(3, 3, 8, 8) == (1, 1)
+    assert conv05.wgrad_taps(5, 5, 4, 2) == (5, 1) and conv05.wgrad_taps(7, 7, 4, 4) == (4, 1)
+    assert conv05.wgrad_taps(1, 1, 8, 8) == (1, 1) and conv05.wgrad_taps(3, 3, 8, 2) == (3, 1)
+    assert conv05.wgrad_pixels(1, 1, 8, 8) == min(conv05.NARROW_WGRAD_PIX, 4)  # 64 sums, 4 x 2 loads of 4 registers
+    assert conv05.wgrad_pixels(2, 1, 8, 4) == min(conv05.NARROW_WGRAD_PIX, 2)  # 64 sums, 2 x 3 loads
+    assert conv05.wgrad_pixels(8, 1, 8, 1) == 1  # 64 sums, 9 loads a pixel: one pixel whatever WGRAD_PIX
     g = conv_geometry((32, 128, 56, 56), (128, 4, 3, 3), 1, 1)
     chunk = conv05.wgrad_chunk(g, 8, 132, 4)
     assert chunk == conv05.wgrad_chunk(dict(g), 8, 132, 4)

@@ -21,7 +21,7 @@ from . import jit, launch
 from .activations import post_code
 from .conv_shape import CONV_OP_ARGS, _suggests_channels_last, conv_geometry, empty_result
 from .settings import setting
-from .specs.conv import (CONV05_SLIDING_WIDTHS, CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD,
+from .specs.conv import (CONV05_SLIDING_WIDTHS, CONV05_SUM_ENTRIES, CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD,
                          CONV_05_WGRAD_SUM, conv05_channel_vectors, conv05_vec)  # fmt: skip
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -32,10 +32,12 @@ _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus 
 WGRAD_SUM_CHUNKS = 256  # wgrad's parts of at most this many chunks are added by conv05's own kernel (one thread
 # a filter entry, in one launch); more by torch's sum, which spreads the chunks over threads too
 WGRAD_TAPS_A_THREAD = 3  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
-NARROW_WGRAD_SUMS = 96  # wgrad of narrow groups: fp32 sums a thread, SG * VEC * CG, at most (CONV05_WG_SUMS)
+NARROW_WGRAD_SUMS = 64  # wgrad of narrow groups: fp32 sums a thread, SG * VEC * CG, at most
 WGRAD_PIX = 1  # wgrad: pixels whose loads a depthwise thread has in flight at once (wgrad_pixels)
 NARROW_WGRAD_PIX = 4  # and a narrow groups' one
-_WGRAD_THREADS_AN_SM = 512  # wgrad's chunks: about this many tasks an SM
+WGRAD_REGISTERS = 96  # wgrad: registers a thread's sums and loads in flight take, at most (wgrad_pixels)
+_WGRAD_THREADS_AN_SM = 512  # wgrad's chunks: at most this many tasks an SM, what one wave holds (two blocks of 256
+# threads at 128 registers: the kernel's launch bounds), so that no task is left to a second wave alone
 _WGRAD_CHUNK_MIN = 16  # and at least this many pixels a chunk
 _WGRAD_PARTS_MAX = 1 << 25  # fp32 elements of wgrad's parts at most (128 MB): past it the chunks grow
 _ALIGN = 16
@@ -282,32 +284,34 @@ def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
     return _nhwc_result(dx, channels_last)
 
 
-def wgrad_taps(R: int, S: int, sums: int = 1) -> tuple[int, int]:
+def wgrad_taps(R: int, S: int, vec: int = 8, cg: int = 1) -> tuple[int, int]:
     """wgrad's (SG, RG): the taps of a filter row a thread sums and the filter rows. Depthwise
-    (sums = 1): the whole row, up to CONV05_WG_S, and all R rows where R * SG <= WGRAD_TAPS_A_THREAD,
-    else one. Narrow groups, sums = VEC * CG a tap: as many taps of a row as keep a thread's sums
+    (cg = 1): the whole row, up to CONV05_WG_S, and all R rows where R * SG <= WGRAD_TAPS_A_THREAD,
+    else one. Narrow groups (VEC * CG sums a tap): as many taps of a row as keep a thread's sums
     within NARROW_WGRAD_SUMS, one row."""
-    if sums > 1:
-        return max(1, min(S, CONV05_WG_S, NARROW_WGRAD_SUMS // sums)), 1
+    if cg > 1:
+        return max(1, min(S, CONV05_WG_S, NARROW_WGRAD_SUMS // (vec * cg))), 1
     sg = min(S, CONV05_WG_S)
     return sg, R if R * sg <= WGRAD_TAPS_A_THREAD else 1
 
 
-def wgrad_pixels(sg: int, rg: int, cg: int) -> int:
-    """wgrad's PIX: the pixels whose loads (dy's and x's, 1 + RG * SG a pixel) a thread issues
-    before their multiply-adds: WGRAD_PIX for depthwise, NARROW_WGRAD_PIX for narrow groups, fewer
-    where their loads would pass 16 in flight."""
+def wgrad_pixels(sg: int, rg: int, vec: int, cg: int = 1) -> int:
+    """wgrad's PIX: the pixels whose loads (dy's and x's, 1 + RG * SG a pixel, 16 bytes each) a
+    thread issues before their multiply-adds: WGRAD_PIX for depthwise, NARROW_WGRAD_PIX for narrow
+    groups, fewer where the loads held (four registers each) and the thread's RG * SG * VEC * CG
+    sums would pass WGRAD_REGISTERS (the launch bounds' 128 less what addresses and counts take)."""
     want = NARROW_WGRAD_PIX if cg > 1 else WGRAD_PIX
-    return max(1, min(want, 16 // (rg * sg + 1)))
+    room = (WGRAD_REGISTERS - rg * sg * vec * cg) // (4 * (rg * sg + 1))
+    return max(1, min(want, room, 16 // (rg * sg + 1)))
 
 
 def wgrad_chunk(g: dict, vec: int, sms: int, cg: int = 1) -> int:
     """wgrad's chunk: how many output pixels one thread sums (a function of the shapes and the SM
     count alone, so that a layer's filter gradient has the same bits at every launch on a GPU)."""
     pixels = g["N"] * g["P"] * g["Q"]
-    sg, rg = wgrad_taps(g["R"], g["S"], vec * cg if cg > 1 else 1)
+    sg, rg = wgrad_taps(g["R"], g["S"], vec, cg)
     threads = -(-g["R"] // rg) * -(-g["S"] // sg) * (g["C"] // vec)  # a chunk's tasks
-    chunks = max(1, min(-(-sms * _WGRAD_THREADS_AN_SM // threads), -(-pixels // _WGRAD_CHUNK_MIN),
+    chunks = max(1, min(sms * _WGRAD_THREADS_AN_SM // threads, -(-pixels // _WGRAD_CHUNK_MIN),
                         _WGRAD_PARTS_MAX // (g["R"] * g["S"] * g["C"] * cg)))  # fmt: skip
     return -(-pixels // chunks)
 
@@ -331,8 +335,8 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype, cg: int = 1
         raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
     cv = conv05_channel_vectors(C, vec, 1)
     chunk = wgrad_chunk(g, vec, sm_count(device_id), cg)
-    sg, rg = wgrad_taps(R, S, vec * cg if cg > 1 else 1)
-    cfg = CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg, CG=cg, PIX=wgrad_pixels(sg, rg, cg))
+    sg, rg = wgrad_taps(R, S, vec, cg)
+    cfg = CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=rg, CG=cg, PIX=wgrad_pixels(sg, rg, vec, cg))
     loaded = jit.load_kernel(CONV_05_WGRAD, cfg, device_id, x.dtype, x.dtype)
     tasks_a_chunk = -(-R // rg) * -(-S // sg)
     # images a launch: whole chunks of its own, its pixels and tasks within 32-bit counts
@@ -356,7 +360,7 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype, cg: int = 1
         return parts.sum(0).t().reshape(C, cg, R, S).to(weight_dtype).contiguous()
     dw = torch.empty((C, cg, R, S), dtype=weight_dtype, device=x.device)
     added = jit.load_kernel(CONV_05_WGRAD_SUM, CONV_05_WGRAD_SUM.config(), device_id, weight_dtype, weight_dtype)
-    launch.launch(added, device_id, (-(-R * S * width // CONV05_THREADS), 1, 1), (CONV05_THREADS, 1, 1),
+    launch.launch(added, device_id, (-(-R * S * width // CONV05_SUM_ENTRIES), 1, 1), (CONV05_THREADS, 1, 1),
                   parts.data_ptr(), dw.data_ptr(), *(launch.i32(v) for v in (parts.shape[0], R * S, width)))  # fmt: skip
     return dw
 

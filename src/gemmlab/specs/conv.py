@@ -309,6 +309,7 @@ def conv04_config(g: dict) -> GemmConfig:
 CONV05_THREADS = 256
 CONV05_TAPS_SMEM = 4096  # fp32 taps a block stages (the kernel's TAPS_SMEM): R*S*CV*VEC*CG at most
 CONV05_WG_S = 8  # wgrad: taps of a filter row a thread sums at once, at most (the kernel's SG)
+CONV05_SUM_ENTRIES = 32  # wgrad's sum: filter entries a block of 256 threads adds (the kernel's SUM_ENTRIES)
 CONV05_WG_SUMS = 96  # wgrad: fp32 sums a thread holds, RG * SG * VEC * CG, at most (the kernel's static_assert)
 CONV05_SLIDING_WIDTHS = (3, 5, 7)  # filter widths the forward pass's sliding row serves (the kernel's SW)
 

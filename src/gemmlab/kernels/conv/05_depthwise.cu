@@ -395,19 +395,38 @@ __global__ void __launch_bounds__(depthwise::THREADS, 2) conv_depthwise_wgrad(co
 }
 
 // wgrad's parts added: dw [C][taps] in T (the weight's own layout, [C, 1, R, S]) = the sum over
-// k = 0, 1, ... chunks - 1 of parts[k][tap][c], in that order (so the same bits every launch), one
-// thread a (tap, c), c fastest (consecutive threads read consecutive parts). VEC and the TD pair
-// are the type parameter's; VEC is 1. Narrow groups' parts, [chunks][taps][C][CG], add up as the
-// same sum over C * CG channels: dw [C][CG][taps] is the weight's [C, CG, R, S].
+// k = 0, 1, ... chunks - 1 of parts[k][tap][c], in a fixed order (so the same bits every launch): a
+// block takes SUM_ENTRIES consecutive (tap, c) entries, c fastest, and each of its SUM_SPLIT warps
+// adds the chunks k = w, w + SUM_SPLIT, ... of them in turn (a warp reads 32 consecutive parts);
+// warp 0 then adds the SUM_SPLIT partial sums in warp order. VEC and the TD pair are the type
+// parameter's; VEC is 1. Narrow groups' parts, [chunks][taps][C][CG], add up as the same sum over
+// C * CG channels: dw [C][CG][taps] is the weight's [C, CG, R, S].
+namespace depthwise {
+constexpr int SUM_ENTRIES = 32;
+constexpr int SUM_SPLIT = THREADS / SUM_ENTRIES;
+}  // namespace depthwise
+
 template <typename T, typename TD, int VEC>
 __global__ void __launch_bounds__(depthwise::THREADS) conv_depthwise_wgrad_sum(const float* __restrict__ parts,
                                                                                TD* __restrict__ dw, int chunks,
                                                                                int taps, int C) {
     static_assert(VEC == 1, "one element a thread");
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= taps * C) return;
-    const int tap = i / C, c = i % C;
+    using depthwise::SUM_ENTRIES;
+    using depthwise::SUM_SPLIT;
+    __shared__ float partial[SUM_SPLIT][SUM_ENTRIES];
+    const int e = threadIdx.x % SUM_ENTRIES, w = threadIdx.x / SUM_ENTRIES;
+    const int i = blockIdx.x * SUM_ENTRIES + e;
+    const bool live = i < taps * C;
     float sum = 0.0f;
-    for (int k = 0; k < chunks; ++k) sum += parts[static_cast<long long>(k) * taps * C + i];
-    dw[static_cast<long long>(c) * taps + tap] = static_cast<TD>(sum);
+    if (live) {
+        for (int k = w; k < chunks; k += SUM_SPLIT) sum += parts[static_cast<long long>(k) * taps * C + i];
+    }
+    partial[w][e] = sum;
+    __syncthreads();
+    if (w != 0 || !live) return;
+    float total = partial[0][e];
+#pragma unroll
+    for (int k = 1; k < SUM_SPLIT; ++k) total += partial[k][e];
+    const int tap = i / C, c = i % C;
+    dw[static_cast<long long>(c) * taps + tap] = static_cast<TD>(total);
 }
