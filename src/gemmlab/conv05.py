@@ -32,8 +32,8 @@ _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus 
 WGRAD_SUM_CHUNKS = 256  # wgrad's parts of at most this many chunks are added by conv05's own kernel (one thread
 # a filter entry, in one launch); more by torch's sum, which spreads the chunks over threads too
 WGRAD_TAPS_A_THREAD = 3  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
-NARROW_WGRAD_SUMS = 64  # wgrad of narrow groups: fp32 sums a thread, SG * VEC * CG, at most
-WGRAD_PIX = 1  # wgrad: pixels whose loads a depthwise thread has in flight at once (wgrad_pixels)
+NARROW_WGRAD_SUMS = 32  # wgrad of narrow groups: fp32 sums a thread, SG * VEC * CG, at most
+WGRAD_PIX = 4  # wgrad: pixels whose loads a depthwise thread has in flight at once (wgrad_pixels)
 NARROW_WGRAD_PIX = 4  # and a narrow groups' one
 WGRAD_REGISTERS = 96  # wgrad: registers a thread's sums and loads in flight take, at most (wgrad_pixels)
 _WGRAD_THREADS_AN_SM = 512  # wgrad's chunks: at most this many tasks an SM, what one wave holds (two blocks of 256
