@@ -390,11 +390,11 @@ def test_the_narrow_group_filter_gradient_keeps_a_threads_sums_in_registers():
     """conv05.wgrad_taps: depthwise as before (a row, or every row of a 3x1); narrow groups as many
     taps of a row as keep SG * VEC * CG within NARROW_WGRAD_SUMS, one row a thread; wgrad_pixels:
     as many pixels' loads in flight as fit the registers left."""
-    assert conv05.NARROW_WGRAD_SUMS == 64 and conv05.WGRAD_REGISTERS == 96
+    assert conv05.NARROW_WGRAD_SUMS == 32 and conv05.WGRAD_REGISTERS == 96
     assert conv05.wgrad_taps(3, 3) == (3, 1) and conv05.wgrad_taps(3, 1) == (1, 3)
-    assert conv05.wgrad_taps(3, 3, 8, 4) == (2, 1) and conv05.wgrad_taps(3, 3, 8, 8) == (1, 1)
-    assert conv05.wgrad_taps(5, 5, 4, 2) == (5, 1) and conv05.wgrad_taps(7, 7, 4, 4) == (4, 1)
-    assert conv05.wgrad_taps(1, 1, 8, 8) == (1, 1) and conv05.wgrad_taps(3, 3, 8, 2) == (3, 1)
+    assert conv05.wgrad_taps(3, 3, 8, 4) == (1, 1) and conv05.wgrad_taps(3, 3, 8, 8) == (1, 1)  # (64 sums: one tap)
+    assert conv05.wgrad_taps(5, 5, 4, 2) == (4, 1) and conv05.wgrad_taps(7, 7, 4, 4) == (2, 1)
+    assert conv05.wgrad_taps(1, 1, 8, 8) == (1, 1) and conv05.wgrad_taps(3, 3, 8, 2) == (2, 1)
     assert conv05.wgrad_pixels(1, 1, 8, 8) == min(conv05.NARROW_WGRAD_PIX, 4)  # 64 sums, 4 x 2 loads of 4 registers
     assert conv05.wgrad_pixels(2, 1, 8, 4) == min(conv05.NARROW_WGRAD_PIX, 2)  # 64 sums, 2 x 3 loads
     assert conv05.wgrad_pixels(8, 1, 8, 1) == 1  # 64 sums, 9 loads a pixel: one pixel whatever WGRAD_PIX

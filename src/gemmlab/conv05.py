@@ -344,7 +344,7 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype, cg: int = 1
     grid, images = _launches(N, per_image, C, vec, cv, device_id)
     images = max(1, min(images, (_COUNT_LIMIT - grid[0] * CONV05_THREADS) // max(1, -(-per_image // chunk) * tasks_a_chunk)))
     counts = [min(images, N - n0) for n0 in range(0, N, images)]
-    width = C * cg  # a tap's sums in parts: [C][cg]
+    width = C * cg  # a tap's sums in parts: [vec][cg][C / vec]
     parts = torch.empty((sum(-(-n * per_image // chunk) for n in counts), R * S, width), dtype=torch.float32,
                         device=x.device)  # fmt: skip
     size, done, n0 = x.element_size(), 0, 0
@@ -357,11 +357,12 @@ def wgrad(x: Tensor, dy: Tensor, g: dict, weight_dtype: torch.dtype, cg: int = 1
                       *(launch.i32(v) for v in (n, *_geometry_args(g), chunk, cv)))  # fmt: skip
         done, n0 = done + chunks, n0 + n
     if parts.shape[0] > WGRAD_SUM_CHUNKS:  # torch's reduction, parallel over the chunks too
-        return parts.sum(0).t().reshape(C, cg, R, S).to(weight_dtype).contiguous()
+        summed = parts.sum(0).view(R * S, vec, cg, C // vec)
+        return summed.permute(3, 1, 2, 0).reshape(C, cg, R, S).to(weight_dtype).contiguous()
     dw = torch.empty((C, cg, R, S), dtype=weight_dtype, device=x.device)
     added = jit.load_kernel(CONV_05_WGRAD_SUM, CONV_05_WGRAD_SUM.config(), device_id, weight_dtype, weight_dtype)
     launch.launch(added, device_id, (-(-R * S * width // CONV05_SUM_ENTRIES), 1, 1), (CONV05_THREADS, 1, 1),
-                  parts.data_ptr(), dw.data_ptr(), *(launch.i32(v) for v in (parts.shape[0], R * S, width)))  # fmt: skip
+                  parts.data_ptr(), dw.data_ptr(), *(launch.i32(v) for v in (parts.shape[0], R * S, C, vec, cg)))  # fmt: skip
     return dw
 
 

@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(co
 
 // The filter's gradient of conv_depthwise, in parts: x NHWC [N][H][W][C], dy NHWC [N][P][Q][C];
 // (32-bit counts: the host keeps N * P * Q and the tasks plus the grid's threads below 2^31);
-// parts fp32 [chunks][R*S][C][CG]. Task (chunk, row group, tap group) -- ceil(R / RG) * ceil(S / SG)
+// parts fp32 [chunks][R*S][VEC][CG][C / VEC]. Task (chunk, row group, tap group) -- ceil(R / RG) * ceil(S / SG)
 // tasks a chunk of `chunk` consecutive output pixels (n, p, q flattened) -- sums dy * x over the
 // chunk's pixels for filter rows r0 .. r0 + RG - 1 and taps s0 .. s0 + SG - 1 of each, for its VEC
 // channels (dy read once a pixel for all of them), and writes those sums to parts[chunk]. Every
@@ -383,24 +383,26 @@ __global__ void __launch_bounds__(depthwise::THREADS, 2) conv_depthwise_wgrad(co
 #pragma unroll
             for (int s = 0; s < SG; ++s) {
                 if (r0 + rr >= R || s0 + s >= S) continue;
-                float* out = parts + ((static_cast<long long>(k) * R * S + (r0 + rr) * S + s0 + s) * C + c0) * CG;
+                // slot (j, i) of every channel vector side by side: a warp's 32 vectors write 128
+                // consecutive bytes a slot
+                float* out = parts + (static_cast<long long>(k) * R * S + (r0 + rr) * S + s0 + s) * C * CG + vec;
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
 #pragma unroll
-                    for (int i = 0; i < CG; ++i) out[j * CG + i] = acc[rr][s][j][i];
+                    for (int i = 0; i < CG; ++i) out[(j * CG + i) * (C / VEC)] = acc[rr][s][j][i];
                 }
             }
         }
     }
 }
 
-// wgrad's parts added: dw [C][taps] in T (the weight's own layout, [C, 1, R, S]) = the sum over
-// k = 0, 1, ... chunks - 1 of parts[k][tap][c], in a fixed order (so the same bits every launch): a
-// block takes SUM_ENTRIES consecutive (tap, c) entries, c fastest, and each of its SUM_SPLIT warps
-// adds the chunks k = w, w + SUM_SPLIT, ... of them in turn (a warp reads 32 consecutive parts);
+// wgrad's parts added: dw [C][CG][taps] in T (the weight's own layout, [C, CG, R, S]) = the sum over
+// k = 0, 1, ... chunks - 1 of the parts' entry for (tap, c, cin), in a fixed order (so the same bits
+// every launch). The parts of a tap, [vec][cg][C / vec] (vec: the wgrad launch's VEC, cg its CG), are
+// read in their own order, consecutive threads consecutive floats: a block takes SUM_ENTRIES of
+// them and each of its SUM_SPLIT warps adds the chunks k = w, w + SUM_SPLIT, ... of them in turn;
 // warp 0 then adds the SUM_SPLIT partial sums in warp order. VEC and the TD pair are the type
-// parameter's; VEC is 1. Narrow groups' parts, [chunks][taps][C][CG], add up as the same sum over
-// C * CG channels: dw [C][CG][taps] is the weight's [C, CG, R, S].
+// parameter's; VEC is 1.
 namespace depthwise {
 constexpr int SUM_ENTRIES = 32;
 constexpr int SUM_SPLIT = THREADS / SUM_ENTRIES;
@@ -409,17 +411,17 @@ constexpr int SUM_SPLIT = THREADS / SUM_ENTRIES;
 template <typename T, typename TD, int VEC>
 __global__ void __launch_bounds__(depthwise::THREADS) conv_depthwise_wgrad_sum(const float* __restrict__ parts,
                                                                                TD* __restrict__ dw, int chunks,
-                                                                               int taps, int C) {
+                                                                               int taps, int C, int vec, int cg) {
     static_assert(VEC == 1, "one element a thread");
     using depthwise::SUM_ENTRIES;
     using depthwise::SUM_SPLIT;
     __shared__ float partial[SUM_SPLIT][SUM_ENTRIES];
     const int e = threadIdx.x % SUM_ENTRIES, w = threadIdx.x / SUM_ENTRIES;
-    const int i = blockIdx.x * SUM_ENTRIES + e;
-    const bool live = i < taps * C;
+    const int width = C * cg, i = blockIdx.x * SUM_ENTRIES + e;
+    const bool live = i < taps * width;
     float sum = 0.0f;
     if (live) {
-        for (int k = w; k < chunks; k += SUM_SPLIT) sum += parts[static_cast<long long>(k) * taps * C + i];
+        for (int k = w; k < chunks; k += SUM_SPLIT) sum += parts[static_cast<long long>(k) * taps * width + i];
     }
     partial[w][e] = sum;
     __syncthreads();
@@ -427,6 +429,6 @@ __global__ void __launch_bounds__(depthwise::THREADS) conv_depthwise_wgrad_sum(c
     float total = partial[0][e];
 #pragma unroll
     for (int k = 1; k < SUM_SPLIT; ++k) total += partial[k][e];
-    const int tap = i / C, c = i % C;
-    dw[static_cast<long long>(c) * taps + tap] = static_cast<TD>(total);
+    const int vecs = C / vec, tap = i / width, slot = i % width / vecs, c = i % vecs * vec + slot / cg;
+    dw[(static_cast<long long>(c) * cg + slot % cg) * taps + tap] = static_cast<TD>(total);
 }
