@@ -7,7 +7,7 @@ against float64 on the first images first. Prints one line a layer, batch and dt
 `backward`: the forward and backward pass together (torch.autograd.grad of x and the weight at a
 random dY) through conv2d (GroupedConv: one launch forward, dX one more grouped convolution, dW a
 GEMM a group), through the group-by-group path, and through cuDNN.
-  python3 scripts/grouped_paths.py [bf16,fp16] [32,256] [backward]"""
+  python3 scripts/grouped_paths.py [bf16,fp16] [32,256] [backward [narrow]]"""
 
 import sys
 from pathlib import Path
@@ -42,7 +42,7 @@ def main() -> None:
     sweep = read_conv_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "conv" / "resnext50.toml")
     flush, gate = L2Flusher(0), HostGate(0)
     if len(sys.argv) > 3 and sys.argv[3] == "backward":
-        return backward(sweep, dtypes, batches, flush, gate)
+        return backward(sweep, dtypes, batches, flush, gate, sys.argv[4:] == ["narrow"])
     for name in dtypes:
         for n in batches:
             for L in sweep["layers"]:
@@ -61,21 +61,27 @@ def main() -> None:
                       "| errors " + " ".join(f"{e:.1e}" for e in errs), flush=True)  # fmt: skip
 
 
-def backward(sweep, dtypes, batches, flush, gate) -> None:
+def backward(sweep, dtypes, batches, flush, gate, narrow: bool = False) -> None:
+    """narrow: conv05's narrow-group layers alone (groups of 2-8 channels), without the group-by-group path."""
     for name in dtypes:
         for n in batches:
             for L in sweep["layers"]:
                 G = L.groups
+                if narrow and L.C // G not in (2, 4, 8):
+                    continue
                 x, w, kw = _tensors(L, n, name, grad=True)
                 dy = torch.randn_like(F.conv2d(x.detach(), w.detach(), **kw))
                 grad = lambda y: torch.autograd.grad(y, (x, w), dy)  # noqa: E731
                 fns = {"conv2d": lambda: grad(conv.conv2d(x, w, **kw)),
                        "a group at a time": lambda: grad(conv._grouped(x, w, None, L.stride, L.padding, 1, G, None, "fp32", "auto")),
                        "cudnn": lambda: grad(F.conv2d(x, w, **kw))}  # fmt: skip
+                if narrow:
+                    del fns["a group at a time"]
                 with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=False):
                     t = {k: median(v) * 1e3 for k, v in interleaved(fns, reps=10, warmup=2, flush=flush, gate=gate).items()}
                 print(f"{name} N={n} {L.name} C={L.C}/{G} forward+backward:", " ".join(f"{k} {v:.1f}" for k, v in t.items()),
-                      f"| x cuDNN: {t['cudnn'] / t['conv2d']:.2f} and {t['cudnn'] / t['a group at a time']:.2f}", flush=True)  # fmt: skip
+                      f"| x cuDNN: {t['cudnn'] / t['conv2d']:.2f}",
+                      "" if narrow else f"and {t['cudnn'] / t['a group at a time']:.2f}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
