@@ -8,7 +8,8 @@ forward pass without the activation, which conv2d applies through torch to keep 
 wgrad and the bias's sum backward). Under torch.compile it runs as the operator
 torch.ops.gemmlab.conv2d_depthwise (depthwise_op), whose gradients are the operators
 gemmlab::conv2d_depthwise_dgrad and gemmlab::conv2d_depthwise_wgrad, each with a fake
-implementation for tracing."""
+implementation for tracing. Narrow groups (2, 4 or 8 channels and as many filters) run on the same
+kernels through run(cg=...) and wgrad(cg=...), for conv.GroupedConv."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ TQ = 4  # pixels of a row a thread computes in the forward pass and dgrad (fewer
 BLOCKS_AN_SM = 16  # the grid's cap: blocks of 256 threads an SM; past it each thread strides over more pixels
 MAX_TAPS = 4096  # R*S a block's staged copy holds for one channel (CONV05_TAPS_SMEM)
 _COUNT_LIMIT = 2**31 - 1  # the kernels count in 32 bits: a launch's tasks plus its grid's threads stay below
-WGRAD_SUM_CHUNKS = 256  # wgrad's parts of at most this many chunks are added by conv05's own kernel (one thread
-# a filter entry, in one launch); more by torch's sum, which spreads the chunks over threads too
+WGRAD_SUM_CHUNKS = 256  # wgrad's parts of at most this many chunks are added by conv05's own kernel (eight warps
+# a block of 32 filter entries, in one launch); more by torch's sum
 WGRAD_TAPS_A_THREAD = 3  # wgrad: a thread sums every row of a filter whose R * S is at most this (else a row)
 NARROW_WGRAD_SUMS = 32  # wgrad of narrow groups: fp32 sums a thread, SG * VEC * CG, at most
 WGRAD_PIX = 4  # wgrad: pixels whose loads a depthwise thread has in flight at once (wgrad_pixels)

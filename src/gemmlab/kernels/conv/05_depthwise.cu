@@ -19,7 +19,7 @@
 // x's pixels, with a stride test where the forward pass had a multiply; wgrad -- dw[c][tap] sums
 // dy * x over every output pixel: each thread sums a chunk of pixels for RG filter rows and SG
 // taps of each (a filter row; the host's choice) into fp32 registers and writes them to its
-// own slot of a workspace, [chunks][R*S][C], added over chunks in a fixed order (by
+// own slot of a workspace, [chunks][R*S][VEC][C / VEC], added over chunks in a fixed order (by
 // conv_depthwise_wgrad_sum where the chunks are few, by torch's sum otherwise): the same bits at
 // every launch.
 //
@@ -28,7 +28,8 @@
 // a group: N = CG columns, a reduction of R*S*CG. Where CG divides the thread's VEC channels, every
 // input channel a thread's VEC outputs reduce is in the 16 bytes it already loads, so the same walk
 // serves them with CG multiply-adds an output a tap in place of one, and the staged taps hold
-// each filter's CG channels.
+// each filter's CG channels. Their filter gradient is wgrad's walk with the same CG: a filter's
+// CG channels' sums a tap.
 //
 // Points in the padding multiply zeros (they are not skipped), as F.conv2d's reference does, so an
 // Inf weight next to the border still gives NaN there.
