@@ -377,6 +377,10 @@ def test_the_narrow_group_builds_compile_for_hopper_without_spills(dtype):
     jobs += [(CONV_05_WGRAD, CONV_05_WGRAD.config(VEC=vec, SG=sg, RG=1, CG=cg, PIX=conv05.wgrad_pixels(sg, 1, vec, cg)), 0)
              for cg in conv05.NARROW_GROUPS if vec % cg == 0
              for sg in range(1, min(8, conv05.NARROW_WGRAD_SUMS // (vec * cg)) + 1)]  # fmt: skip
+    from gemmlab.specs.conv import CONV_05_DGRAD  # and dgrad's, each TQ and stride the host picks
+
+    jobs += [(CONV_05_DGRAD, CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=unit, CG=cg), 0) for cg in conv05.NARROW_GROUPS
+             if vec % cg == 0 for tq, unit in ((1, 1), (4, 1), (1, 0), (conv05.STRIDED_DGRAD_TQ, 0))]  # fmt: skip
     for spec, cfg, post in jobs:
         ck = jit.compile_kernel(spec, cfg, "sm_90a", dtype, dtype, post=post)
         assert ck.usage.spills == 0 and ck.usage.stack_frame == 0 and ck.usage.registers <= 255, (cfg, ck.usage)
@@ -404,11 +408,14 @@ def test_the_narrow_group_filter_gradient_keeps_a_threads_sums_in_registers():
     assert -(-32 * 56 * 56 // chunk) * 9 * 128 * 4 <= conv05._WGRAD_PARTS_MAX
 
 
-def test_narrow_groups_take_conv05s_filter_gradient(monkeypatch):
-    """GroupedConv's dW: conv05.wgrad (cg channels a group) where the forward pass ran on conv05's
-    grouped build, the diagonal of one GEMM (conv_grad.wgrad_grouped) where it ran on conv02's."""
+def test_narrow_groups_take_conv05s_gradients(monkeypatch):
+    """GroupedConv's dX and dW: conv05.dgrad and conv05.wgrad (cg channels a group) where the
+    forward pass ran on conv05's grouped build; a grouped conv2d over the spread dY and the diagonal
+    of one GEMM (conv_grad.wgrad_grouped) where it ran on conv02's."""
     calls = []
     monkeypatch.setattr(conv05, "wgrad", lambda x, dy, g, dt, cg=1: calls.append(("conv05", g["C"], g["K"], cg)))
+    monkeypatch.setattr(conv05, "dgrad", lambda dy, w, g, last, cg=1: calls.append(("conv05 dgrad", g["C"], g["K"], cg)))
+    monkeypatch.setattr(conv_module, "conv2d", lambda *a, **k: calls.append(("conv2d", a[-1])))
     monkeypatch.setattr(conv_grad, "wgrad_grouped", lambda x, dy, g, G, precision="fp32": calls.append(("gemm", g["C"], G)))
     monkeypatch.setattr(conv05, "run", lambda *a, **k: torch.empty(0))
     monkeypatch.setattr(conv_grouped, "run", lambda *a, **k: torch.empty(0))
@@ -416,11 +423,11 @@ def test_narrow_groups_take_conv05s_filter_gradient(monkeypatch):
         x = torch.empty(2, C, 8, 8).requires_grad_()
         w = torch.empty(K, C // groups, 3, 3).requires_grad_()
         g = conv_geometry((2, C // groups, 8, 8), (K, C // groups, 3, 3), 1, 1)
-        ctx = type("Ctx", (), {"needs_input_grad": (False, True, False),
+        ctx = type("Ctx", (), {"needs_input_grad": (True, True, False),
                                "save_for_backward": lambda self, *t: setattr(self, "saved_tensors", t)})()  # fmt: skip
         conv_module.GroupedConv.forward(ctx, x, w, None, g, groups, True, narrow)
         conv_module.GroupedConv.backward(ctx, torch.empty(2, K, 8, 8))
-    assert calls == [("conv05", 128, 128, 4), ("gemm", 64, 16)]
+    assert calls == [("conv05 dgrad", 128, 128, 4), ("conv05", 128, 128, 4), ("conv2d", 16), ("gemm", 64, 16)]
 
 
 def test_what_the_narrow_group_build_refuses():

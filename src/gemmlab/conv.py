@@ -304,7 +304,8 @@ class GroupedConv(torch.autograd.Function):
     on conv05's grouped build where `narrow` says so (conv05.narrow_groups_why_not), else on
     conv02's; dX one more grouped convolution through conv2d (the spread dY by each group's filters
     transposed and flipped: gemmlab.conv_grad, one launch again where a grouped build serves dY's
-    groups); dW on conv05's filter gradient where the groups are narrow (each group's sums apart,
+    groups), or conv05's dgrad where the groups are narrow (one launch over dY where it lies, no
+    spread); dW on conv05's filter gradient where the groups are narrow (each group's sums apart,
     x read where it lies), else the diagonal blocks of one GEMM over every channel
     (conv_grad.wgrad_grouped); the bias's a sum over dY."""
 
@@ -327,7 +328,9 @@ class GroupedConv(torch.autograd.Function):
         g, G = ctx.g, ctx.groups
         K, cg, R, S = weight.shape
         dx = dw = None
-        if ctx.needs_input_grad[0]:  # each group's [K/G, C/G, R, S] filters as [C/G, K/G, R, S], flipped
+        if ctx.needs_input_grad[0] and ctx.narrow:  # each group's sums apart, in one launch
+            dx = conv05.dgrad(dy, weight, dict(g, C=cg * G, K=K), _suggests_channels_last(x), cg)
+        elif ctx.needs_input_grad[0]:  # each group's [K/G, C/G, R, S] filters as [C/G, K/G, R, S], flipped
             z, _, pad = dgrad_operands(dy, weight[:1], g)
             w2 = weight.reshape(G, K // G, cg, R, S).transpose(1, 2).reshape(G * cg, K // G, R, S).flip(2, 3)
             dx = conv2d(z, w2.contiguous(memory_format=torch.channels_last), None, 1, pad, g["dilation"], G)

@@ -259,21 +259,26 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
     return _nhwc_result(y, channels_last)
 
 
-def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool) -> Tensor:
-    """The input's gradient of run()'s convolution (geometry g) for the result's gradient dy
-    [N, C, P, Q]: [N, C, H, W] in x's dtype, channels_last or contiguous as asked."""
+def dgrad(dy: Tensor, weight: Tensor, g: dict, channels_last: bool, cg: int = 1) -> Tensor:
+    """The input's gradient of run()'s convolution (geometry g; cg: channels a group as run() takes
+    them) for the result's gradient dy [N, C, P, Q]: [N, C, H, W] in x's dtype, channels_last or
+    contiguous as asked."""
     N, C, H, W, R, S = g["N"], g["C"], g["H"], g["W"], g["R"], g["S"]
     dys = dy.contiguous(memory_format=torch.channels_last)  # (an expanded dy, stride 0, is copied)
+    if cg > 1 and not _aligned(dys):  # (an offset view: the grouped build reads 16 bytes a thread)
+        dys = dys.clone(memory_format=torch.channels_last)
     wt = weight.contiguous()
     dx = torch.empty((N, H, W, C), dtype=dy.dtype, device=dy.device)
     if dx.numel():
         device_id = _device(dy)
-        vec, cv = _vectors(dy.dtype, C, R * S, dys, dx)
+        vec, cv = _vectors(dy.dtype, C, R * S * cg, dys, dx)
+        if vec % cg:
+            raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
         unit = tuple(g["stride"]) == (1, 1)
-        cv = depthwise_block(C, vec, cv, R * S, False)
+        cv = narrow_block(vec, cv, R * S, cg) if cg > 1 else depthwise_block(C, vec, cv, R * S, False)
         tq = TQ if unit else STRIDED_DGRAD_TQ
         tq = tq if W >= tq else 1
-        cfg = CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=int(unit))
+        cfg = CONV_05_DGRAD.config(VEC=vec, TQ=tq, UNIT=int(unit), CG=cg)
         loaded = jit.load_kernel(CONV_05_DGRAD, cfg, device_id, dy.dtype, dy.dtype)
         grid, images = _launches(N, H * -(-W // tq), C, vec, cv, device_id)
         size = dy.element_size()

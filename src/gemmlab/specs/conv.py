@@ -359,10 +359,12 @@ CONV_05 = KernelSpec(
 )
 CONV_05_DGRAD = KernelSpec(
     id="conv05_depthwise_dgrad",
-    idea="the input's gradient of a depthwise layer: each input pixel sums dy over the outputs that read it",
+    idea="the input's gradient of a depthwise layer (or of narrow groups): each input pixel sums dy over the outputs "
+    "that read it",
     entry="conv_depthwise_dgrad",
     params=(_VEC, Param("TQ", 4, "input pixels of a row a thread computes"),
-            Param("UNIT", 1, "1 where both strides are 1 (no division by the stride)")),
+            Param("UNIT", 1, "1 where both strides are 1 (no division by the stride)"),
+            Param("CG", 1, "channels (and filters) a group: 1 depthwise; 2, 4 or 8 (dividing VEC) narrow groups")),
     **_CONV05,
 )
 CONV_05_WGRAD = KernelSpec(

@@ -200,8 +200,21 @@ __device__ __forceinline__ void forward_walk(const T* __restrict__ x, const floa
     }
 }
 
-// dgrad's walk over x's pixels: dx[n][h][w0 + i] for TQ of them.
-template <typename T, int VEC, int TQ, int UNIT>
+// A grouped dgrad's taps: input channel j of the thread's VEC reads the CG filters of its group
+// (filters j / CG * CG .. + CG - 1 of the same VEC) through their channel j % CG at `tap`.
+template <int VEC, int CG>
+__device__ __forceinline__ void group_dgrad_tap_values(float (&v)[VEC][CG], const float* taps, int tap, int CV, int cv) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+        for (int k = 0; k < CG; ++k) v[j][k] = taps[(tap * CV * VEC + cv * VEC + j / CG * CG + k) * CG + j % CG];
+    }
+}
+
+// dgrad's walk over x's pixels: dx[n][h][w0 + i] for TQ of them. CG > 1 (narrow groups): input
+// channel c0 + j sums dy over its group's CG filters, all within the VEC channels of dy the thread
+// loads.
+template <typename T, int VEC, int TQ, int UNIT, int CG = 1>
 __device__ __forceinline__ void dgrad_walk(const T* __restrict__ dy, const float* taps, T* __restrict__ dx, int N, int H,
                                            int W, int C, int P, int Q, int R, int S, int stride_h, int stride_w,
                                            int pad_h, int pad_w, int dil_h, int dil_w, int CV) {
@@ -222,8 +235,8 @@ __device__ __forceinline__ void dgrad_walk(const T* __restrict__ dy, const float
             if (p >= P) continue;
             const T* row = dy + (static_cast<long long>(n) * P + p) * Q * C + c0;
             for (int s = 0; s < S; ++s) {
-                float wv[VEC];
-                tap_values<VEC>(wv, taps, r * S + s, CV, cv);
+                float wv[VEC][CG];
+                group_dgrad_tap_values<VEC, CG>(wv, taps, r * S + s, CV, cv);
 #pragma unroll
                 for (int i = 0; i < TQ; ++i) {
                     const int wq = w0 + i + pad_w - s * dil_w;  // q * stride_w
@@ -237,7 +250,10 @@ __device__ __forceinline__ void dgrad_walk(const T* __restrict__ dy, const float
                     float gv[VEC];
                     load<T, VEC>(gv, row + static_cast<long long>(inside ? q : 0) * C, inside);
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) acc[i][j] = fmaf(gv[j], wv[j], acc[i][j]);
+                    for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+                        for (int k = 0; k < CG; ++k) acc[i][j] = fmaf(gv[j / CG * CG + k], wv[j][k], acc[i][j]);
+                    }
                 }
             }
         }
@@ -278,10 +294,11 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise(const T*
                                                   dil_h, dil_w, CV);
 }
 
-// The input's gradient of conv_depthwise (no epilogue): dy NHWC [N][P][Q][C], w [C][R*S], dx NHWC
-// [N][H][W][C]; the forward pass's geometry. TQ: input pixels of a row a thread computes. TD is T
-// (the type parameter's pair). UNIT: 1 where both strides are 1 (no division by the stride).
-template <typename T, typename TD, int VEC, int TQ, int UNIT>
+// The input's gradient of conv_depthwise (no epilogue): dy NHWC [N][P][Q][C], w [C][CG][R*S], dx
+// NHWC [N][H][W][C]; the forward pass's geometry. TQ: input pixels of a row a thread computes. TD is
+// T (the type parameter's pair). UNIT: 1 where both strides are 1 (no division by the stride). CG:
+// the forward pass's (1 depthwise; 2, 4 or 8 narrow groups).
+template <typename T, typename TD, int VEC, int TQ, int UNIT, int CG = 1>
 __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(const T* __restrict__ dy,
                                                                            const T* __restrict__ w, TD* __restrict__ dx,
                                                                            int N, int H, int W, int C, int P, int Q,
@@ -290,8 +307,9 @@ __global__ void __launch_bounds__(depthwise::THREADS, 1) conv_depthwise_dgrad(co
                                                                            int CV) {
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC: one channel, or 16 bytes of them");
     __shared__ float taps[depthwise::TAPS_SMEM];
-    depthwise::stage_taps<T, VEC>(taps, w, C, R * S, CV);
-    depthwise::dgrad_walk<T, VEC, TQ, UNIT>(dy, taps, dx, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    static_assert(CG >= 1 && VEC % CG == 0, "CG: a group's channels within the thread's VEC");
+    depthwise::stage_taps<T, VEC, CG>(taps, w, C, R * S, CV);
+    depthwise::dgrad_walk<T, VEC, TQ, UNIT, CG>(dy, taps, dx, N, H, W, C, P, Q, R, S, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
                                       CV);
 }
 
