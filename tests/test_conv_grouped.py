@@ -409,9 +409,10 @@ def test_the_narrow_group_filter_gradient_keeps_a_threads_sums_in_registers():
 
 
 def test_narrow_groups_take_conv05s_gradients(monkeypatch):
-    """GroupedConv's dX and dW: conv05.dgrad and conv05.wgrad (cg channels a group) where the
-    forward pass ran on conv05's grouped build; a grouped conv2d over the spread dY and the diagonal
-    of one GEMM (conv_grad.wgrad_grouped) where it ran on conv02's."""
+    """GroupedConv's dX and dW: conv05.dgrad (at a stride) and conv05.wgrad (cg channels a group)
+    where the forward pass ran on conv05's grouped build, dX at stride 1 the flipped filters' grouped
+    conv2d; a grouped conv2d over the spread dY and the diagonal of one GEMM
+    (conv_grad.wgrad_grouped) where it ran on conv02's."""
     calls = []
     monkeypatch.setattr(conv05, "wgrad", lambda x, dy, g, dt, cg=1: calls.append(("conv05", g["C"], g["K"], cg)))
     monkeypatch.setattr(conv05, "dgrad", lambda dy, w, g, last, cg=1: calls.append(("conv05 dgrad", g["C"], g["K"], cg)))
@@ -419,15 +420,17 @@ def test_narrow_groups_take_conv05s_gradients(monkeypatch):
     monkeypatch.setattr(conv_grad, "wgrad_grouped", lambda x, dy, g, G, precision="fp32": calls.append(("gemm", g["C"], G)))
     monkeypatch.setattr(conv05, "run", lambda *a, **k: torch.empty(0))
     monkeypatch.setattr(conv_grouped, "run", lambda *a, **k: torch.empty(0))
-    for C, K, groups, narrow in ((128, 128, 32, True), (64, 128, 16, False)):
+    for C, K, groups, narrow, stride in ((128, 128, 32, True, 2), (128, 128, 32, True, 1), (64, 128, 16, False, 2)):
         x = torch.empty(2, C, 8, 8).requires_grad_()
         w = torch.empty(K, C // groups, 3, 3).requires_grad_()
-        g = conv_geometry((2, C // groups, 8, 8), (K, C // groups, 3, 3), 1, 1)
+        g = conv_geometry((2, C // groups, 8, 8), (K, C // groups, 3, 3), stride, 1)
         ctx = type("Ctx", (), {"needs_input_grad": (True, True, False),
                                "save_for_backward": lambda self, *t: setattr(self, "saved_tensors", t)})()  # fmt: skip
         conv_module.GroupedConv.forward(ctx, x, w, None, g, groups, True, narrow)
-        conv_module.GroupedConv.backward(ctx, torch.empty(2, K, 8, 8))
-    assert calls == [("conv05 dgrad", 128, 128, 4), ("conv05", 128, 128, 4), ("conv2d", 16), ("gemm", 64, 16)]
+        conv_module.GroupedConv.backward(ctx, torch.empty(2, K, g["P"], g["Q"]))
+    assert calls == [("conv05 dgrad", 128, 128, 4), ("conv05", 128, 128, 4),  # strided: dgrad's own launch
+                     ("conv2d", 32), ("conv05", 128, 128, 4),  # stride 1: the flipped filters' pass (a sliding row)
+                     ("conv2d", 16), ("gemm", 64, 16)]  # fmt: skip
 
 
 def test_what_the_narrow_group_build_refuses():
