@@ -14,8 +14,9 @@
 # synccheck at small odd shapes and at shapes where every persistent block takes several tiles with a short K, "racecheck" the stream-K steps' racecheck at a larger shape,
 # "cold-start" the first calls' time from an empty and a warm cubin cache (gemmlab cold-start), "layouts" the benchmark of transposed views (LAYOUTS, default "nt tn tt"), "sustained" the back-to-back runs at the power limit,
 # "conv" gemmlab.conv2d against cuDNN on ResNet-50's layers, "conv-tiles" conv03 on each of its tiles there (CONV_TILES_SECONDS at most),
-# "conv-depthwise" conv2d (conv05) against cuDNN on MobileNetV2's and ConvNeXt-T's depthwise layers (sweeps/conv/depthwise.toml), "conv-grouped" conv2d
-# (conv02's grouped build) on ResNeXt-50's grouped layers (sweeps/conv/resnext50.toml) with both paths forward and backward (scripts/grouped_paths.py),
+# "conv-depthwise" conv2d (conv05) against cuDNN on MobileNetV2's and ConvNeXt-T's depthwise layers (sweeps/conv/depthwise.toml), forward and a training step's
+# passes (scripts/depthwise_bench.py), "conv-grouped" conv2d (conv02's grouped build, conv05's for narrow groups) on ResNeXt-50's grouped layers
+# (sweeps/conv/resnext50.toml) with both paths forward and backward (scripts/grouped_paths.py),
 # "few-tiles" the bf16 GEMMs auto leaves on a few tc04 tiles against tc09 staged and torch.mm (scripts/probe_few_tiles.py), "linear" the fused Linear + GELU against torch,
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
@@ -140,13 +141,13 @@ fi
 # register one, conv04's over 1, 3 and 5 input channels with bias and activation, every persistent
 # block walking several tiles (scripts/conv_sanitize.py)
 if want conv-sanitize; then
-  step "compute-sanitizer: memcheck, racecheck and synccheck over conv03 and conv04, several tiles a block"
+  step "compute-sanitizer: memcheck, racecheck and synccheck over conv03, conv04 and conv05 (several tiles a block; conv05's gradients)"
   for tool in memcheck racecheck synccheck; do
     exitcode=(); [[ "$tool" == memcheck ]] || exitcode=(--error-exitcode 99)
     compute-sanitizer --tool $tool "${exitcode[@]}" --print-limit 20 python3 scripts/conv_sanitize.py 2>&1 \
       | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
       | tee -a "$LOG"
-    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool conv03, conv04"
+    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool conv03, conv04, conv05"
   done
 fi
 
@@ -186,13 +187,17 @@ if want conv-depthwise; then
   step "conv-bench: depthwise layers against cuDNN (sweeps/conv/depthwise.toml, conv05 on auto)"
   python3 -m gemmlab conv-bench --sweep sweeps/conv/depthwise.toml --algorithm auto --out "$OUT/results" 2>&1 | tee -a "$LOG" \
     || fail "conv-bench depthwise"
+  # and a training step's passes (forward, dgrad, wgrad) against cuDNN's, batch 32
+  for dt in bf16 fp32; do
+    python3 scripts/depthwise_bench.py $dt backward 2>&1 | tee -a "$LOG" || fail "depthwise_bench $dt backward"
+  done
 fi
 
 if want conv-grouped; then
   step "conv-bench: ResNeXt-50's grouped layers against cuDNN (sweeps/conv/resnext50.toml, conv02's grouped build on auto)"
   python3 -m gemmlab conv-bench --sweep sweeps/conv/resnext50.toml --algorithm auto --out "$OUT/results" 2>&1 | tee -a "$LOG" \
     || fail "conv-bench grouped"
-  for mode in "" backward; do
+  for mode in "" backward "backward narrow"; do  # (narrow: conv05's layers, their dgrad and wgrad, without the slow path)
     python3 scripts/grouped_paths.py bf16,fp16 32,256 $mode 2>&1 | tee -a "$LOG" || fail "grouped_paths $mode"
   done
 fi
