@@ -121,6 +121,7 @@ def depthwise_block(C: int, vec: int, cv: int, taps: int, strided: bool) -> int:
 
 
 SLIDING = True  # the forward pass loads a row's pixels once for its taps where it can (sliding_width)
+NARROW_STRIDED_ROW = False  # narrow groups (cg > 1) take the sliding row at stride 2 along W too
 
 
 def sliding_width(g: dict) -> int:
@@ -241,7 +242,7 @@ def run(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation: str
             raise ValueError(f"conv05's grouped build needs 16 bytes of channels a thread for groups of {cg}")
         strided, sw = tuple(g["stride"]) != (1, 1), sliding_width(g)
         sx = g["stride"][1] if sw else 1
-        if cg > 1 and sx == 2:  # (narrow groups on a strided sliding row: not measured, so not taken)
+        if cg > 1 and sx == 2 and not NARROW_STRIDED_ROW:  # (narrow groups at stride 2 along W: each tap's loads)
             sw, sx = 0, 1
         cv = narrow_block(vec, cv, R * S, cg) if cg > 1 else depthwise_block(C, vec, cv, R * S, strided)
         tq = TQ if Q >= TQ else 1
