@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from gemmlab import conv, conv05
 from gemmlab.bench.conv import read_conv_sweep
-from gemmlab.bench.timing import HostGate, L2Flusher, interleaved, median
+from gemmlab.bench.timing import HostGate, L2Flusher, checked_variants
 from gemmlab.conv_shape import conv_geometry
 from gemmlab.specs.conv import CONV05_TAPS_SMEM
 
@@ -100,14 +100,10 @@ def main() -> None:
                 for k, f in fns.items():
                     got = f()[:2].double()
                     errs[k] = float((got - ref).abs().max() / ref.abs().max())
-                bad = {k: e for k, e in errs.items() if not e <= (1e-2 if dtype != torch.float32 else 1e-5)}
-                if bad:
-                    raise RuntimeError(f"{L.name} N={n} {name}: wrong results {bad}")
-                with torch.backends.cudnn.flags(enabled=True, benchmark=True):
-                    t = {k: median(v) * 1e3 for k, v in interleaved(fns, reps=20, warmup=2, flush=flush, gate=gate).items()}
-                best = min((k for k in t if k != "cudnn"), key=t.get)
+                t, tail = checked_variants(fns, errs, 1e-2 if dtype != torch.float32 else 1e-5, f"{L.name} N={n} {name}",
+                                           flush, gate)  # fmt: skip
                 print(f"{name} N={n} {L.name}{' dgrad' if dgrad else ''}:", " ".join(f"{k} {v:.1f}" for k, v in t.items()),
-                      f"| best {best} | max error {max(errs.values()):.1e}", flush=True)  # fmt: skip
+                      tail, flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

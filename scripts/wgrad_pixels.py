@@ -13,7 +13,7 @@ import torch
 
 from gemmlab import conv05
 from gemmlab.bench.conv import read_conv_sweep
-from gemmlab.bench.timing import HostGate, L2Flusher, interleaved, median
+from gemmlab.bench.timing import HostGate, L2Flusher, checked_variants
 from gemmlab.conv_shape import conv_geometry
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "float32": torch.float32}
@@ -80,14 +80,9 @@ def main() -> None:
                     got = (_variant(xs, ds, g2, cg, *map(int, k.replace("SG", "").replace("PIX", "").split("/")))()
                            if k.startswith("SG") else conv05.wgrad(xs, ds, g2, dtype, cg))  # fmt: skip
                     errs[k] = float((got.double() - ref).abs().max() / ref.abs().max())
-                bad = {k: e for k, e in errs.items() if not e <= (2e-2 if dtype != torch.float32 else 1e-5)}
-                if bad:
-                    raise RuntimeError(f"{L.name} N={n} {name}: wrong results {bad}")
-                with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=False):
-                    t = {k: median(v) * 1e3 for k, v in interleaved(fns, reps=20, warmup=2, flush=flush, gate=gate).items()}
-                best = min((k for k in t if k != "cudnn"), key=t.get)
-                print(f"{name} N={n} {L.name} cg={cg} wgrad:", " ".join(f"{k} {v:.1f}" for k, v in t.items()),
-                      f"| best {best} | max error {max(errs.values()):.1e}", flush=True)  # fmt: skip
+                t, tail = checked_variants(fns, errs, 2e-2 if dtype != torch.float32 else 1e-5, f"{L.name} N={n} {name}",
+                                           flush, gate, allow_tf32=False)  # fmt: skip
+                print(f"{name} N={n} {L.name} cg={cg} wgrad:", " ".join(f"{k} {v:.1f}" for k, v in t.items()), tail, flush=True)
 
 
 if __name__ == "__main__":

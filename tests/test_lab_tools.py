@@ -245,3 +245,16 @@ def test_hopper_steps_keep_their_mmas_asynchronous(spec):
     dtype = spec.dtypes[0] if spec.type_param else None
     log = jit.compile_kernel(spec, spec.default_config(), "sm_90a", dtype).log
     assert "C7513" not in log and "serialized" not in log, log
+
+
+def test_the_probes_refuse_to_time_a_wrong_variant():
+    """bench.timing.checked_variants (the probes' tail): a variant whose error against float64 passes
+    the tolerance, or is NaN, stops the probe with the names before anything is timed."""
+    from gemmlab.bench.timing import checked_variants
+
+    timed = []
+    fns = {"a": lambda: timed.append("a"), "b": lambda: timed.append("b")}
+    for errors in ({"a": 1e-3, "b": 0.5}, {"a": float("nan"), "b": 1e-3}):
+        with pytest.raises(RuntimeError, match="layer N=2: wrong results"):
+            checked_variants(fns, errors, 1e-2, "layer N=2", None, None)
+    assert timed == []

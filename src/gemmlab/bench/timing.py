@@ -158,3 +158,21 @@ def interleaved(
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+def checked_variants(fns: dict, errors: dict[str, float], tol: float, what: str, flush: L2Flusher, gate: HostGate,
+                     reps: int = 20, **cudnn) -> tuple[dict[str, float], str]:  # fmt: skip
+    """The probes' common tail: every variant's error against float64 (errors, by name) within tol
+    first (else a RuntimeError naming what and the wrong ones), then each variant's median time in
+    microseconds, interleaved behind the gate with L2 flushed (cudnn: torch.backends.cudnn.flags'
+    keywords for the round, benchmark on), and a line's end naming the fastest variant other than
+    cuDNN and the largest error."""
+    import torch
+
+    bad = {k: e for k, e in errors.items() if not e <= tol}
+    if bad:
+        raise RuntimeError(f"{what}: wrong results {bad}")
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True, **cudnn):
+        t = {k: median(v) * 1e3 for k, v in interleaved(fns, reps=reps, warmup=2, flush=flush, gate=gate).items()}
+    best = min((k for k in t if k != "cudnn"), key=t.get)
+    return t, f"| best {best} | max error {max(errors.values()):.1e}"
