@@ -191,8 +191,9 @@ def test_a_traced_call_runs_as_the_operator_with_torchs_shape_and_format(monkeyp
     """Where torch.compile traces conv2d (fake tensors read as traced), a depthwise call goes through
     torch.ops.gemmlab.conv2d_depthwise, whose fake implementation gives torch's shape and memory
     format without a GPU; a call that takes a gradient (wants_grad, stood in for) goes through it
-    without the activation, which torch applies after it; a grouped layer that is not depthwise
-    takes the grouped path."""
+    without the activation, which torch applies after it; narrow groups (2 channels and filters a
+    group here) go through the same operator; a grouped layer that is neither takes the grouped
+    path."""
     calls = []
     real = conv05.depthwise_op
     monkeypatch.setattr(conv05, "depthwise_op", lambda *a: (calls.append(a[3:]), real(*a))[1])
@@ -210,9 +211,12 @@ def test_a_traced_call_runs_as_the_operator_with_torchs_shape_and_format(monkeyp
         monkeypatch.setattr(conv, "_grouped", lambda *a, **k: grouped.append(a) or torch.empty(0))
         y = gemmlab.conv2d(x, w, stride=(1, 2), padding=(2, 0), groups=8, activation="gelu")
         assert y.shape == (2, 8, 15, 7)
-        gemmlab.conv2d(x, torch.empty(8, 2, 5, 5, device="cuda", dtype=torch.bfloat16), groups=4)
+        y = gemmlab.conv2d(x, torch.empty(8, 2, 5, 5, device="cuda", dtype=torch.bfloat16), groups=4)
+        assert y.shape == (2, 8, 11, 13)
+        gemmlab.conv2d(x, torch.empty(16, 2, 5, 5, device="cuda", dtype=torch.bfloat16), groups=4)  # 4 filters a group
     assert calls == [([2, 2], [1, 1], "", [1, 1], "gelu"), ([1, 1], [0, 0], "same", [1, 1], "gelu"),
-                     ([1, 2], [2, 0], "", [1, 1], "gelu"), ([1, 2], [2, 0], "", [1, 1], "")] and len(grouped) == 1  # fmt: skip
+                     ([1, 2], [2, 0], "", [1, 1], "gelu"), ([1, 2], [2, 0], "", [1, 1], ""),
+                     ([1, 1], [0, 0], "", [1, 1], "")] and len(grouped) == 1  # fmt: skip
 
 
 def _geometries(count: int, seed: int):

@@ -58,12 +58,14 @@ def test_what_it_refuses():
 def _dispatch(monkeypatch, requires_grad=False, traced=False, groups=8, channels=64, dtype=torch.bfloat16, filters=128,
               algorithm="auto"):  # fmt: skip
     """Which path conv2d takes for a grouped call on fake CUDA tensors: 'one launch' (conv02's
-    grouped build), 'conv05' (its narrow groups) or 'a group at a time'."""
+    grouped build), 'conv05' (its narrow groups), "conv05's operator" (the same, traced) or 'a
+    group at a time'."""
     taken = []
     monkeypatch.setattr(conv_module, "_traced", lambda *t: traced)
     monkeypatch.setattr(conv_module, "wants_grad", lambda *t: requires_grad)
     monkeypatch.setattr(conv_grouped, "run", lambda *a: (taken.append("one launch"), torch.empty(0))[1])
     monkeypatch.setattr(conv05, "run", lambda *a: (taken.append("conv05"), torch.empty(0))[1])
+    monkeypatch.setattr(conv05, "depthwise_op", lambda *a: (taken.append("conv05's operator"), torch.empty(0))[1])
     monkeypatch.setattr(conv_module, "_grouped", lambda *a: (taken.append("a group at a time"), torch.empty(0))[1])
     monkeypatch.setattr(conv_module.GroupedConv, "apply", lambda *a: (taken.append("one launch, autograd"), torch.empty(0))[1])
     with FakeTensorMode():
@@ -88,14 +90,14 @@ def test_conv2d_takes_one_launch_for_a_grouped_layer_outside_a_trace(monkeypatch
     assert _dispatch(monkeypatch, filters=64, groups=16, dtype=torch.float32) == ["conv05"]
     assert _dispatch(monkeypatch, filters=64, dtype=torch.float32) == ["a group at a time"]  # 8 fp32: 32 bytes
     assert _dispatch(monkeypatch, filters=64, requires_grad=True) == ["one launch, autograd"]
-    assert _dispatch(monkeypatch, filters=64, traced=True) == ["a group at a time"]
+    assert _dispatch(monkeypatch, filters=64, traced=True) == ["conv05's operator"]  # (gemmlab::conv2d_depthwise)
+    assert _dispatch(monkeypatch, filters=64, traced=True, requires_grad=True) == ["conv05's operator"]
     # algorithm="depthwise" asks for conv05 (narrow groups too), "implicit" for conv02
     assert _dispatch(monkeypatch, filters=64, algorithm="depthwise") == ["conv05"]
     assert _dispatch(monkeypatch, filters=64, algorithm="implicit") == ["one launch"]
     with pytest.raises(ValueError, match="algorithm='depthwise'.*as many"):
         _dispatch(monkeypatch, algorithm="depthwise")  # 16 filters a group of 8 channels
-    with pytest.raises(ValueError, match="does not run traced"):
-        _dispatch(monkeypatch, filters=64, algorithm="depthwise", traced=True)
+    assert _dispatch(monkeypatch, filters=64, algorithm="depthwise", traced=True) == ["conv05's operator"]
     monkeypatch.setattr(conv_grouped, "GRID_Y_MAX", 1)  # more tiles of pixels than one launch's grid holds
     assert _dispatch(monkeypatch) == ["a group at a time"]
     assert _dispatch(monkeypatch, filters=64) == ["conv05"]  # (its grid strides over the pixels)
@@ -540,6 +542,40 @@ def test_the_narrow_group_filter_gradient_against_float64_on_the_gpu(layer, monk
     x[N - 1, cg + 1, H // 2, W // 2] = float("nan")  # group 1
     dw, ref = conv05.wgrad(x, dy, g, dtype, cg), _torch_wgrad(x.double(), dy.double(), w, L)
     assert torch.equal(dw.isnan(), ref.isnan()) and not dw[:cg].isnan().any() and not dw[2 * cg:].isnan().any()
+
+
+@gpu
+@needs_gpu
+def test_traced_narrow_groups_pass_opcheck_and_a_compiled_block_trains_on_the_gpu(monkeypatch):
+    """Narrow groups under torch.compile run as conv05's operators (gemmlab::conv2d_depthwise and its
+    dgrad and wgrad, the group's width read from the weight): opcheck over the three with groups of 4
+    channels, and a ResNeXt-like block of narrow groups (4 channels a group, then 2 at stride 2)
+    under torch.compile(fullgraph=True), forward and backward, its gradients those of the same block
+    run eagerly (GroupedConv), each narrow layer one launch of conv05 a pass."""
+    x = torch.randn(2, 32, 15, 13, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+    w, dy = torch.randn(32, 4, 3, 3, device="cuda").bfloat16(), torch.randn(2, 32, 8, 7, device="cuda").bfloat16()
+    args = ([2, 2], [1, 1], "", [1, 1])
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_depthwise.default, (x, w, None, *args, "silu"))
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_depthwise_dgrad.default, (dy, w, list(x.shape), *args, True))
+    torch.library.opcheck(torch.ops.gemmlab.conv2d_depthwise_wgrad.default, (x, dy, list(w.shape), *args, torch.float32))
+    model = torch.nn.Sequential(gemmlab.nn.Conv2d(32, 32, 3, padding=1, groups=8), torch.nn.GELU(),
+                                gemmlab.nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=16))  # fmt: skip
+    model = model.cuda().to(memory_format=torch.channels_last)
+    xf = x.float().requires_grad_()
+    widths = []
+    real = conv05.run
+    monkeypatch.setattr(conv05, "run", lambda *a, **k: (widths.append(a[-1] if len(a) > 6 else k.get("cg", 1)), real(*a, **k))[1])
+    compiled = torch.compile(model, fullgraph=True)
+    compiled(xf).square().sum().backward()
+    assert set(widths) == {2, 4}  # each layer's forward pass on conv05, traced
+    got = [p.grad.clone() for p in model.parameters()] + [xf.grad.clone()]
+    model.zero_grad()
+    xf.grad = None
+    model(xf).square().sum().backward()
+    want = [p.grad for p in model.parameters()] + [xf.grad]
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        assert float((a.double() - b.double()).abs().max() / b.abs().max()) < 1e-5
 
 
 def test_the_narrow_group_build_takes_blocks_of_two_channel_vectors():

@@ -347,18 +347,23 @@ class GroupedConv(torch.autograd.Function):
 def _depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, dilation, groups: int,
                activation: str | None, asked: bool = True) -> Tensor | None:  # fmt: skip
     """A depthwise layer in one launch of conv05 (conv05.depthwise_why_not; traced: its operator;
-    with a gradient to take: conv05.DepthwiseConv, the activation after it through torch); None
-    where it cannot serve, or asked (algorithm="depthwise"): a ValueError saying why."""
+    with a gradient to take: conv05.DepthwiseConv, the activation after it through torch); traced
+    narrow groups (conv05.narrow_groups_why_not) through the same operator, which reads the group's
+    width from the weight; None where it cannot serve (narrow groups outside a trace included: they
+    take _grouped_one_launch), or asked (algorithm="depthwise") where neither serves: a ValueError
+    saying why."""
     from . import conv05
 
     why = conv05.depthwise_why_not(x, weight, groups)
+    traced = _traced(x, weight, bias)
     if why is not None:
         narrow = conv05.narrow_groups_why_not(x, weight, groups)
-        if asked and (narrow is not None or _traced(x, weight, bias)):  # (conv05's narrow groups have no operator)
-            raise ValueError(f"algorithm='depthwise': {why}; and {narrow or 'its grouped build does not run traced'}")
-        return None
+        if asked and narrow is not None:
+            raise ValueError(f"algorithm='depthwise': {why}; and {narrow}")
+        if narrow is not None or not traced:
+            return None
     grad = wants_grad(x, weight, bias)
-    if _traced(x, weight, bias):  # through its operator
+    if traced:  # through its operator
         y = conv05.depthwise_op(x, weight, bias, *_step_args(stride, padding, dilation), "" if grad else activation or "")
         return y if activation is None or not grad else ACTIVATIONS[activation](y)
     g = conv_geometry(tuple(x.shape), tuple(weight.shape), stride, padding, dilation)

@@ -9,7 +9,8 @@ wgrad and the bias's sum backward). Under torch.compile it runs as the operator
 torch.ops.gemmlab.conv2d_depthwise (depthwise_op), whose gradients are the operators
 gemmlab::conv2d_depthwise_dgrad and gemmlab::conv2d_depthwise_wgrad, each with a fake
 implementation for tracing. Narrow groups (2, 4 or 8 channels and as many filters) run on the same
-kernels through run(cg=...) and wgrad(cg=...), for conv.GroupedConv."""
+kernels through run(cg=...), dgrad(cg=...) and wgrad(cg=...), for conv.GroupedConv, and traced
+through the same operators, which take the group's width from the weight's second dimension."""
 
 from __future__ import annotations
 
@@ -403,9 +404,11 @@ def _op_geometry(x_shape, w_shape, stride, padding, padding_name, dilation) -> d
 
 def _op(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int], padding: list[int], padding_name: str,
         dilation: list[int], activation: str) -> Tensor:  # fmt: skip
-    """The operator's launch: run() over the layer's geometry (activation "" for none)."""
+    """The operator's launch: run() over the layer's geometry (activation "" for none), the group's
+    width the weight's second dimension (1 depthwise, else narrow groups)."""
     g = _op_geometry(x.shape, weight.shape, stride, padding, padding_name, dilation)
-    return run(x, weight, bias, g, activation or None, _suggests_channels_last(x) or _suggests_channels_last(weight))
+    return run(x, weight, bias, g, activation or None, _suggests_channels_last(x) or _suggests_channels_last(weight),
+               weight.shape[1])  # fmt: skip
 
 
 depthwise_op = torch.library.custom_op("gemmlab::conv2d_depthwise", _op, mutates_args=(), device_types="cuda",
@@ -425,7 +428,8 @@ _GRAD_ARGS = "int[] stride, int[] padding, str padding_name, int[] dilation"
                          schema=f"(Tensor dy, Tensor weight, int[] x_size, {_GRAD_ARGS}, bool channels_last) -> Tensor")
 def dgrad_op(dy, weight, x_size, stride, padding, padding_name, dilation, channels_last):
     """dgrad() as an operator: the input's gradient, [N, C, H, W] (x_size)."""
-    return dgrad(dy, weight, _op_geometry(x_size, weight.shape, stride, padding, padding_name, dilation), channels_last)
+    g = _op_geometry(x_size, weight.shape, stride, padding, padding_name, dilation)
+    return dgrad(dy, weight, g, channels_last, weight.shape[1])
 
 
 @dgrad_op.register_fake
@@ -437,8 +441,9 @@ def _dgrad_fake(dy, weight, x_size, stride, padding, padding_name, dilation, cha
 @torch.library.custom_op("gemmlab::conv2d_depthwise_wgrad", mutates_args=(), device_types="cuda",
                          schema=f"(Tensor x, Tensor dy, int[] weight_size, {_GRAD_ARGS}, ScalarType weight_dtype) -> Tensor")
 def wgrad_op(x, dy, weight_size, stride, padding, padding_name, dilation, weight_dtype):
-    """wgrad() as an operator: the filter's gradient, [C, 1, R, S] (weight_size)."""
-    return wgrad(x, dy, _op_geometry(x.shape, weight_size, stride, padding, padding_name, dilation), weight_dtype)
+    """wgrad() as an operator: the filter's gradient, [C, C / groups, R, S] (weight_size)."""
+    g = _op_geometry(x.shape, weight_size, stride, padding, padding_name, dilation)
+    return wgrad(x, dy, g, weight_dtype, weight_size[1])
 
 
 @wgrad_op.register_fake
