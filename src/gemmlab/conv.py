@@ -216,8 +216,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     depthwise layer (groups = C = K) under "auto" runs instead in one launch of conv05 (bf16, fp16 or
     float32 CUDA tensors; in fp32 arithmetic; under torch.compile as the operator
     gemmlab::conv2d_depthwise), its gradients one launch each too (conv05.DepthwiseConv); so do
-    narrow groups (2, 4 or 8 channels and as many filters, conv05.narrow_groups_why_not) outside a
-    trace, on conv05's grouped build, with gradients through GroupedConv.
+    narrow groups (2, 4 or 8 channels and as many filters, conv05.narrow_groups_why_not), on
+    conv05's grouped build, with gradients through GroupedConv (traced: the same operator).
     algorithm="depthwise" asks for conv05 by name (a ValueError where it cannot serve the call).
 
     algorithm: "auto" (the default: the step choose_algorithm picks for the call), "im2col" (the
