@@ -23,8 +23,8 @@ from . import jit, launch
 from .activations import post_code
 from .conv_shape import CONV_OP_ARGS, _suggests_channels_last, conv_geometry, empty_result
 from .settings import setting
-from .specs.conv import (CONV05_SLIDING_WIDTHS, CONV05_SUM_ENTRIES, CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD,
-                         CONV_05_WGRAD_SUM, conv05_channel_vectors, conv05_vec)  # fmt: skip
+from .specs.conv import (CONV05_SLIDING_WIDTHS, CONV05_SUM_ENTRIES, CONV05_THREADS, CONV05_WG_S, CONV_05, CONV_05_DGRAD,
+                         CONV_05_WGRAD, CONV_05_WGRAD_SUM, conv05_channel_vectors, conv05_vec)  # fmt: skip
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TQ = 4  # pixels of a row a thread computes in the forward pass and dgrad (fewer in a narrower row)
