@@ -410,6 +410,31 @@ def test_the_narrow_group_filter_gradient_keeps_a_threads_sums_in_registers():
     assert -(-32 * 56 * 56 // chunk) * 9 * 128 * 4 <= conv05._WGRAD_PARTS_MAX
 
 
+def test_the_filter_gradients_parts_land_in_the_weights_layout_by_either_sum():
+    """wgrad's parts, laid out as the kernel stores them ([taps][VEC][CG][C / VEC] a chunk: slot
+    j * CG + i of channel vector v for filter v * VEC + j, its group's channel i), added by torch's
+    sum (conv05.wgrad's reshape) and by the index arithmetic of conv05's sum kernel, written here
+    in Python: both put every (filter, channel, tap) where the weight [C, CG, R, S] has it."""
+    for C, vec, cg, R, S in ((16, 8, 4, 3, 3), (24, 8, 8, 1, 3), (12, 4, 2, 3, 1), (13, 1, 1, 2, 2), (64, 8, 1, 3, 3)):
+        vecs, taps = C // vec, R * S
+        want = torch.arange(C * cg * taps, dtype=torch.float64).reshape(C, cg, R, S)  # a distinct value an entry
+        parts = torch.empty(2, taps, C * cg, dtype=torch.float64)
+        for v in range(vecs):  # the kernel's stores: out[(j * CG + i) * (C / VEC) + v] at each tap
+            for j in range(vec):
+                for i in range(cg):
+                    for tap in range(taps):
+                        parts[0, tap, (j * cg + i) * vecs + v] = want[v * vec + j, i, tap // S, tap % S]
+        parts[1] = 0.0
+        summed = parts.sum(0).view(taps, vec, cg, vecs)  # torch's sum, as conv05.wgrad reshapes it
+        assert torch.equal(summed.permute(3, 1, 2, 0).reshape(C, cg, R, S), want), (C, vec, cg)
+        dw = torch.full((C * cg * taps,), float("nan"), dtype=torch.float64)
+        width = C * cg
+        for e in range(taps * width):  # conv_depthwise_wgrad_sum's entry e
+            tap, slot, c = e // width, e % width // vecs, e % vecs * vec + e % width // vecs // cg
+            dw[(c * cg + slot % cg) * taps + tap] = parts[:, tap, e % width].sum()
+        assert torch.equal(dw.view(C, cg, R, S), want), (C, vec, cg)
+
+
 def test_narrow_groups_take_conv05s_gradients(monkeypatch):
     """GroupedConv's dX and dW: conv05.dgrad (at a stride) and conv05.wgrad (cg channels a group)
     where the forward pass ran on conv05's grouped build, dX at stride 1 the flipped filters' grouped
