@@ -1,7 +1,7 @@
 """conv05's grouped build on ResNeXt-50's narrow grouped layers (sweeps/conv/resnext50.toml: 32
 groups of 4 and of 8 channels) with each TQ (output pixels of a row a thread computes: 2, 4, 8;
-conv05.TQ set for the call) and each block width CV (channel vectors a block covers, as
-conv05_channel_vectors allows), beside cuDNN, bf16, channels_last; each checked against float64 on
+conv05.TQ set for the call) and each block width CV (channel vectors a block covers, in place of
+conv05.narrow_block's), beside cuDNN, bf16, channels_last; each checked against float64 on
 the first images, then timed interleaved behind a host gate with L2 flushed (median of 20,
 microseconds). Prints one line a layer and batch. With "strided": the strided layers alone, each
 tap's loads (the rule) against the sliding row at stride 2 (conv05.NARROW_STRIDED_ROW) with TQ 2 and 4.
@@ -32,7 +32,7 @@ def main() -> None:
     strided = sys.argv[2:] == ["strided"]
     sweep = read_conv_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "conv" / "resnext50.toml")
     flush, gate = L2Flusher(0), HostGate(0)
-    real_cv = conv05.conv05_channel_vectors
+    real_block = conv05.narrow_block
     for n in batches:
         for L in sweep["layers"]:
             cg = L.C // L.groups
@@ -46,14 +46,14 @@ def main() -> None:
             def run(tq, cv):
                 def f():
                     conv05.TQ = tq
-                    conv05.conv05_channel_vectors = (lambda c, v, t: cv) if cv else real_cv
+                    conv05.narrow_block = (lambda v, c, t, g: cv) if cv else real_block
                     try:
                         return conv.conv2d(x, w, **kw)
                     finally:
-                        conv05.TQ, conv05.conv05_channel_vectors = 4, real_cv
+                        conv05.TQ, conv05.narrow_block = 4, real_block
                 return f
 
-            fns = {"rule": run(conv05.TQ, None)}  # (TQ 4 and the CV conv05_channel_vectors picks)
+            fns = {"rule": run(conv05.TQ, None)}  # (TQ 4 and the CV narrow_block picks)
             if strided:  # the strided layers alone: each tap's loads (the rule) against the sliding row
                 if L.stride == 1:
                     continue
