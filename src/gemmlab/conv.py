@@ -306,9 +306,9 @@ class GroupedConv(torch.autograd.Function):
     transposed and flipped: gemmlab.conv_grad, one launch again where a grouped build serves dY's
     groups), or conv05's dgrad where the groups are narrow and the stride is not 1 (one launch over
     dY where it lies, not a spread dY four times its pixels; at stride 1 the flipped filters' pass
-    takes conv05's sliding row, 3-5% ahead of dgrad at batch 256); dW on conv05's filter gradient where the groups are narrow (each group's sums apart,
-    x read where it lies), else the diagonal blocks of one GEMM over every channel
-    (conv_grad.wgrad_grouped); the bias's a sum over dY."""
+    takes conv05's sliding row, 3-5% ahead of dgrad at batch 256); dW on conv05's filter gradient
+    where the groups are narrow (each group's sums apart, x read where it lies), else the diagonal
+    blocks of one GEMM over every channel (conv_grad.wgrad_grouped); the bias's a sum over dY."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, g, groups, last, narrow=False):
