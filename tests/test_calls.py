@@ -231,6 +231,30 @@ def test_threads_hitting_one_kind_launch_each_with_its_own_addresses(launches, m
     assert not wrong and len(count) == 800
 
 
+
+def test_a_direct_hit_finds_the_tma_maps_of_its_addresses_or_has_them_made(monkeypatch):
+    """A kernel that reads the caller's tensors through TMA maps: a hit on addresses whose maps the
+    plan holds launches with them, without a problem of its own; a hit on new addresses goes
+    through _launch with the problem at those addresses, which makes their maps."""
+    from types import SimpleNamespace
+
+    seen = []
+    monkeypatch.setattr(api, "_launch", lambda plan, problem, *args: seen.append(("made", problem)))
+    monkeypatch.setattr(api, "_launch_kernel", lambda plan, maps, *ptrs: seen.append(("found", maps, ptrs)))
+    a, b, out = r(5, 8), r(8, 4), r(5, 4)
+    problem = problem_from_tensors(a, b, out=out, device_type="cpu")
+    plan = SimpleNamespace(spec=SimpleNamespace(tma=("a", "b", "d")), maps={(a.data_ptr(), b.data_ptr(), out.data_ptr()): "maps"})
+    calls.clear()
+    calls.remember(key_of(a, b, out=out), calls.Call(plan, problem, problem, True, False, direct=True))
+    assert gemmlab.gemm(a, b, out=out) is out
+    a2 = r(5, 8)
+    gemmlab.gemm(a2, b, out=out)
+    calls.clear()
+    assert seen[0] == ("found", "maps", (a.data_ptr(), b.data_ptr(), 0, out.data_ptr(), None))
+    kind, made = seen[1]
+    assert kind == "made" and (made.a.ptr, made.b.ptr, made.d.ptr) == (a2.data_ptr(), b.data_ptr(), out.data_ptr())
+    assert len(seen) == 2
+
 # ---- on a GPU: the fast path against the full path -------------------------------------------------
 
 CASES = [
@@ -318,3 +342,22 @@ def test_a_hit_captured_in_a_cuda_graph_replays_the_call():
         want = gemmlab.gemm(a, b, bias=bias, activation="silu")
     torch.cuda.synchronize()
     assert torch.equal(_bits(d), _bits(want))
+
+
+@pytest.mark.gpu
+def test_a_tma_hit_on_addresses_seen_before_launches_with_their_maps(monkeypatch):
+    """tc07 (TMA maps of A, B and D) called again on the same tensors: the hits make no new maps
+    and give the full path's bits."""
+    a, b = torch.randn(200, 72, device="cuda").bfloat16(), torch.randn(72, 136, device="cuda").bfloat16()
+    out = torch.full((200, 136), 7.0, device="cuda").bfloat16()
+    calls.clear()
+    with calls.fast_path(False):
+        want = gemmlab.gemm(a, b, kernel="tc07_persistent_cluster", alpha=0.75)
+    made, real = [], api._tensor_maps
+    monkeypatch.setattr(api, "_tensor_maps", lambda *args: made.append(1) or real(*args))
+    for _ in range(3):
+        out.fill_(7.0)
+        assert gemmlab.gemm(a, b, kernel="tc07_persistent_cluster", alpha=0.75, out=out) is out
+        torch.cuda.synchronize()
+        assert torch.equal(_bits(out), _bits(want))
+    assert len(made) == 1  # the first call's, for out's address; the two hits found them

@@ -120,7 +120,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         if post and not plan.post:  # a kernel without the fused epilogue: torch applies it
             apply_post(out, bias, activation)
     if kind is not None:  # (only now: a call that raised leaves no entry)
-        direct = problem is given and not (plan.copy or plan.wide_d or plan.spec.tma or plan.spec.split_operands)
+        direct = problem is given and not (plan.copy or plan.wide_d or plan.spec.split_operands)
         calls.remember(kind, calls.Call(plan, problem, given, bias is bias_given, bool(post and not plan.post), direct))
     return out
 
@@ -144,10 +144,18 @@ def _call_again(call: calls.Call, a, b, c, out, bias, activation) -> torch.Tenso
             bias = bias.to(p.result_dtype).contiguous()
         if out is None:
             out = torch.empty((p.M, p.N), dtype=p.result_dtype, device=p.device)
-        if not p.is_empty:
-            _launch_kernel(plan, (), a.data_ptr(), b.data_ptr(), 0 if p.c is None else c.data_ptr(), out.data_ptr(), bias)
-            if call.torch_post:
-                apply_post(out, bias, activation)
+        if p.is_empty:
+            return out
+        a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), out.data_ptr()
+        maps = plan.maps.get((a_ptr, b_ptr, d_ptr)) if plan.spec.tma else ()  # the TMA maps of these addresses
+        if maps is None:  # not made yet: _launch makes them from the problem at these addresses
+            problem = GemmProblem(p.M, p.N, p.K, p.dtype, p.device, _at(p.a, a), _at(p.b, b), _at(p.c, c), _at(p.d, out),
+                                  p.alpha, p.beta, p.precision, p.out_dtype)  # fmt: skip
+            _launch(plan, problem, a, b, c, out, bias)
+        else:
+            _launch_kernel(plan, maps, a_ptr, b_ptr, 0 if p.c is None else c.data_ptr(), d_ptr, bias)
+        if call.torch_post:
+            apply_post(out, bias, activation)
         return out
     if p is not g:  # as the first call: row-major copies of the operands stored transposed
         a, b = _row_major(g, a, b)
@@ -250,6 +258,7 @@ class _Plan(NamedTuple):
     post: int = 0  # the fused epilogue the kernel was built with (activations.post_code); 0: none
     reduction: reduce.Reduction | None = None  # the pass that adds the runs' parts and writes D (step 12, RED = 1; step 15, SPLIT = 1)
     ws_need: tuple | None = None  # (fp32 parts, flags) of workspace a launch needs (spec.workspace); None: none
+    launcher: launch.Launcher | None = None  # the kernel's launch with this geometry (None: nothing to launch)
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -301,8 +310,9 @@ def _make_plan(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, post: in
     copy = operands_to_copy(problem) if spec.staged and spec.tma else ()
     reduction = reduce.plan(spec, cfg, M, N, grid, device_id, post)
     ws_need = spec.workspace(cfg, grid) if spec.workspace is not None else None
-    return _Plan(spec, cfg, loaded, device_id, grid, spec.block(cfg), tail, cluster, {}, wide, copy, post, reduction,
-                 ws_need)  # fmt: skip
+    block = spec.block(cfg)
+    return _Plan(spec, cfg, loaded, device_id, grid, block, tail, cluster, {}, wide, copy, post, reduction, ws_need,
+                 launch.Launcher(loaded, device_id, grid, block, cluster))  # fmt: skip
 
 
 _PLAN_MAPS_MAX = 64  # address triples remembered per plan
@@ -358,8 +368,7 @@ def _launch_kernel(plan: _Plan, maps: tuple, a_ptr: int, b_ptr: int, c_ptr: int,
     ws = _workspace(plan)
     ws_mid, ws_last = _workspace_args(plan, ws)
     bias_args = _bias_args(plan, bias)
-    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, a_ptr, b_ptr, c_ptr, d_ptr, *ws_mid,
-                  *plan.tail, *bias_args, *ws_last, cluster=plan.cluster)  # fmt: skip
+    plan.launcher(*maps, a_ptr, b_ptr, c_ptr, d_ptr, *ws_mid, *plan.tail, *bias_args, *ws_last)
     if plan.reduction is not None:  # the runs' parts, added up into D behind the split kernel
         reduce.launch_reduction(plan.reduction, plan.device_id, ws[0].data_ptr(), plan.grid[1], c_ptr, d_ptr,
                                 plan.tail, *bias_args)  # fmt: skip
@@ -526,7 +535,7 @@ def _planned_launch(spec: KernelSpec, cfg: GemmConfig, problem: GemmProblem, a, 
     held = (a, b, c, out, ws)  # the addresses in args stay these tensors' while the launch lives
 
     def relaunch():
-        launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *args, cluster=plan.cluster)
+        plan.launcher(*args)
         if plan.reduction is not None:  # (step 12, RED = 1; step 15, SPLIT = 1)
             reduce.launch_reduction(plan.reduction, plan.device_id, ws[0].data_ptr(), plan.grid[1], c_ptr,
                                     out.data_ptr(), plan.tail, 0)  # fmt: skip

@@ -55,8 +55,9 @@ class Call(NamedTuple):
     bias_direct: bool
     torch_post: bool  # the kernel does not fuse the bias and activation asked for: torch applies them after
     # the kernel reads the caller's tensors where they are and writes out itself (no copies, no
-    # padded D, no tensor maps, no split operands): a hit passes their addresses straight to the
-    # launch (api._launch_kernel) without a GemmProblem of its own
+    # padded D, no split operands): a hit passes their addresses straight to the launch
+    # (api._launch_kernel), with the TMA maps the plan made for those addresses, without a
+    # GemmProblem of its own (one is made only where the maps of new addresses are made)
     direct: bool = False
 
 

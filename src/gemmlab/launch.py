@@ -209,6 +209,25 @@ def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tu
     cc_launch(torch_stream(device_id), cfg, loaded.kernel, *args)
 
 
+class Launcher:
+    """One kernel's launch with its geometry fixed (grid, block, shared memory, cluster), for a plan
+    that launches it again and again: the launch configuration and cuda.core's launch function are
+    found once, so a call only looks up torch's current stream and hands over the arguments."""
+
+    __slots__ = ("kernel", "config", "device_id", "_launch")
+
+    def __init__(self, loaded, device_id: int, grid: tuple, block: tuple, cluster: tuple | None = None):
+        from cuda.core import launch as cc_launch
+
+        self.kernel, self.device_id, self._launch = loaded.kernel, device_id, cc_launch
+        self.config = launch_config(grid, block, loaded.compiled.usage.dynamic_smem, cluster)
+
+    def __call__(self, *args) -> None:
+        """Launch on torch's current stream of the device with these arguments."""
+        ensure_current(self.device_id)
+        self._launch(torch_stream(self.device_id), self.config, self.kernel, *args)
+
+
 i32 = np.int32
 i64 = np.int64
 f32 = np.float32
