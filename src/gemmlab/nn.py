@@ -26,14 +26,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
         raise ValueError(f"weight must be [out_features, in_features], got shape {tuple(weight.shape)}")
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x's last dimension must be in_features = {weight.shape[1]}, got shape {tuple(x.shape)}")
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     if x2.shape[0] > 1 and x2.shape[1] > 1 and 1 not in x2.stride():  # a view gemm cannot read
         x2 = x2.contiguous()
     fused = None if wants_grad(x, weight, bias) else activation
     d = gemm(x2, weight.t(), device="cpu" if x.device.type == "cpu" else None, bias=bias, activation=fused)
     if activation is not None and fused is None:
         d = ACTIVATIONS[activation](d)
-    return d.reshape(*x.shape[:-1], weight.shape[0])
+    return d if x.dim() == 2 else d.reshape(*x.shape[:-1], weight.shape[0])
 
 
 class Linear(torch.nn.Linear):
