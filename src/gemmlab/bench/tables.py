@@ -131,13 +131,19 @@ _LAYOUTS = {"nt": "B a transposed view (x @ w.t() of a [N, K] weight)",
             "tt": "A and B transposed views"}
 
 
+def _short_id(kernel_id: str) -> str:
+    """A kernel's id as the notes name it: its step (tc07), or the FP32 ladder's sgemm_11."""
+    parts = kernel_id.split("_")
+    return "_".join(parts[:2]) if parts[0] == "sgemm" else parts[0]
+
+
 def _layout_note(layout: str, base: str) -> str:
     """A layout's views, and which steps of the table's dtype (base: bfloat16, tf32, ...) read them
     in place (KernelSpec.layouts) rather than copy them."""
     name = base.removesuffix("-fp32out")
     math = name if name in ("tf32", "3xtf32") else "fp32"
     dtype = getattr(torch, "float32" if math != "fp32" else name, None)
-    readers = [k.id.split("_")[0] for k in registry.KERNELS
+    readers = [_short_id(k.id) for k in registry.KERNELS
                if layout in getattr(k, "layouts", ()) and dtype in k.dtypes and getattr(k, "math", "fp32") == math]
     if not readers:
         return f"{_LAYOUTS[layout]}, copied row-major inside the timed call"

@@ -253,11 +253,19 @@ def _warp_tile_checks(c: GemmConfig) -> list[tuple[bool, str]]:
 
 
 def _check_11(c: GemmConfig) -> str | None:
+    tb = c.as_dict().get("TB", 0)
     return _first_failure(
+        (tb in (0, 1), "TB must be 0 or 1"),
         *_warp_tile_checks(c),
         _tiles_split(c, _threads_warp(c), 4),
-        _smem_ok(2 * (c["BK"] * (c["BM"] + c["PAD"]) + c["BK"] * c["BN"])),
+        _smem_ok(2 * (c["BK"] * (c["BM"] + c["PAD"]) + c["BK"] * (c["BN"] + tb * c["PAD"]))),
     )
+
+
+# Steps 11 and 12 read a B stored transposed where it lies (x @ w.t(), a Linear's forward pass);
+# set from the problem (configs.rules.problem_flags), never by hand.
+_TB = Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), its slices loaded along K as A's and stored "
+                     "transposed; 0: B row-major (set from the problem)")
 
 
 # The warp-tile layout's parameters, which steps 12 and 15 take from step 11 (without its SYNC).
@@ -275,10 +283,12 @@ SGEMM_11 = KernelSpec(
     source="sgemm/11_warp_tile.cu",
     entry="sgemm_warp_tile",
     params=(*WARP_TILE_PARAMS,
-            Param("SYNC", 1, "1: hand the next slice over before a slice's last k step, so its first fragments load under that step's FMAs")),
+            Param("SYNC", 1, "1: hand the next slice over before a slice's last k step, so its first fragments load under that step's FMAs"),
+            _TB),
     block=lambda c: (_threads_warp(c), 1, 1),
     grid=_GRID_BLOCK_TILES,
     check_config=_check_11,
+    layouts=("nn", "nt"),
     seeds="siboehm/SGEMM_CUDA kernel 10 (warptiling); 001 gemm_final; 002 kernel 7",
 )
 
@@ -403,8 +413,10 @@ SGEMM_12 = KernelSpec(
     params=(*WARP_TILE_PARAMS, Param("SPLIT", 1, "1: K may be split into runs (gridDim.y); 0: one run, without the split code"),
             Param("PV", 4, "floats a store or load of a split's fp32 parts moves: 4 (float4) or 1"),
             Param("RED", 0, "0: the last run of a tile adds the parts; 1: the runs store their parts and a "
-                            "second kernel (SPLIT_K_REDUCE) adds them over the whole GPU (needs SPLIT = 1)")),
+                            "second kernel (SPLIT_K_REDUCE) adds them over the whole GPU (needs SPLIT = 1)"),
+            _TB),
     block=SGEMM_11.block,
+    layouts=("nn", "nt"),
     grid=lambda M, N, c: (cdiv(N, c["BN"]) * cdiv(M, c["BM"]), 1, 1),
     check_config=lambda c: _first_failure((c["SPLIT"] in (0, 1), "SPLIT must be 0 or 1"),
                                           (c["PV"] in (4, 1), "PV must be 4 or 1"),

@@ -26,9 +26,10 @@
 // RED: 0, the last run of a tile adds the parts up (above); 1, the parts are laid out as row-major
 // matrices, [gridDim.x * BM * BN] floats a run ([tiles down * BM][tiles across * BN]), for the
 // reduction kernel to add: every run stores its part there and is done (no counters).
+// TB: step 11's (B stored transposed, read where it lies).
 // The occupancy the runs model counts on (gemmlab.specs.sgemm.SPLIT_K_TILES): five 64 x 64 blocks an
 // SM, two 128 x 128, one 256 x 128.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT, int PV, int RED, int POST = 0>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT, int PV, int RED, int TB, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, BM * BN <= 64 * 64 ? 5 : BM * BN <= 128 * 128 ? 2 : 1)
 sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const float* C, float* D, float* WS,
               unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
@@ -51,7 +52,9 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
     static_assert(PV == 4 || PV == 1, "a part's accesses move a float4 or a float");
     static_assert(RED == 0 || (RED == 1 && SPLIT == 1), "RED: 0, or 1 with SPLIT = 1");
     __shared__ __align__(16) float sA[2][BK][BM + PAD];  // [buffer][k][m]: slices of A, transposed
-    __shared__ __align__(16) float sB[2][BK][BN];        // [buffer][k][n]: slices of B
+    // [buffer][k][n]: slices of B; a B stored transposed (TB) is stored into it transposed, as A
+    // is, with A's padding
+    __shared__ __align__(16) float sB[2][BK][BN + (TB ? PAD : 0)];
 
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
@@ -65,20 +68,36 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
     const int k_begin = (run * q + min(run, r)) * BK;
     K = max(0, min((q + (run < r)) * BK, K - k_begin));
     A += k_begin;
-    B += static_cast<long long>(k_begin) * ldb;
+    B += TB ? k_begin : static_cast<long long>(k_begin) * ldb;  // (TB: B's [N][K] storage, its columns)
     const bool a_vec = gemmlab::rows_16b_aligned(A, lda);  // else scalar loads (same for all threads)
     const bool b_vec = gemmlab::rows_16b_aligned(B, ldb);
 
     float acc[TM][TN] = {};
     float rA[2][TM], rB[2][TN];  // slot kk % 2: the fragments of k step kk
     float4 gA[gemmlab::Vec4Tile<BM, BK, THREADS>::PER_THREAD];  // the thread's float4s of the A tile
-    float4 gB[gemmlab::Vec4Tile<BK, BN, THREADS>::PER_THREAD];  // and of the B tile
+    float4 gB[gemmlab::Vec4Tile<BK, BN, THREADS>::PER_THREAD];  // and of the B tile (as many for TB)
+    // B's slice at row k of B: a BK x BN tile of a row-major B, or with TB the BN x BK tile of B's
+    // [N][K] storage at column k, loaded as A's tile is and stored transposed, as A's is
+    auto load_b = [&](int k) {
+        if constexpr (TB) {
+            gemmlab::load_tile_vec4<BN, BK, THREADS>(gB, B, ldb, col0, k, N, K, b_vec, tid);
+        } else {
+            gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, k, col0, K, N, b_vec, tid);
+        }
+    };
+    auto store_b = [&](float* s) {
+        if constexpr (TB) {
+            gemmlab::store_tile_vec4_transposed<BN, BK, THREADS, BN + (TB ? PAD : 0)>(s, gB, tid);
+        } else {
+            gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(s, gB, tid);
+        }
+    };
 
     // Slice 0 into buffer 0 (all zeros, and no load at all, when K == 0).
     gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, 0, M, K, a_vec, tid);
-    gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, 0, col0, K, N, b_vec, tid);
+    load_b(0);
     gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[0][0][0], gA, tid);
-    gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[0][0][0], gB, tid);
+    store_b(&sB[0][0][0]);
     __syncthreads();
 
     int buf = 0;  // the buffer that holds slice k0
@@ -86,7 +105,7 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
         const bool has_next = k0 + BK < K;
         if (has_next) {  // issue the next slice's loads now; the FMAs below do not wait for them
             gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, k0 + BK, M, K, a_vec, tid);
-            gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, k0 + BK, col0, K, N, b_vec, tid);
+            load_b(k0 + BK);
         }
         gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[buf][0][tm]);
         gemmlab::load_fragment<TN, TN_STRIDE>(rB[0], &sB[buf][0][tn]);
@@ -106,7 +125,7 @@ sgemm_split_k(const float* __restrict__ A, const float* __restrict__ B, const fl
         }
         if (has_next) {  // the other buffer was last read before the previous barrier: free
             gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[buf ^ 1][0][0], gA, tid);
-            gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[buf ^ 1][0][0], gB, tid);
+            store_b(&sB[buf ^ 1][0][0]);
         }
         __syncthreads();  // slice k0 + BK is in place and nobody reads buffer `buf` any more
         buf ^= 1;
