@@ -134,8 +134,8 @@ def test_cold_start_compile_only_times_what_the_first_calls_compile(tmp_path, mo
 
 def test_compile_shape_warms_what_gemm_launches(tmp_path, monkeypatch):
     """gemmlab compile -s: exactly the kernels gemm() launches for those problems (api.compile_jobs),
-    once each -- a float32 B stored transposed gets row-major copies and the nn problem's kernel --
-    and a second run finds them all in the cache."""
+    once each -- a float32 B stored transposed goes to step 12, which reads it where it lies, not
+    to the nn problem's step 11 -- and a second run finds them all in the cache."""
     from gemmlab.api import compile_jobs
     from gemmlab.problem import fresh_problem
 
@@ -148,11 +148,12 @@ def test_compile_shape_warms_what_gemm_launches(tmp_path, monkeypatch):
     problems = [fresh_problem(2048, 2048, 2048, d, layout=lay) for d in (torch.bfloat16, torch.float32) for lay in ("nn", "nt")]
     jobs = compile_jobs(problems)
     assert [(r["kernel"], r["config"]) for r in report] == [(s.id, s.name_expression(c, d, o)) for s, c, d, o in jobs]
-    assert [r["kernel"] for r in report] == ["tc07_persistent_cluster", "tc07_persistent_cluster", "sgemm_11_warp_tile"]
+    assert [r["kernel"] for r in report] == ["tc07_persistent_cluster", "tc07_persistent_cluster", "sgemm_11_warp_tile",
+                                             "sgemm_12_split_k"]  # fmt: skip
     assert not any(r["cached"] for r in report) and all(r["seconds"] > 0 for r in report)
     again = json.loads((out := runner.invoke(app, args).stdout)[out.index("[") :])
     assert [r["config"] for r in again] == [r["config"] for r in report] and all(r["cached"] for r in again)
-    assert len(list(tmp_path.glob("*.bin"))) == 3
+    assert len(list(tmp_path.glob("*.bin"))) == 4
 
 
 @pytest.mark.parametrize("args,message", [

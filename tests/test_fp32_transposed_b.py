@@ -1,8 +1,9 @@
-"""FP32 steps 11 and 12 read a B stored transposed (x @ w.t(), a Linear's forward pass) where it
-lies (TB = 1): on the CPU, which configs auto gives such problems and that they compile; on a GPU,
-the same bits as the same kernel on a row-major copy of B (the products are added in the same
-order), values against float64 at shapes that fit no tile, B's rows unaligned, split K with both
-reductions, NaN in C with beta = 0, NaN and Inf in the weight, and the fused bias and activation."""
+"""FP32 step 12 reads a B stored transposed (x @ w.t(), a Linear's forward pass) where it lies
+(TB = 1), and auto gives it such problems where the other steps would copy B on every call
+(configs.fp32.transposed_b_in_place): on the CPU, the choice and the builds; on a GPU, the same bits
+as step 12 on a row-major copy of B (the products are added in the same order), values against
+float64 at shapes that fit no tile, B's rows unaligned, split K with both reductions, NaN in C with
+beta = 0, NaN and Inf in the weight, and the fused bias and activation."""
 
 import pytest
 import torch
@@ -10,41 +11,52 @@ import torch
 import gemmlab
 from gemmlab import jit, registry
 from gemmlab.configs import configs_in_use, select
+from gemmlab.configs.fp32 import transposed_b_in_place
 from gemmlab.problem import fresh_problem, problem_from_tensors
 from gemmlab.reference import check_result
 
 S11, S12 = registry.get("sgemm_11_warp_tile"), registry.get("sgemm_12_split_k")
 
 
-@pytest.mark.parametrize("M,N,K", [(2048, 4096, 4096), (4096, 4096, 4096), (1000, 1022, 1022), (256, 4096, 4096),
-                                   (256, 256, 65536), (3135, 3135, 3135)])  # fmt: skip
-def test_auto_reads_a_transposed_b_in_place_where_it_picks_step_11_or_12(M, N, K):
+@pytest.mark.parametrize("M,N,K,in_place", [
+    (2048, 4096, 4096, True),   # step 11's size: step 12 in place
+    (8192, 8192, 8192, True),
+    (256, 4096, 4096, True),    # step 12's own
+    (256, 256, 65536, True),
+    (1, 4096, 4096, True),      # few rows (step 13 on a copy): step 12 in place
+    (16, 14336, 4096, True),
+    (64, 4096, 4096, True),     # step 15 on a copy, below TRANSPOSED_B_COPY_ROWS
+    (512, 512, 512, False),     # step 15 from 128 rows on: the copy's share is small
+    (4096, 4096, 128, False),
+])  # fmt: skip
+def test_auto_reads_a_transposed_b_in_place_where_the_copy_would_cost(M, N, K, in_place):
     nn = fresh_problem(M, N, K, torch.float32)  # (meta tensors: what auto sees on a GPU)
     nt = fresh_problem(M, N, K, torch.float32, layout="nt")
     spec_nn, cfg_nn = select(nn, device="cuda")
     spec, cfg = select(nt, device="cuda")
-    assert spec is spec_nn
-    if spec in (S11, S12):
-        assert cfg["TB"] == 1 and spec.reads_in_place(nt, cfg)
-        assert {**cfg.as_dict(), "TB": 0} == cfg_nn.as_dict()  # the row-major problem's tile, runs and all
-    else:  # (few rows, multistage: still given a row-major copy)
-        assert not spec.reads_in_place(nt, cfg)
+    assert spec.reads_in_place(nt, cfg) == in_place, (spec.id, cfg.as_dict())
+    if in_place:
+        assert spec is S12 and cfg["TB"] == 1
+        assert transposed_b_in_place(nt, spec_nn) == (spec_nn is not S12)
+    else:
+        assert (spec, cfg) == (spec_nn, cfg_nn)
 
 
-def test_an_a_stored_transposed_is_still_copied():
+def test_tf32_and_an_a_stored_transposed_keep_their_choice():
     tn = fresh_problem(2048, 2048, 2048, torch.float32, layout="tn")
     spec, cfg = select(tn, device="cuda")
-    assert spec in (S11, S12) and not spec.reads_in_place(tn, cfg)
+    assert spec is S11 and not spec.reads_in_place(tn, cfg)
+    tf32 = fresh_problem(2048, 2048, 2048, torch.float32, layout="nt", precision="tf32")
+    assert select(tf32, device="cuda")[0].id == "tc08_tf32"
 
 
 def test_every_transposed_b_config_auto_can_pick_compiles_without_spills():
-    for spec in (S11, S12):
-        tb = [c for c in configs_in_use(spec) if c["TB"] == 1]
-        assert tb
-        for cfg in tb:
-            for post in (0, 9):  # plain; the bias and ReLU fused
-                u = jit.compile_kernel(spec, cfg, "sm_90a", post=post).usage
-                assert u.spills == 0 and u.stack_frame == 0, (spec.name_expression(cfg, post=post), u)
+    tb = [c for c in configs_in_use(S12) if c["TB"] == 1]
+    assert tb and "TB" not in S11.default_config().as_dict()
+    for cfg in tb:
+        for post in (0, 9):  # plain; the bias and ReLU fused
+            u = jit.compile_kernel(S12, cfg, "sm_90a", post=post).usage
+            assert u.spills == 0 and u.stack_frame == 0, (S12.name_expression(cfg, post=post), u)
 
 
 # ---- on a GPU ---------------------------------------------------------------------------------------
@@ -60,7 +72,7 @@ def _weight(N, K, view, dtype=torch.float32):
 
 
 @gpu
-@pytest.mark.parametrize("kernel", ["sgemm_11_warp_tile", "sgemm_12_split_k", "auto"])
+@pytest.mark.parametrize("kernel", ["sgemm_12_split_k", "auto"])
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 17, 127), (127, 1000, 1022), (1000, 1022, 1022), (1031, 61, 3135),
                                    (256, 256, 65536), (17, 127, 20011), (2048, 2048, 2048)])  # fmt: skip
 @pytest.mark.parametrize("view", ["contiguous", "misaligned"])
@@ -76,13 +88,15 @@ def test_transposed_b_gives_the_copy_s_bits_and_float64_s_values(kernel, M, N, K
     report = check_result(d, x, w.t(), c, 0.75, -0.5)
     assert report.passed, report.summary()
     where = f"{spec.id} {cfg.as_dict()}"
-    if spec in (S11, S12):
-        assert cfg["TB"] == 1, where
-        assert torch.equal(d, copy), f"{where}: other bits than on B's row-major copy"
+    if spec is S12:  # (auto's other picks: few columns, or one element, which is no transposed view)
+        assert cfg["TB"] == int(problem.b.trans), where
+        copy_spec, copy_cfg = select(problem_from_tensors(x, w.t().contiguous(), c, None, alpha=0.75, beta=-0.5), kernel)
+        if copy_spec is S12 and {**copy_cfg.as_dict(), "TB": cfg["TB"]} == cfg.as_dict():
+            assert torch.equal(d, copy), f"{where}: other bits than on B's row-major copy"
 
 
 @gpu
-@pytest.mark.parametrize("kernel", ["sgemm_11_warp_tile", "sgemm_12_split_k"])
+@pytest.mark.parametrize("kernel", ["sgemm_12_split_k", "auto"])
 def test_transposed_b_with_nan_in_c_and_beta_zero_and_nan_and_inf_in_the_weight(kernel):
     M, N, K = 300, 200, 40000  # sgemm_12 splits this K into runs
     x, w = torch.randn(M, K, device="cuda"), torch.randn(N, K, device="cuda")
@@ -108,5 +122,5 @@ def test_linear_in_float32_fuses_the_bias_and_activation_on_the_weight_where_it_
         want = {None: want, "relu": torch.relu(want), "gelu": torch.nn.functional.gelu(want),
                 "silu": torch.nn.functional.silu(want)}[activation]  # fmt: skip
     spec, cfg = select(problem_from_tensors(x, w.t(), None, None))
-    assert spec in (S11, S12) and cfg["TB"] == 1
+    assert spec is S12 and cfg["TB"] == 1
     torch.testing.assert_close(d.double(), want, rtol=1e-5, atol=1e-4)

@@ -216,7 +216,7 @@ def test_steps_for_a_few_rows_stay_out_of_the_square_tables():
 def test_layout_notes_name_the_steps_that_read_the_views_in_place():
     """A table of transposed views says which steps of its dtype read them where they lie
     (KernelSpec.layouts) and that the others copy them: tc07/tc09 for 16-bit nt/tn/tt and tc10 for
-    nt, tc08 for TF32 nt only, FP32 steps 11 and 12 for fp32 nt, none for TF32 or fp32 tn."""
+    nt, tc08 for TF32 nt only, FP32 step 12 for fp32 nt, none for TF32 or fp32 tn."""
     from gemmlab.bench.tables import _arithmetic
 
     for dtype in ("float16-tn", "bfloat16-tt", "bfloat16-fp32out-tn"):
@@ -224,7 +224,7 @@ def test_layout_notes_name_the_steps_that_read_the_views_in_place():
     for dtype in ("bfloat16-nt", "float16-fp32out-nt"):
         assert "tc07, tc09 and tc10 read the transposed operands in place" in _arithmetic(dtype), dtype
     assert "tc08 reads the transposed operands in place" in _arithmetic("tf32-nt")
-    assert "sgemm_11 and sgemm_12 read the transposed operands in place" in _arithmetic("float32-nt")
+    assert "sgemm_12 reads the transposed operands in place" in _arithmetic("float32-nt")
     for dtype in ("tf32-tn", "tf32-tt", "float32-tn"):
         note = _arithmetic(dtype)
         assert "copied row-major" in note and "in place" not in note, (dtype, note)

@@ -20,7 +20,7 @@ from ..specs.base import GemmConfig, KernelSpec
 from .fp32 import (
     few_columns_config, few_columns_configs, few_columns_pays, few_rows_config, few_rows_configs, few_rows_pays,
     multistage_config, multistage_configs, multistage_pays, split_k_config, split_k_pays, split_k_tiles,
-    whole_tile_config,
+    transposed_b_in_place, whole_tile_config,
 )
 from .persistent import TC07_TILES, TILE192_DEEP, copies_pay, stream_k_pays, tc07_tile
 from .rules import SIZE_RULES, _problem_config, _rule_config, _size_rule_config
@@ -181,6 +181,11 @@ def _select(problem: GemmProblem, kernel: str, device: str) -> tuple[KernelSpec,
         # The kernel the row-major problem gets; it reads this layout in place where it can, and is
         # otherwise given row-major copies (gemm() makes them where spec.layouts lacks the layout).
         spec, cfg = _select(problem.row_major(), kernel, device)
+        if kernel == "auto" and transposed_b_in_place(problem, spec):  # fp32 x @ w.t(): w where it lies
+            split = registry.get("sgemm_12_split_k")
+            native = _in_place(split, problem)
+            if native is not None:
+                return split, native
         return spec, _in_place(spec, problem) or cfg
     if kernel != "auto":
         spec = registry.get(kernel)

@@ -297,3 +297,26 @@ def multistage_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
     if split_k_pays(problem, split) is None:
         return "step 12 splits K for this problem"
     return None
+
+
+# x @ w.t() in fp32 (a Linear's forward pass: B stored transposed). Step 12 reads such a B where it
+# lies (TB = 1); steps 11, 13 and 15 are handed a row-major copy of it, made on every call, which
+# moves the whole weight twice through a transposing copy (125 us for a 4096 x 4096 weight on an
+# H200, where step 12 takes 78 us for the whole product at one row). Step 11's tile reading B in
+# place (tried: B's slices loaded along K and stored transposed, as A's are) ran 1854 us at 2048 x
+# 4096 x 4096 against step 12's 1530 and 1620 for step 11 with the copy; at few rows step 12 in
+# place ran 78-84 us at 1-64 x 4096 x 4096 against 148-192 for steps 13 and 15 with the copy, and
+# from 128 rows on the copy's share is small enough that step 15 on it can keep up (512^3: 25 us
+# with the copy against 27 in place; 4096 x 4096 x 128: 124 against 171). H200, fp32, cold L2,
+# interleaved: docs/notes/fp32-transposed-weight.md.
+TRANSPOSED_B_COPY_ROWS = 128  # rows from which steps 13 and 15 keep their choice with the copy
+
+
+def transposed_b_in_place(problem: GemmProblem, spec) -> bool:
+    """Whether 'auto' gives an fp32 problem with B stored transposed (layout nt) to step 12 reading
+    B where it lies rather than to `spec`, the row-major problem's kernel, on a copy of B."""
+    if problem.layout != "nt" or problem.precision != "fp32" or spec.id == "sgemm_12_split_k":
+        return False
+    if spec.id == "sgemm_11_warp_tile":
+        return True
+    return spec.id in ("sgemm_13_few_rows", "sgemm_15_multistage") and problem.M < TRANSPOSED_B_COPY_ROWS

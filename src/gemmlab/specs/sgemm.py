@@ -262,8 +262,8 @@ def _check_11(c: GemmConfig) -> str | None:
     )
 
 
-# Steps 11 and 12 read a B stored transposed where it lies (x @ w.t(), a Linear's forward pass);
-# set from the problem (configs.rules.problem_flags), never by hand.
+# Step 12 reads a B stored transposed where it lies (x @ w.t(), a Linear's forward pass); set from
+# the problem (configs.rules.problem_flags), never by hand.
 _TB = Param("TB", 0, "1: B stored transposed ([N][K], e.g. w.t()), its slices loaded along K as A's and stored "
                      "transposed; 0: B row-major (set from the problem)")
 
@@ -283,12 +283,10 @@ SGEMM_11 = KernelSpec(
     source="sgemm/11_warp_tile.cu",
     entry="sgemm_warp_tile",
     params=(*WARP_TILE_PARAMS,
-            Param("SYNC", 1, "1: hand the next slice over before a slice's last k step, so its first fragments load under that step's FMAs"),
-            _TB),
+            Param("SYNC", 1, "1: hand the next slice over before a slice's last k step, so its first fragments load under that step's FMAs")),
     block=lambda c: (_threads_warp(c), 1, 1),
     grid=_GRID_BLOCK_TILES,
     check_config=_check_11,
-    layouts=("nn", "nt"),
     seeds="siboehm/SGEMM_CUDA kernel 10 (warptiling); 001 gemm_final; 002 kernel 7",
 )
 

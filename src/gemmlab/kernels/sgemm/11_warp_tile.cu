@@ -15,11 +15,7 @@
 // SYNC: where a slice is handed over. 0: after the slice's last FMAs (store the next slice, barrier,
 // and the next slice's first fragments are read after it, with the FMAs waiting on them); 1: before
 // the slice's last k step, so that the next slice's first fragments load while that step's FMAs run.
-// TB: 1 where B is stored transposed ([N][K], a Linear's weight w of x @ w.t(); ldb its row stride):
-// its slices are loaded along K as A's are and stored into sB transposed, with A's padding, so the
-// main loop reads the same [k][n] slices and adds the same products in the same order as on a
-// row-major copy of B, without the copy.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SYNC, int TB, int POST = 0>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SYNC, int POST = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
                 const float* C, float* D,
@@ -36,9 +32,7 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
     static_assert(BK % 4 == 0 && BN % 4 == 0, "tile rows are read from global memory as float4");
     static_assert(PAD >= 0 && PAD % 4 == 0, "PAD must keep the rows of sA 16-byte aligned");
     __shared__ __align__(16) float sA[2][BK][BM + PAD];  // [buffer][k][m]: slices of A, transposed
-    // [buffer][k][n]: slices of B; a B stored transposed (TB) is stored into it transposed, as A
-    // is, with A's padding
-    __shared__ __align__(16) float sB[2][BK][BN + (TB ? PAD : 0)];
+    __shared__ __align__(16) float sB[2][BK][BN];        // [buffer][k][n]: slices of B
 
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
@@ -53,29 +47,13 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
     float acc[TM][TN] = {};
     float rA[2][TM], rB[2][TN];  // slot kk % 2: the fragments of k step kk
     float4 gA[gemmlab::Vec4Tile<BM, BK, THREADS>::PER_THREAD];  // the thread's float4s of the A tile
-    float4 gB[gemmlab::Vec4Tile<BK, BN, THREADS>::PER_THREAD];  // and of the B tile (as many for TB)
-    // B's slice at row k of B: a BK x BN tile of a row-major B, or with TB the BN x BK tile of B's
-    // [N][K] storage at column k, loaded as A's tile is and stored transposed, as A's is
-    auto load_b = [&](int k) {
-        if constexpr (TB) {
-            gemmlab::load_tile_vec4<BN, BK, THREADS>(gB, B, ldb, col0, k, N, K, b_vec, tid);
-        } else {
-            gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, k, col0, K, N, b_vec, tid);
-        }
-    };
-    auto store_b = [&](float* s) {
-        if constexpr (TB) {
-            gemmlab::store_tile_vec4_transposed<BN, BK, THREADS, BN + (TB ? PAD : 0)>(s, gB, tid);
-        } else {
-            gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(s, gB, tid);
-        }
-    };
+    float4 gB[gemmlab::Vec4Tile<BK, BN, THREADS>::PER_THREAD];  // and of the B tile
 
     // Slice 0 into buffer 0 (all zeros, and no load at all, when K == 0).
     gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, 0, M, K, a_vec, tid);
-    load_b(0);
+    gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, 0, col0, K, N, b_vec, tid);
     gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[0][0][0], gA, tid);
-    store_b(&sB[0][0][0]);
+    gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[0][0][0], gB, tid);
     __syncthreads();
     if constexpr (SYNC) {  // slice 0's first fragments; each later slice's come at the end of the one before
         gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[0][0][tm]);
@@ -87,7 +65,7 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
         const bool has_next = k0 + BK < K;
         if (has_next) {  // issue the next slice's loads now; the FMAs below do not wait for them
             gemmlab::load_tile_vec4<BM, BK, THREADS>(gA, A, lda, row0, k0 + BK, M, K, a_vec, tid);
-            load_b(k0 + BK);
+            gemmlab::load_tile_vec4<BK, BN, THREADS>(gB, B, ldb, k0 + BK, col0, K, N, b_vec, tid);
         }
         if constexpr (!SYNC) {
             gemmlab::load_fragment<TM, TM_STRIDE>(rA[0], &sA[buf][0][tm]);
@@ -104,7 +82,7 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
                 // slice's fragments are all in registers (the last ones were loaded one step ago).
                 if (has_next) {
                     gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[buf ^ 1][0][0], gA, tid);
-                    store_b(&sB[buf ^ 1][0][0]);
+                    gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[buf ^ 1][0][0], gB, tid);
                     __syncthreads();  // the next slice is in place
                     gemmlab::load_fragment<TM, TM_STRIDE>(rA[(kk + 1) % 2], &sA[buf ^ 1][0][tm]);
                     gemmlab::load_fragment<TN, TN_STRIDE>(rB[(kk + 1) % 2], &sB[buf ^ 1][0][tn]);
@@ -121,7 +99,7 @@ sgemm_warp_tile(const float* __restrict__ A, const float* __restrict__ B,
         if constexpr (!SYNC) {
             if (has_next) {  // the other buffer was last read before the previous barrier: free
                 gemmlab::store_tile_vec4_transposed<BM, BK, THREADS, BM + PAD>(&sA[buf ^ 1][0][0], gA, tid);
-                store_b(&sB[buf ^ 1][0][0]);
+                gemmlab::store_tile_vec4<BK, BN, THREADS, BN>(&sB[buf ^ 1][0][0], gB, tid);
             }
             __syncthreads();  // slice k0 + BK is in place and nobody reads buffer `buf` any more
         }

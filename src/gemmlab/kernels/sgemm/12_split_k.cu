@@ -26,7 +26,10 @@
 // RED: 0, the last run of a tile adds the parts up (above); 1, the parts are laid out as row-major
 // matrices, [gridDim.x * BM * BN] floats a run ([tiles down * BM][tiles across * BN]), for the
 // reduction kernel to add: every run stores its part there and is done (no counters).
-// TB: step 11's (B stored transposed, read where it lies).
+// TB: 1 where B is stored transposed ([N][K], a Linear's weight w of x @ w.t(); ldb its row stride):
+// its slices are loaded along K as A's are and stored into sB transposed, with A's padding, so the
+// main loop reads the same [k][n] slices and adds the same products in the same order as on a
+// row-major copy of B, without the copy.
 // The occupancy the runs model counts on (gemmlab.specs.sgemm.SPLIT_K_TILES): five 64 x 64 blocks an
 // SM, two 128 x 128, one 256 x 128.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int PAD, int SPLIT, int PV, int RED, int TB, int POST = 0>
