@@ -133,6 +133,9 @@ if want sanitize; then
   for tool in memcheck racecheck; do
     sanitize $tool "-s 96x80x40000 -s 5x1000x50000 -s 1x1000x50000 -s 64x3x131072" \
       -k sgemm_12_split_k -k sgemm_13_few_rows -k sgemm_14_few_columns || fail "$tool, FP32 steps 12-14"
+    # step 12 reading a B stored transposed (x @ w.t(), TB = 1): split, odd, and both reductions
+    sanitize $tool "-s 96x80x40000 -s 7x17x127 -s 17x127x20011 -s 300x200x1000" -k sgemm_12_split_k --layout nt \
+      || fail "$tool, FP32 step 12 on a transposed B"
   done
 fi
 

@@ -182,6 +182,15 @@ def test_check_falls_back_to_the_cpu_ladder_and_says_so():
     assert "32 passed, 0 failed" in res.output  # 4 kernels x 2 shapes x 4 variants
 
 
+@pytest.mark.skipif(HAS_GPU, reason="the fallback to the CPU ladder happens only without a GPU")
+def test_check_takes_transposed_views_and_names_the_layout():
+    res = runner.invoke(app, ["check", "-s", "7x13x17", "--layout", "nt", "-k", "cpu02_reordered"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "layout nt" in res.output and "float32-nt" in res.output and "4 passed, 0 failed" in res.output
+    res = runner.invoke(app, ["check", "-s", "7x13x17", "--layout", "nx"], terminal_width=200)
+    assert res.exit_code != 0 and "--layout 'nx'" in res.output
+
+
 def test_bench_on_the_cpu_writes_records(tmp_path):
     res = runner.invoke(
         app, ["bench", "-d", "cpu", "-s", "33x65x17", "-k", "cpu02_reordered", "-k", "cpu04_parallel", "--reps", "3", "--out", str(tmp_path)],
@@ -316,3 +325,23 @@ def test_plot_draws_conv2d_against_cudnn_per_gpu(tmp_path):
     assert "nvidia-h200-conv-resnet50.png" in res.output
     empty = runner.invoke(app, ["plot", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "img")])
     assert empty.exit_code == 1 and "no bench or conv-bench records" in empty.output
+
+
+@pytest.mark.parametrize("layout", ["nt", "tn", "tt"])
+def test_check_cases_hand_the_kernel_transposed_views_of_the_layout(layout, monkeypatch):
+    """check.run_case builds A and B as the layout says (a transposed view of a row-major storage
+    where it says t), and the checks it reports look at those views."""
+    from gemmlab import check
+
+    seen = {}
+
+    def fake_gemm(a, b, c=None, **kw):
+        seen["a"], seen["b"] = a, b
+        kw["out"].copy_(a @ b)
+
+    monkeypatch.setattr(check, "gemm", fake_gemm)
+    r = check.run_case("cpu02_reordered", 5, 7, 3, check.VARIANTS[0], device="cpu", layout=layout)
+    assert r.passed and r.dtype == f"float32-{layout}", r
+    a, b = seen["a"], seen["b"]
+    assert a.shape == (5, 3) and b.shape == (3, 7)
+    assert (a.stride(0) == 1) == (layout[0] == "t") and (b.stride(0) == 1) == (layout[1] == "t")

@@ -118,7 +118,7 @@ def _matrix(rows: int, cols: int, ld_multiple: int, fill, device: str, dtype, ge
     return full[:, :cols]
 
 
-def _tma_padding(kernel: str, dtype: torch.dtype, M: int, N: int, K: int) -> int:
+def _tma_padding(kernel: str, dtype: torch.dtype, M: int, N: int, K: int, layout: str = "nn") -> int:
     """1 (contiguous operands) unless the kernel moves operands with TMA and these sizes give row
     strides TMA cannot take: then strides are padded to 16 bytes, the layout such a caller passes,
     so the kernel's edge handling is checked at every odd size rather than skipped."""
@@ -126,7 +126,17 @@ def _tma_padding(kernel: str, dtype: torch.dtype, M: int, N: int, K: int) -> int
     if spec is None or not getattr(spec, "tma", ()) or spec.staged or spec.split_operands:  # CPU kernels
         return 1  # have no TMA; staged kernels get TMA-ready copies from gemm(), tc11 its split parts
     per16 = 16 // dtype.itemsize
-    return 1 if (K % per16 == 0 and N % per16 == 0) else per16
+    rows = (M if layout[0] == "t" else K, K if layout[1] == "t" else N)  # the inner sizes of A's and B's storage
+    return 1 if all(r % per16 == 0 for r in (*rows, N)) else per16
+
+
+LAYOUTS = ("nn", "nt", "tn", "tt")  # A and B row-major (n) or the transposed view of their storage (t)
+
+
+def _operand(rows: int, cols: int, trans: bool, pad: int, device: str, dtype, gen) -> torch.Tensor:
+    """A rows x cols operand: row-major, or (trans) the transposed view of a cols x rows matrix, as
+    w.t() of a Linear's [N, K] weight is."""
+    return _matrix(cols, rows, pad, None, device, dtype, gen).t() if trans else _matrix(rows, cols, pad, None, device, dtype, gen)
 
 
 def precision_of(kernel: str, dtype: torch.dtype) -> str:
@@ -137,14 +147,18 @@ def precision_of(kernel: str, dtype: torch.dtype) -> str:
     return getattr(registry.get(kernel), "math", "fp32")
 
 
-def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cuda", dtype=torch.float32) -> CaseResult:
+def run_case(kernel: str, M: int, N: int, K: int, v: Variant, device: str = "cuda", dtype=torch.float32,
+             layout: str = "nn") -> CaseResult:  # fmt: skip
+    """One check: the kernel's D for fresh random A and B (row-major, or transposed views where
+    layout says: "nt" is x @ w.t()) against float64, out poisoned with NaN first."""
     precision = precision_of(kernel, dtype)
     label = precision if precision != "fp32" else _dt(dtype)  # float32 inputs, TF32 or 3xTF32 math
+    label += "" if layout == "nn" else f"-{layout}"
     gen = torch.Generator(device=device)
     gen.seed()
-    pad = _tma_padding(kernel, dtype, M, N, K)
-    a = _matrix(M, K, pad, None, device, dtype, gen)
-    b = _matrix(K, N, pad, None, device, dtype, gen)
+    pad = _tma_padding(kernel, dtype, M, N, K, layout)
+    a = _operand(M, K, layout[0] == "t", pad, device, dtype, gen)
+    b = _operand(K, N, layout[1] == "t", pad, device, dtype, gen)
     od = torch.float32 if v.fp32_out else dtype  # the type of C and D
     c = None
     if v.c in ("random", "inplace"):
@@ -211,13 +225,16 @@ def run_check(
     seed: int | None = None,
     progress: Callable[[CaseResult], None] | None = None,
     device: str = "cuda",
+    layout: str = "nn",
 ) -> list[CaseResult]:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     kernels = kernels or [k.id for k in registry.kernels(device=device)]
     if shapes is None:
         shapes = default_shapes(device, n_random, seed)
     results = []
     for k, dtype, (M, N, K), v in cases(kernels, shapes):
-        r = run_case(k, M, N, K, v, device=device, dtype=dtype)
+        r = run_case(k, M, N, K, v, device=device, dtype=dtype, layout=layout)
         results.append(r)
         if progress:
             progress(r)

@@ -137,10 +137,14 @@ def check_cmd(
     seed: Optional[int] = typer.Option(None, help="seed for the random shapes (default: fresh)"),
     device: str = DEVICE_OPTION,
     pending: bool = PENDING_OPTION,
+    layout: str = typer.Option("nn", help="how A and B lie: nn (row-major), nt (B a transposed view: x @ w.t()), tn, tt"),
 ) -> None:
     """Verify kernels against float64: pass/fail and error per case; exit 1 on any failure."""
     device = _pick_device(device)
     from .. import check
+
+    if layout not in check.LAYOUTS:
+        raise typer.BadParameter(f"--layout {layout!r}: use one of {', '.join(check.LAYOUTS)}")
 
     ids = _kernel_ids(kernel, device, pending)
     shapes = [parse_shape(s) for s in shape] if shape else None
@@ -150,7 +154,7 @@ def check_cmd(
     if shapes is None:
         shapes = check.default_shapes(device, random_shapes, seed)
     total = len(check.cases(ids, shapes))
-    t = Table(title=f"gemmlab check on {device} (random shapes seed {seed})")
+    t = Table(title=f"gemmlab check on {device}{'' if layout == 'nn' else f', layout {layout}'} (random shapes seed {seed})")
     for col in ("kernel", "dtype", "M x N x K", "variant", "rel_fro", "max_scaled", "result"):
         t.add_column(col, **(WHOLE if col in ("kernel", "M x N x K") else {}))
     results = []
@@ -161,7 +165,7 @@ def check_cmd(
             results.append(r)
             prog.advance(task)
 
-        check.run_check(ids, shapes, progress=on_case, device=device)
+        check.run_check(ids, shapes, progress=on_case, device=device, layout=layout)
     for r in results:
         e = r.error
         if r.declined:
