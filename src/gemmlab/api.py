@@ -54,8 +54,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     stride; any row stride); a and b may also be column-major (unit row stride: transposed views
     such as w.t() of a [N, K] weight, or dy.t() of a [K, M] gradient). The bf16/fp16 Hopper steps
     (tc07, tc09) read an A or a B stored transposed in place (wgmma reads either orientation of a
-    16-bit tile); every other case hands the kernel row-major copies (one torch copy a
-    transposed operand, on the same stream). beta == 0 never reads c. out: where to write D (may be c itself for
+    16-bit tile), as do tc08 (TF32) and FP32 step 12 a B; every other case hands the kernel
+    row-major copies (one torch copy a transposed operand, on the same stream). beta == 0 never reads c. out: where to write D (may be c itself for
     an in-place update); allocated when None. kernel: a registered kernel id, or "auto" for the
     fastest registered kernel that can serve the problem. Returns D.
 
