@@ -8,22 +8,12 @@ microseconds a call, and whether both gave the same bits (and the float64 produc
 
 import statistics
 import sys
-import time
 
 import torch
+from profile_host import _per_call_us as loop  # (scripts/: the mean wall time of a call, microseconds)
 
 import gemmlab
 from gemmlab import calls, launch
-
-
-def loop(fn, n):
-    """Mean wall time of fn over n calls, microseconds, the GPU's queue drained before and after."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 class ThroughLaunch:
