@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import gemmlab
-from gemmlab import jit, registry
+from gemmlab import api, jit, registry
 from gemmlab.configs import configs_in_use, select
 from gemmlab.configs.fp32 import transposed_b_in_place
 from gemmlab.problem import fresh_problem, problem_from_tensors
@@ -125,3 +125,83 @@ def test_linear_in_float32_fuses_the_bias_and_activation_on_the_weight_where_it_
     spec, cfg = select(problem_from_tensors(x, w.t(), None, None))
     assert spec is S12 and cfg["TB"] == 1
     torch.testing.assert_close(d.double(), want, rtol=1e-5, atol=1e-4)
+
+
+# ---- a few rows: D^T = w x^T on step 14 (api._few_rows_as_columns) ------------------------------------
+
+
+@pytest.mark.parametrize("M,layout,dtype,precision,K,expected", [
+    (1, "nt", torch.float32, "fp32", 4096, True),
+    (16, "nt", torch.float32, "fp32", 4096, True),
+    (17, "nt", torch.float32, "fp32", 4096, False),   # past FEW_ROWS_AS_COLUMNS: step 12 in place
+    (1, "nn", torch.float32, "fp32", 4096, False),    # a row-major B: step 13 streams it
+    (2, "tt", torch.float32, "fp32", 4096, False),    # (one row of x is row-major either way)
+    (1, "nt", torch.float32, "tf32", 4096, False),
+    (1, "nt", torch.bfloat16, "fp32", 4096, False),   # tc10 reads w.t() in place
+    (1, "nt", torch.float32, "fp32", 0, False),       # nothing to multiply: C and the epilogue alone
+])  # fmt: skip
+def test_a_few_rows_of_x_at_w_t_run_as_columns_of_d_t(M, layout, dtype, precision, K, expected):
+    problem = fresh_problem(M, 4096, K, dtype, layout=layout, precision=precision)
+    assert api.few_rows_as_columns(problem) == expected
+    if expected:
+        columns = api.columns_problem(problem)
+        assert (columns.M, columns.N, columns.K, columns.layout) == (4096, M, K, "nn")
+        assert select(columns, device="cuda")[0].id == "sgemm_14_few_columns"
+
+
+def test_compile_warms_step_14_for_a_few_rows_of_x_at_w_t():
+    jobs = api.compile_jobs([fresh_problem(8, 4096, 4096, torch.float32, layout="nt")])
+    assert [spec.id for spec, *_ in jobs] == ["sgemm_14_few_columns"]
+
+
+def _case(M, N, K, view, c_kind, bias, out_kind):
+    x, w = torch.randn(M, K, device="cuda"), _weight(N, K, view)
+    c = {"none": None, "random": torch.randn(M, N, device="cuda"), "nan": torch.full((M, N), float("nan"), device="cuda")}[c_kind]
+    b = torch.randn(N, device="cuda") if bias else None
+    out = None
+    if out_kind == "strided":  # rows N + 3 apart, poisoned
+        out = torch.full((M, N + 3), float("nan"), device="cuda")[:, :N]
+    elif out_kind == "c":
+        out = c
+    return x, w, c, b, out
+
+
+@gpu
+@pytest.mark.parametrize("M", [1, 2, 7, 16])
+@pytest.mark.parametrize("N,K", [(1, 1), (17, 127), (1000, 1022), (4096, 4099)])
+@pytest.mark.parametrize("view", ["contiguous", "misaligned"])
+@pytest.mark.parametrize("c_kind,beta,bias,activation,out_kind", [
+    ("none", 0.0, False, None, "new"),
+    ("random", -0.5, False, None, "strided"),
+    ("nan", 0.0, True, "gelu", "new"),      # beta 0: C never read, NaN or not; the bias goes in as C
+    ("random", 1.5, True, "silu", "new"),   # beta and a bias: the bias and the activation after, by torch
+    ("random", 0.5, False, "relu", "c"),    # in place over C
+])  # fmt: skip
+def test_a_few_rows_of_x_at_w_t_against_float64(M, N, K, view, c_kind, beta, bias, activation, out_kind):
+    from gemmlab.reference import check_result
+
+    x, w, c, b, out = _case(M, N, K, view, c_kind, bias, out_kind)
+    c_before = None if c is None else c.clone()
+    d = gemmlab.gemm(x, w.t(), c, alpha=0.75, beta=beta, out=out, bias=b, activation=activation)
+    torch.cuda.synchronize()
+    if out is not None:
+        assert d is out
+    report = check_result(d, x, w.t(), c_before if beta != 0 else None, 0.75, beta, bias=b, activation=activation)
+    assert report.passed, report.summary()
+    if c is not None and out_kind != "c":
+        assert torch.equal(c.isnan(), c_before.isnan()) and torch.equal(c.nan_to_num(), c_before.nan_to_num())
+
+
+@gpu
+def test_a_few_rows_of_x_at_w_t_keep_nan_and_inf_where_they_belong():
+    x, w = torch.randn(4, 3000, device="cuda"), torch.randn(2000, 3000, device="cuda")
+    x[1, 17] = float("nan")
+    w[5, 2999] = float("inf")
+    d = gemmlab.gemm(x, w.t())
+    torch.cuda.synchronize()
+    assert torch.isnan(d[1]).all()
+    rows = torch.tensor([0, 2, 3], device="cuda")
+    assert torch.equal(d[rows, 5], torch.where(x[rows, 2999] > 0, float("inf"), float("-inf")))
+    others = torch.ones(2000, dtype=torch.bool, device="cuda")
+    others[5] = False
+    assert torch.isfinite(d[rows][:, others]).all()

@@ -13,7 +13,7 @@ from .activations import apply_post, post_code
 from .configs import _choice_key, select
 from .configs.rules import problem_flags, wide_d
 from .device import sm_count
-from .problem import GemmProblem, Operand, _overlaps, problem_from_tensors
+from .problem import GemmProblem, Operand, _overlaps, fresh_problem, problem_from_tensors
 from .specs.base import GemmConfig, KernelSpec, operands_to_copy
 
 __all__ = ["gemm", "kernels", "select", "prepare", "compile_jobs"]
@@ -34,6 +34,8 @@ def compile_jobs(problems) -> list[tuple]:
     for problem in problems:
         if problem.is_empty:
             continue
+        if few_rows_as_columns(problem):  # computed as D^T = w x^T (_few_rows_as_columns)
+            problem = columns_problem(problem)
         spec, cfg = select(problem)
         types = (problem.dtype, problem.out_dtype) if spec.type_param else (None, None)
         jobs.setdefault(spec.name_expression(cfg, *types), (spec, cfg, *types))
@@ -106,6 +108,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     bias_given = bias
     if bias is not None:
         bias = _bias_for(problem, bias)
+    if kernel == "auto" and few_rows_as_columns(problem):  # fp32 x @ w.t() at a few rows: D^T = w x^T
+        return _few_rows_as_columns(problem, a, b, c, out, bias, activation)
     if problem.layout != "nn":
         spec, cfg = select(problem, kernel)
         if not spec.reads_in_place(problem, cfg):  # row-major copies of the operands stored transposed
@@ -122,6 +126,52 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     if kind is not None:  # (only now: a call that raised leaves no entry)
         direct = problem is given and not (plan.copy or plan.wide_d or plan.spec.split_operands)
         calls.remember(kind, calls.Call(plan, problem, given, bias is bias_given, bool(post and not plan.post), direct))
+    return out
+
+
+# An fp32 x @ w.t() of at most this many rows (a decode step's Linear) runs as the few-columns product
+# D^T = w x^T: step 14 streams the weight's rows where they lie (1.32x cuBLAS SGEMM at 4096 x 1 x 4096
+# and 4096 x 16 x 4096 on an H200, fp32-shapes-20261128T094801Z), where step 12 reading w.t() in place
+# splits K over 64 x 64 tiles and reads the weight at 0.8 TB/s (0.42x-0.76x cuBLAS on the same views:
+# docs/notes/fp32-transposed-weight.md).
+FEW_ROWS_AS_COLUMNS = 16
+
+
+def few_rows_as_columns(problem: GemmProblem) -> bool:
+    """Whether gemm(a, b) with 'auto' computes this problem as D^T = b^T a^T (_few_rows_as_columns)."""
+    return (problem.layout == "nt" and problem.dtype == torch.float32 and problem.precision == "fp32"
+            and 0 < problem.M <= FEW_ROWS_AS_COLUMNS and problem.N > 0 and problem.K > 0)  # fmt: skip
+
+
+def columns_problem(problem: GemmProblem) -> GemmProblem:
+    """The problem _few_rows_as_columns hands gemm(): D^T = w x^T, N x M x K, w and x^T row-major."""
+    return fresh_problem(problem.N, problem.M, problem.K, problem.dtype, device=problem.device)
+
+
+def _few_rows_as_columns(problem: GemmProblem, a, b, c, out, bias, activation) -> torch.Tensor:
+    """D = activation(alpha a b + beta c + bias) for a few rows of a and b = w.t() (a [N, K] weight)
+    as D^T = alpha w a^T + beta c^T, through gemm() on w where it lies: its D^T has at most
+    FEW_ROWS_AS_COLUMNS columns (step 14). a^T and c^T go in as row-major copies (a few rows each), the
+    bias as C (a column of D^T a row) where beta is 0, otherwise after by torch; D^T is written into
+    out's memory where one row makes D^T's layout D's, else copied into D after."""
+    M, N = problem.M, problem.N
+    w = b.t()  # [N, K], row-major
+    ct, beta, post_bias = None, problem.beta, None
+    if beta != 0:
+        ct = c.t().contiguous()
+        post_bias = bias
+    elif bias is not None:  # D^T + bias down its columns: C of N x M, added once (beta = 1)
+        ct, beta = bias.view(N, 1).expand(N, M).contiguous(), 1.0
+    fused = activation if post_bias is None else None
+    if out is None:
+        out = torch.empty((M, N), dtype=problem.result_dtype, device=problem.device)
+    direct = M == 1 and out.stride(1) == 1  # one row of D is D^T's one column, element for element
+    dt = out.view(N, 1) if direct else torch.empty((N, M), dtype=problem.result_dtype, device=problem.device)
+    gemm(w, a.t().contiguous(), ct, alpha=problem.alpha, beta=beta, out=dt, activation=fused)
+    if not direct:
+        out.copy_(dt.t())
+    if post_bias is not None or (activation is not None and fused is None):
+        apply_post(out, post_bias, activation)
     return out
 
 
