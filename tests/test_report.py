@@ -225,6 +225,8 @@ def test_layout_notes_name_the_steps_that_read_the_views_in_place():
         assert "tc07, tc09 and tc10 read the transposed operands in place" in _arithmetic(dtype), dtype
     assert "tc08 reads the transposed operands in place" in _arithmetic("tf32-nt")
     assert "sgemm_12 reads the transposed operands in place" in _arithmetic("float32-nt")
+    assert "at up to 16 rows gemm() computes D^T = w x^T on sgemm_14" in _arithmetic("float32-nt")
+    assert "D^T" not in _arithmetic("tf32-nt") and "D^T" not in _arithmetic("bfloat16-nt")
     for dtype in ("tf32-tn", "tf32-tt", "float32-tn"):
         note = _arithmetic(dtype)
         assert "copied row-major" in note and "in place" not in note, (dtype, note)

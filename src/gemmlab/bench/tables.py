@@ -10,6 +10,7 @@ from typing import Callable
 import torch
 
 from .. import registry
+from ..api import FEW_ROWS_AS_COLUMNS
 from ..profile import NCU_COLUMNS, read_ncu_csv
 from .records import _commits, _sidecar, _step, short_commit
 
@@ -149,8 +150,12 @@ def _layout_note(layout: str, base: str) -> str:
         return f"{_LAYOUTS[layout]}, copied row-major inside the timed call"
     verb = "reads" if len(readers) == 1 else "read"
     names = readers[0] if len(readers) == 1 else f"{', '.join(readers[:-1])} and {readers[-1]}"
+    columns = ""
+    if layout == "nt" and name == "float32":  # api.few_rows_as_columns
+        columns = (f"; at up to {FEW_ROWS_AS_COLUMNS} rows gemm() computes D^T = w x^T on sgemm_14, w read in "
+                   "place, x^T and D^T copied inside the timed call")
     return (f"{_LAYOUTS[layout]}; {names} {verb} the transposed operands in place, other kernels "
-            "get row-major copies inside the timed call")
+            f"get row-major copies inside the timed call{columns}")
 
 
 def _arithmetic(dtype: str) -> str:
