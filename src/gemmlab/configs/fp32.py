@@ -308,7 +308,8 @@ def multistage_pays(problem: GemmProblem, c: GemmConfig) -> str | None:
 # place ran 78-84 us at 1-64 x 4096 x 4096 against 148-192 for steps 13 and 15 with the copy, and
 # from 128 rows on the copy's share is small enough that step 15 on it can keep up (512^3: 25 us
 # with the copy against 27 in place; 4096 x 4096 x 128: 124 against 171). H200, fp32, cold L2,
-# interleaved: docs/notes/fp32-transposed-weight.md.
+# interleaved: docs/notes/fp32-transposed-weight.md. (Up to 16 rows gemm() itself computes
+# D^T = w x^T on step 14 instead: api.few_rows_as_columns.)
 TRANSPOSED_B_COPY_ROWS = 128  # rows from which steps 13 and 15 keep their choice with the copy
 
 
