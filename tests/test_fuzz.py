@@ -44,6 +44,19 @@ def test_a_dtype_or_kernel_filter_holds():
     assert {fuzz.draw(s, kernels=("tc07_persistent_cluster",)).kernel for s in range(300)} == {"any"}
 
 
+def test_auto_can_be_named_among_the_kernels():
+    # '-k auto': gemm()'s own choice alone, batches through bmm among them as in a default run
+    alone = [fuzz.draw(s, kernels=("auto",)) for s in range(3000)]
+    assert {c.kernel for c in alone} == {"auto"}
+    assert any(c.batch for c in alone) == bool(fuzz.BATCHED_SHARE)
+    # beside a named kernel: both are drawn, and the named one is all a case drawn 'any' may pick
+    mixed = [fuzz.draw(s, kernels=("auto", "sgemm_13_few_rows"), dtypes=("fp32",)) for s in range(300)]
+    assert {c.kernel for c in mixed} == {"auto", "any"}
+    case = next(c for c in mixed if c.kernel == "any" and c.M <= 16 and c.K)
+    problem = fuzz.build(case, device="cpu").problem
+    assert fuzz.pick_kernel(case, problem, ("auto", "sgemm_13_few_rows")) in ("sgemm_13_few_rows", "auto")
+
+
 def test_the_printed_call_names_what_the_case_passes():
     case = fuzz.Case(1, "short-k", "bf16-fp32out", 5, 6, 7, "nt", (0, 0, 0), 0, 1.5, -0.75, "inplace", "poison", "",
                      "auto")  # fmt: skip

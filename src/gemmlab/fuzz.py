@@ -236,7 +236,11 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, .
     beta = 0.0 if c in ("none", "nan") else rng.choice((1.0, -0.75, 0.5, round(rng.uniform(-2, 2), 3) or 1.0))
     out = "poison" if c == "inplace" or rng.random() < 0.85 else "new"
     special = "" if alpha == 0.0 or K == 0 or rng.random() >= 0.04 else rng.choice(("nan-a", "inf-a", "nan-b", "inf-b"))
-    kernel = "auto" if kernels is None and rng.random() < 0.6 else "any"
+    named = _named(kernels)
+    if kernels is not None and not named:  # 'auto' alone
+        kernel = "auto"
+    else:
+        kernel = "auto" if (kernels is None or "auto" in kernels) and rng.random() < 0.6 else "any"
     if kernel == "any" and rng.random() < 0.4:  # rows TMA can read in place: the unstaged TMA steps serve too
         pad, offset = _aligned_pads(M, N, K, layout, DTYPES[dt][0].itemsize, DTYPES[dt][1].itemsize, rng), 0
     # drawn from a generator of its own, so that every other choice of a seed is what it was before
@@ -247,7 +251,12 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, kernels: tuple[str, .
         with_bias = activation is None or erng.random() < 0.6
         epilogue = "+".join(p for p in ("bias" if with_bias else "", activation or "") if p)
     case = Case(seed, regime, dt, M, N, K, layout, pad, offset, alpha, beta, c, out, special, kernel, epilogue)
-    return _batched(case) if kernels is None else case  # (a run of named kernels: gemm() only)
+    return _batched(case) if kernels is None or "auto" in kernels else case  # (named kernels alone: gemm() only)
+
+
+def _named(kernels: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The kernels named among `kernels` ('auto' is gemm()'s choice, not a kernel); None: every one."""
+    return None if kernels is None else tuple(k for k in kernels if k != "auto")
 
 
 def _batched(case: Case) -> Case:
@@ -284,7 +293,7 @@ def pick_kernel(case: Case, problem, kernels: tuple[str, ...] | None) -> str:
     where none does."""
     rng = random.Random(case.seed + 1)
     dtype, _, precision = DTYPES[case.dtype]
-    specs = [registry.get(k) for k in kernels] if kernels else registry.kernels(dtype)
+    specs = [registry.get(k) for k in _named(kernels)] if kernels else registry.kernels(dtype)
     serving = [s.id for s in specs
                if dtype in s.dtypes and (dtype != torch.float32 or s.math == precision)
                and problem.flops <= NAMED_MAX_FLOPS.get(s.id, NAMED_DEFAULT_MAX_FLOPS) and _serves(s, problem)]  # fmt: skip
@@ -456,7 +465,8 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
         kernels: tuple[str, ...] | None = None, on_wrong: Callable[[Outcome], None] | None = None,
         on_progress: Callable[[Summary], None] | None = None) -> Summary:  # fmt: skip
     """Cases seed, seed + 1, ... until `seconds` have passed or max_cases are done. kernels: only
-    these (named) kernels, else 'auto' and every kernel that serves each problem."""
+    these kernels ('auto' among them: gemm()'s own choice too), else 'auto' and every kernel that
+    serves each problem."""
     s = Summary(seed)
     activation = run_activation(seed)
     warm(activation, dtypes, kernels)
@@ -473,7 +483,7 @@ def run(seed: int, seconds: float, max_cases: int | None = None, dtypes: tuple[s
           start=lambda case: start(case, kernels), judge=lambda item, v: judge(item[0], item[1], v), count=count,
           refused=refused, as_record=_as_record, on_wrong=on_wrong, on_progress=on_progress)  # fmt: skip
     ran = {chosen.split()[0] for chosen in s.by_kernel}
-    wanted = kernels or [k.id for dt in (dtypes or DTYPES) for k in registry.kernels(DTYPES[dt][0])
+    wanted = _named(kernels) if kernels else [k.id for dt in (dtypes or DTYPES) for k in registry.kernels(DTYPES[dt][0])
                          if DTYPES[dt][0] != torch.float32 or k.math == DTYPES[dt][2]]  # fmt: skip
     s.not_reached = sorted(set(wanted) - ran)
     return s
@@ -495,11 +505,13 @@ def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
     from .reduce import reduce_job
 
     fused = post_code(True, activation)
+    named = _named(kernels)
+    every = not kernels or "auto" in kernels  # every build auto may choose, besides those named
     jobs = {}
     for dt in dtypes or DTYPES:
         dtype, result, precision = DTYPES[dt]
-        for spec in registry.kernels(dtype, pending=bool(kernels)):  # a pending kernel only when named
-            if (kernels and spec.id not in kernels) or (dtype == torch.float32 and spec.math != precision):
+        for spec in registry.kernels(dtype, pending=bool(named)):  # a pending kernel only when named
+            if (not every and spec.id not in named) or (dtype == torch.float32 and spec.math != precision):
                 continue
             types = (dtype, result) if spec.type_param else (None, None)
             for cfg in configs_in_use(spec):
@@ -512,7 +524,7 @@ def warm(activation: str | None, dtypes: tuple[str, ...] | None = None,
             for post in (0, fused) if spec.parts_reduced is not None else ():  # step 12's reduction pass (RED = 1)
                 job = reduce_job(post)
                 jobs.setdefault(job[0].name_expression(job[1], None, None, post), job)
-        if dtype != torch.float32 and BATCHED_SHARE and not kernels:  # bmm's one-launch path: tc07's batched build
+        if dtype != torch.float32 and BATCHED_SHARE and every:  # bmm's one-launch path: tc07's batched build
             from .batched_tc07 import SPEC, config_for
 
             for cfg in [config_for(n, ta, tb) for n in (256, 128) for ta in (0, 1) for tb in (0, 1)]:

@@ -299,7 +299,7 @@ def fuzz_cmd(
     min_cases: int = typer.Option(0, help="fail (exit 1) if fewer problems than this were tried"),
     seed: Optional[int] = typer.Option(None, help="case i has seed SEED + i (default: a fresh SEED, printed)"),
     dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="only these: bf16, fp16, bf16-fp32out, fp16-fp32out, tf32, fp32, 3xtf32 (repeatable)"),
-    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="only these kernels (repeatable); default 'auto' and every kernel"),
+    kernel: Optional[list[str]] = typer.Option(None, "--kernel", "-k", help="only these kernels (repeatable; 'auto': gemm()'s own choice); default 'auto' and every kernel"),
     replay: Optional[str] = typer.Option(None, help="run one case again: the JSON printed after 'replay:'"),
     repeats: int = typer.Option(1, help="with --replay: how many times"),
     batched: bool = typer.Option(False, "--batched", help="draw batches through bmm's one-launch path even before it is on by default (batched.ONE_LAUNCH)"),
@@ -321,7 +321,10 @@ def fuzz_cmd(
     for d in dtype or ():
         if d not in fuzz.DTYPES:
             raise typer.BadParameter(f"--dtype {d!r}: one of {', '.join(fuzz.DTYPES)}")
-    ids = tuple(_kernel_ids(kernel)) if kernel else None
+    ids = None
+    if kernel:  # 'auto' names gemm()'s own choice; the others are checked kernel ids
+        others = [k for k in kernel if k != "auto"]
+        ids = (("auto",) if "auto" in kernel else ()) + (tuple(_kernel_ids(others)) if others else ())
     seed = seed if seed is not None else _random.randrange(2**40)
     err_console.print(f"fuzz: seed {seed}, for {seconds:g} s" + (f" or {cases} problems" if cases else "")
                       + f"; epilogues with {fuzz.run_activation(seed) or 'a bias alone'}: every build a case may "
