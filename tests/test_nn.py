@@ -68,6 +68,51 @@ def test_linear_with_each_activation_matches_torch(activation):
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("x_transposed", [False, True])
+@pytest.mark.parametrize("frozen", ["none", "weight", "x"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_gradients_in_every_layout_match_torch(x_transposed, frozen, bias):
+    # the eager autograd path (nn._LinearFunction): x stored transposed gets its gradient in its
+    # own layout, a frozen weight or input gets none, 3-D inputs flatten through a view
+    torch.manual_seed(1)
+    x = torch.randn(13, 7).t() if x_transposed else torch.randn(7, 13)  # [7, 13] either way
+    w, b = torch.randn(5, 13), torch.randn(5) if bias else None
+    ours = [t.clone().requires_grad_(not (frozen == "x" and t is x) and not (frozen == "weight" and t is w))
+            if t is not None else None for t in (x, w, b)]  # fmt: skip
+    if x_transposed:  # keep the transposed storage: clone() of a .t() view is column-major too
+        assert ours[0].stride(0) == 1
+    theirs = [t.detach().clone().requires_grad_(t.requires_grad) if t is not None else None for t in ours]
+    y, y2 = gemmlab.linear(*ours), F.linear(*theirs)
+    assert type(y.grad_fn).__name__ == "_LinearFunctionBackward"
+    g = torch.randn_like(y2)
+    y.backward(g)
+    y2.backward(g)
+    for o, t in zip(ours, theirs):
+        if t is None:
+            continue
+        if not t.requires_grad:
+            assert o.grad is None
+        else:
+            torch.testing.assert_close(o.grad, t.grad, rtol=1e-4, atol=1e-5)
+            assert o.grad.stride() == o.stride()  # each gradient in its parameter's own layout
+    x3 = torch.randn(2, 3, 13, requires_grad=True)
+    (gx3,) = torch.autograd.grad(gemmlab.linear(x3, w).sum(), x3)
+    torch.testing.assert_close(gx3, torch.ones(2, 3, 5) @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_second_derivatives_follow_torch_s():
+    # create_graph: the backward pass's products are recorded, so a gradient of a gradient exists
+    torch.manual_seed(2)
+    x, w = torch.randn(4, 6, requires_grad=True), torch.randn(3, 6, requires_grad=True)
+    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
+    (gx,) = torch.autograd.grad(gemmlab.linear(x, w).square().sum(), x, create_graph=True)
+    (gx2,) = torch.autograd.grad(F.linear(x2, w2).square().sum(), x2, create_graph=True)
+    torch.testing.assert_close(gx, gx2, rtol=1e-4, atol=1e-5)
+    gx.sum().backward()
+    gx2.sum().backward()
+    torch.testing.assert_close(w.grad, w2.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_bad_arguments_are_clear_errors():
     x, w = torch.randn(6, 9), torch.randn(4, 9)
     with pytest.raises(ValueError, match="activation 'tanh' is not one of"):

@@ -11,9 +11,10 @@ rather than computed again.
 import torch
 from torch import Tensor
 
+from . import api
 from .activations import ACTIVATIONS, check_activation
 from .conv import conv2d
-from .ops import gemm, wants_grad
+from .ops import _column_major, _plain, gemm, wants_grad
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None) -> Tensor:
@@ -29,11 +30,52 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     if x2.shape[0] > 1 and x2.shape[1] > 1 and 1 not in x2.stride():  # a view gemm cannot read
         x2 = x2.contiguous()
-    fused = None if wants_grad(x, weight, bias) else activation
-    d = gemm(x2, weight.t(), device="cpu" if x.device.type == "cpu" else None, bias=bias, activation=fused)
+    device = "cpu" if x.device.type == "cpu" else None
+    if wants_grad(x, weight, bias):  # the activation is left to torch, which keeps its input for its gradient
+        fused = None
+        if _plain(x2, weight, bias) and not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active():
+            d = _LinearFunction.apply(x2, weight, bias, device)
+        else:  # a trace, a tensor subclass, a functorch transform: through the operator
+            d = gemm(x2, weight.t(), device=device, bias=bias)
+    else:
+        fused = activation
+        d = gemm(x2, weight.t(), device=device, bias=bias, activation=fused)
     if activation is not None and fused is None:
         d = ACTIVATIONS[activation](d)
     return d if x.dim() == 2 else d.reshape(*x.shape[:-1], weight.shape[0])
+
+
+class _LinearFunction(torch.autograd.Function):
+    """x @ weight.t() + bias with its gradients, for an eager call on torch's own tensors that autograd
+    records: the launches gemm()'s operator makes (the same kernels, the same layouts, so the same
+    bits), without its general arguments. A Linear's forward and backward pass spent about 25 us
+    more host time in the general path than in this one on an H200's host (its eager training is
+    host-bound at small widths: docs/notes/host-time-a-call.md).
+
+    dx = g @ weight (computed as (weight^T g^T)^T where x is stored transposed, in x's own layout),
+    dweight = g^T @ x (weight's layout: the kernel reads g^T in place), dbias = g summed over rows.
+    With create_graph the products go through gemmlab.gemm, so autograd records them."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, device: str | None) -> Tensor:
+        d = api.gemm(x, weight.t(), device=device, bias=bias)
+        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weight if ctx.needs_input_grad[0] else None)
+        ctx.device, ctx.bias_dtype, ctx.x_transposed = device, None if bias is None else bias.dtype, _column_major(x)
+        return d
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        x, weight = ctx.saved_tensors
+        mm = gemm if torch.is_grad_enabled() else api.gemm  # (create_graph: recorded through the operator)
+        g = g.contiguous()  # (an expanded gradient, as sum() gives, has stride 0)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = mm(weight.t(), g.t(), device=ctx.device).t() if ctx.x_transposed else mm(g, weight, device=ctx.device)
+        if ctx.needs_input_grad[1]:
+            dw = mm(g.t(), x, device=ctx.device)
+        if ctx.needs_input_grad[2]:
+            db = g.sum(0).to(ctx.bias_dtype)
+        return dx, dw, db, None
 
 
 class Linear(torch.nn.Linear):
