@@ -171,8 +171,9 @@ def test_one_launch_is_on_by_default_and_cpu_tensors_keep_the_cpu_ladder(monkeyp
     (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16)), "CUDA tensors"),
     (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16), b=torch.randn(2, 8, 5, dtype=torch.bfloat16),
           kernel="tc04_cp_async"), "per-matrix"),
+    # a gradient wanted is no reason (the one launch has its autograd): the tensors' device is
     (dict(a=torch.randn(2, 3, 8, dtype=torch.bfloat16, requires_grad=True), b=torch.randn(2, 8, 5, dtype=torch.bfloat16)),
-     "requires grad"),
+     "CUDA tensors"),
 ])
 def test_forced_one_launch_says_why_not(kw, words):
     with pytest.raises(ValueError, match=words):
@@ -401,3 +402,44 @@ def test_staged_stores_stay_in_their_matrix(monkeypatch, B, M, N, K, form):
         err = (d[i].double() - ref[i]).abs().max() / scale
         assert err < BF16_TOL, f"{label} matrix {i}: max error {err:.3g}"
     assert torch.equal(d, d_regs), f"{label}: the staged and register builds differ"
+
+
+# ---- GPU: gradients of the one launch (batched._BmmFunction) against float64 ----------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("form", ["batched", "shared_a", "transposed", "expanded_b", "epilogue", "fp32_out"])
+@pytest.mark.parametrize("M,N,K", [(7, 17, 127), (129, 64, 1000), (1, 257, 64)])
+def test_one_launch_gradients_against_float64(form, M, N, K):
+    torch.manual_seed(M + N + K)
+    B = 5
+
+    def leaf(*shape, transposed=False):  # bf16 on the GPU, requiring grad; transposed: a per-matrix .transpose view
+        t = torch.randn(*shape[:-2], shape[-1], shape[-2]).transpose(-2, -1) if transposed else torch.randn(*shape)
+        return t.to("cuda", torch.bfloat16).requires_grad_()
+
+    a = leaf(M, K) if form == "shared_a" else leaf(B, M, K, transposed=form == "transposed")
+    b = leaf(K, N) if form == "expanded_b" else leaf(B, K, N, transposed=form == "transposed")
+    if form == "transposed":
+        assert a.stride(1) == 1 and b.stride(1) == 1  # stored transposed per matrix, read in place
+    kw = {}
+    if form == "epilogue":
+        kw = dict(c=leaf(B, M, N), alpha=0.5, beta=-0.75, bias=leaf(N), activation="gelu")
+    if form == "fp32_out":
+        kw = dict(out_dtype=torch.float32)
+    expand = (lambda t: t.expand(B, K, N)) if form == "expanded_b" else (lambda t: t)
+    d = gemmlab.bmm(a, expand(b), **kw)
+    fns = [d.grad_fn, *(f for f, _ in d.grad_fn.next_functions)]
+    assert any(type(f).__name__ == "_BmmFunctionBackward" for f in fns), f"not the one launch: {fns}"
+    g = torch.randn(d.shape, device="cuda", dtype=d.dtype)
+    d.backward(g)
+    leaves = {"a": a, "b": b, "c": kw.get("c"), "bias": kw.get("bias")}
+    doubles = {k: t.detach().double().requires_grad_() for k, t in leaves.items() if t is not None}
+    ref = kw.get("alpha", 1.0) * torch.matmul(doubles["a"], expand(doubles["b"]))
+    if form == "epilogue":
+        ref = torch.nn.functional.gelu(ref + kw["beta"] * doubles["c"] + doubles["bias"])
+    ref.backward(g.double())
+    for name, theirs in doubles.items():
+        ours = leaves[name].grad
+        err = float((ours.double() - theirs.grad).abs().max() / theirs.grad.abs().max().clamp_min(1.0))
+        assert torch.isfinite(ours).all() and err < 2e-2, f"d{name} ({form}): max error {err:.3g}"

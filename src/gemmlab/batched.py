@@ -11,8 +11,9 @@ B [B, K, N], or one of them a single matrix shared by the whole batch:
   Hopper GPU): tc07's batched build (gemmlab.batched_tc07), whose tile loop walks every product's
   tiles and whose 3-D tensor maps keep each matrix's edges: taken by default where it can serve
   the call (ONE_LAUNCH; one_launch=False asks for the per-matrix launches). It fuses
-  a bias and an activation as gemm() does, but has no autograd: where an input requires grad, or under
-  torch.compile, bmm takes the per-matrix path (one_launch=True then raises).
+  a bias and an activation as gemm() does. Where an input requires grad (eager), the one launch
+  runs under its own autograd Function (_BmmFunction), whose gradients are one launch each too;
+  under torch.compile bmm takes the per-matrix path (one_launch=True then raises).
 The per-matrix and stacked paths go through gemmlab.gemm, so through its operator where autograd or
 torch.compile needs it: gradients and traces come as gemm's do.
 """
@@ -25,7 +26,8 @@ import torch
 from torch import Tensor
 
 from . import batched_tc07
-from .ops import _plain, gemm
+from .activations import ACTIVATIONS
+from .ops import _plain, gemm, wants_grad
 
 # Whether bmm takes the one-launch path (batched_tc07) wherever it can serve a call: on since its
 # GPU tests (tests/test_batched_tc07.py) and the fuzz's batched problems passed on an H100, where it
@@ -82,7 +84,11 @@ def bmm(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, k
     # asked for, or by default once ONE_LAUNCH is on: where b is batched (a batch against one B is
     # one launch below already, its rows stacked)
     if one_launch or (one_launch is None and ONE_LAUNCH and device is None and b.dim() == 3):
-        why = _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activation)
+        grad = wants_grad(a, b, c, bias)  # the activation then by torch, which keeps its input for the gradient
+        why = _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, None if grad else activation)
+        if why is None and grad:
+            d = _BmmFunction.apply(a, b, c, float(alpha), float(beta), out_dtype, bias)
+            return d if activation is None else ACTIVATIONS[activation](d)
         if why is None:
             return batched_tc07.bmm_one_launch(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias,
                                                 activation=activation)
@@ -107,14 +113,48 @@ def _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activatio
     """Why the one-launch path cannot serve this call, or None."""
     if kernel not in ("auto", batched_tc07.SPEC.id.removesuffix("_batched")):
         return f"kernel={kernel!r} asks for per-matrix launches of that kernel; the one-launch path is tc07's batched build"
-    if torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (a, b, c)):
-        return "an input requires grad, and the one-launch path has no autograd yet (the per-matrix path has)"
-    if torch.compiler.is_compiling() or not _plain(a, b, c):
+    if torch.compiler.is_compiling() or not _plain(a, b, c, bias) or torch._C._are_functorch_transforms_active():
         return ("under torch.compile (or over fake tensors) the per-matrix path's operators trace; the one-launch path "
                 "is no operator yet")  # fmt: skip
     if batched_tc07.prepared(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation):
         return None  # a call of this kind was served before: nothing in the refusal has changed
     return batched_tc07.refusal(a, b, c, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+
+
+class _BmmFunction(torch.autograd.Function):
+    """bmm's one launch with its gradients, for an eager call that autograd records: D = alpha A B +
+    beta C + bias over the batch (B batched; A batched or one [M, K] matrix for every product),
+    dA = alpha dD B^T and dB = alpha A^T dD each one more launch of the batched build (B^T and A^T
+    per-matrix transposed views, read in place), dA of a shared A the sum over the batch of its
+    products (made in fp32, rounded once), dC = beta dD, dbias = dD summed over the batch and the
+    rows. As gemm()'s gradients, an fp32 result of 16-bit inputs takes dD rounded to their type.
+    With create_graph the gradients are bmm calls that autograd records in turn."""
+
+    @staticmethod
+    def forward(ctx, a, b, c, alpha: float, beta: float, out_dtype, bias):
+        d = batched_tc07.bmm_one_launch(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias)
+        ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+        ctx.alpha, ctx.beta, ctx.input_dtype, ctx.shared_a = alpha, beta, a.dtype, a.dim() == 2
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return d
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        g = grad.to(ctx.input_dtype).contiguous()  # (an expanded gradient, as sum() gives, has stride 0)
+        da = db = dc = dbias = None
+        if ctx.needs_input_grad[0]:
+            if ctx.shared_a:  # one A for every product: its gradient sums theirs
+                da = bmm(g, b.transpose(1, 2), alpha=ctx.alpha, out_dtype=torch.float32).sum(0).to(ctx.input_dtype)
+            else:
+                da = bmm(g, b.transpose(1, 2), alpha=ctx.alpha)
+        if ctx.needs_input_grad[1]:
+            db = bmm(a.transpose(-2, -1), g, alpha=ctx.alpha)
+        if ctx.needs_input_grad[2]:
+            dc = grad * ctx.beta
+        if ctx.needs_input_grad[6]:
+            dbias = grad.sum((0, 1)).to(ctx.bias_dtype)
+        return da, db, dc, None, None, None, dbias
 
 
 def matmul(a: Tensor, b: Tensor, *, kernel="auto", precision="fp32", out_dtype=None, device=None) -> Tensor:
