@@ -157,10 +157,13 @@ class _Plan(NamedTuple):
     result: torch.dtype
     head: tuple  # the scalars between D's address and the bias's
     tail: tuple  # those after it
+    launcher: object  # launch.Launcher: the launch's geometry fixed once
+    maps: dict  # (address of a, b, D) -> the three tensor maps for them: all else a map encodes is the plan's
 
 
 _PLANS: dict[tuple, _Plan] = {}
 _PLANS_MAX = 1024  # kinds of call remembered; past it the table starts again
+_PLAN_MAPS_MAX = 64  # sets of addresses a plan keeps maps for (a training loop's few); past it, again
 
 
 def _key(a, b, c, alpha, beta, out_dtype, bias, activation) -> tuple:
@@ -203,19 +206,23 @@ def bmm_one_launch(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, 
     plan = _PLANS.get(key)
     if plan is None or not _aligned(a, b):
         return _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation)
-    maps = [tma.tensor_map_3d(t, *geo, plan.boxes[n]) for t, geo, n in ((a, plan.geometry[0], "a"), (b, plan.geometry[1], "b"))]
     d = _new_d(plan.d_shape, plan.result, a.device)
     if _d_strides(d) != plan.d_strides or stores_staged(d) != (plan.d_params is not None):
         return _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation)
-    d_map = tma.batched_output_map(d, plan.d_params) if plan.d_params is not None else plan.placeholder_map
+    a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
+    maps = plan.maps.get((a_ptr, b_ptr, d_ptr))  # (the caching allocator mostly hands the same blocks back)
+    if maps is None:
+        maps = (*(tma.tensor_map_3d(t, *geo, plan.boxes[n]) for t, geo, n in ((a, plan.geometry[0], "a"), (b, plan.geometry[1], "b"))),
+                tma.batched_output_map(d, plan.d_params) if plan.d_params is not None else plan.placeholder_map)  # fmt: skip
+        if len(plan.maps) >= _PLAN_MAPS_MAX:
+            plan.maps.clear()
+        plan.maps[(a_ptr, b_ptr, d_ptr)] = maps
     c_ptr = 0
     if beta != 0:
         c = c if c.shape[2] <= 1 or c.stride(2) == 1 else c.contiguous()
         c_ptr = c.data_ptr()
     bias = None if bias is None else bias.to(plan.result).contiguous()
-    launch.launch(plan.loaded, plan.device_id, plan.grid, plan.block, *maps, d_map, a.data_ptr(),
-                  b.data_ptr(), c_ptr, d.data_ptr(), *plan.head, bias.data_ptr() if bias is not None else 0,
-                  *plan.tail)  # fmt: skip
+    plan.launcher(*maps, a_ptr, b_ptr, c_ptr, d_ptr, *plan.head, bias.data_ptr() if bias is not None else 0, *plan.tail)
     del bias, c  # (converted copies: back to torch only once the kernel is queued behind them)
     return d
 
@@ -266,6 +273,6 @@ def _first_call(key, a, b, c, alpha, beta, out_dtype, bias, activation) -> Tenso
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
         _PLANS[key] = _Plan(loaded, device_id, grid, block, boxes, (sa[1:6], sb[1:6]), d_params, (ldd, sd), placeholder,
-                            (batch, M, N), result, head, tail)  # fmt: skip
+                            (batch, M, N), result, head, tail, launch.Launcher(loaded, device_id, grid, block), {})  # fmt: skip
     del sa, sb, bias  # only now may padded copies go back to torch: the kernel is queued behind them
     return d
