@@ -126,6 +126,7 @@ def test_first_call_launches_the_build_d_permits(monkeypatch, N, result, staged,
     monkeypatch.setattr(tma, "tensor_map", lambda *a: "placeholder")
     monkeypatch.setattr(launch, "resident_blocks", lambda *a: 132)
     monkeypatch.setattr(launch, "launch", lambda loaded, dev, grid, block, *args: seen.setdefault("args", args))
+    monkeypatch.setattr(launch, "Launcher", lambda *a, **k: None)  # (the plan's, for later calls)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     import gemmlab.api as api
 
