@@ -185,16 +185,17 @@ def test_gradients_through_the_fused_operator_match_torch(activation):
 def test_linear_applies_the_activation_itself_where_it_trains(monkeypatch):
     """With gradients wanted, the kernel adds the bias and torch applies the activation (its input is
     kept for the backward); without, both go to the kernel's epilogue."""
+    from gemmlab import api
     from gemmlab import nn as gnn
 
     seen = []
-    real = gnn.gemm
+    real = api.gemm
 
-    def spy(*args, **kw):
+    def spy(*args, **kw):  # every path's launch: nn._LinearFunction's, and gemm()'s through ops
         seen.append(kw.get("activation"))
         return real(*args, **kw)
 
-    monkeypatch.setattr(gnn, "gemm", spy)
+    monkeypatch.setattr(api, "gemm", spy)
     x, w, bias = torch.randn(4, 6), torch.randn(3, 6, requires_grad=True), torch.randn(3)
     gnn.linear(x, w, bias, "gelu")
     with torch.no_grad():
