@@ -25,7 +25,7 @@ import math
 import torch
 from torch import Tensor
 
-from . import batched_tc07
+from . import amp, batched_tc07
 from .activations import ACTIVATIONS
 from .ops import _plain, gemm, wants_grad
 
@@ -63,11 +63,15 @@ def bmm(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, k
     arguments as gemmlab.gemm takes them. Returns D [B, M, N]. device="cpu" runs the CPU ladder.
     one_launch: True the whole batch in one launch of tc07's batched build (a ValueError says why
     where it cannot serve the call); False the per-matrix launches; None (the default) as
-    ONE_LAUNCH says, where the one-launch path can serve the call."""
+    ONE_LAUNCH says, where the one-launch path can serve the call. Inside a CUDA autocast region,
+    as torch.bmm, float32 operands run in its dtype (gemmlab.amp)."""
     for name, t in (("a", a), ("b", b)):
         bad = _rank_error(name, t)
         if bad:
             raise TypeError(bad) if "torch tensor" in bad else ValueError(bad)
+    region = amp.region_dtype(a, precision)
+    if region is not None:
+        a, b, c, bias = amp.cast_operands(region, a, b, c, bias, out_dtype)
     if a.dim() == 2 and b.dim() == 2:
         raise ValueError("neither a nor b has a batch dimension: use gemmlab.gemm for one product")
     batch = a.shape[0] if a.dim() == 3 else b.shape[0]
@@ -164,12 +168,16 @@ def matmul(a: Tensor, b: Tensor, *, kernel="auto", precision="fp32", out_dtype=N
     torch broadcasts them. A batch against a 2-D b stacks a's rows into one GEMM (a view where a's
     matrices follow one another); a batched b goes to bmm over the batch flattened (broadcast
     operands are expanded, as torch.matmul expands them). The keywords as gemmlab.gemm takes them.
-    Gradients and torch.compile come through gemm and bmm."""
+    Gradients and torch.compile come through gemm and bmm; a CUDA autocast region, as torch.matmul,
+    runs float32 operands in its dtype (gemmlab.amp), cast before any broadcast copy."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch tensor, got {type(t).__name__}")
         if t.dim() == 0:
             raise ValueError(f"{name} is a scalar (0-d): matmul needs at least one dimension on each side")
+    region = amp.region_dtype(a, precision)
+    if region is not None:
+        a, b = amp.cast(a, region), amp.cast(b, region)
     kw = dict(kernel=kernel, precision=precision, out_dtype=out_dtype, device=device)
     A = a.unsqueeze(0) if a.dim() == 1 else a  # [..., M, K]
     B = b.unsqueeze(-1) if b.dim() == 1 else b  # [..., K, N]

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from . import amp
 from .activations import ACTIVATIONS
 from .conv_im2col import filter_matrix, im2col  # noqa: F401
 from .conv_shape import CONV_OP_ARGS, _is_int, _pair, _suggests_channels_last, conv_geometry, empty_result  # noqa: F401
@@ -228,7 +229,13 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     filter entries R*S*C, gather_why_not). conv02, conv03 and conv04 take gradients through
     _ImplicitConv (dgrad and wgrad, gemmlab.conv_grad); where torch.compile traces the call, they
     run as the operator torch.ops.gemmlab.conv2d_step (conv_step_op), which has a fake
-    implementation and those gradients, so that a compiled model keeps them."""
+    implementation and those gradients, so that a compiled model keeps them.
+
+    Inside a CUDA autocast region, as F.conv2d, x, weight and bias run in its dtype unless precision
+    names float32's tensor-core math (gemmlab.amp)."""
+    region = amp.region_dtype(x, precision)
+    if region is not None:
+        x, weight, bias = amp.cast(x, region), amp.cast(weight, region), amp.cast(bias, region)
     if algorithm == "depthwise" or not (_is_int(groups) and groups == 1):
         _check(x, weight, bias, groups, activation)  # every error before the first group's launch
         y = algorithm in ("depthwise", "auto") and _depthwise(x, weight, bias, stride, padding, dilation, groups,
@@ -536,6 +543,7 @@ def _conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int]
 
 conv_step_op = torch.library.custom_op("gemmlab::conv2d_step", _conv_step, mutates_args=(), device_types="cuda",
                                        schema=f"({CONV_OP_ARGS}, str algorithm) -> Tensor")
+amp.register("conv2d_step", amp.cast_conv_args)
 
 
 @conv_step_op.register_fake

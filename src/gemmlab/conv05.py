@@ -19,7 +19,7 @@ import sys
 import torch
 from torch import Tensor
 
-from . import jit, launch
+from . import amp, jit, launch
 from .activations import post_code
 from .conv_shape import CONV_OP_ARGS, _suggests_channels_last, conv_geometry, empty_result
 from .settings import setting
@@ -413,6 +413,7 @@ def _op(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int], paddi
 
 depthwise_op = torch.library.custom_op("gemmlab::conv2d_depthwise", _op, mutates_args=(), device_types="cuda",
                                        schema=f"({CONV_OP_ARGS}) -> Tensor")
+amp.register("conv2d_depthwise", amp.cast_conv_args)
 
 
 @depthwise_op.register_fake

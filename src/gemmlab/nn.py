@@ -11,7 +11,7 @@ rather than computed again.
 import torch
 from torch import Tensor
 
-from . import api
+from . import amp, api
 from .activations import ACTIVATIONS, check_activation
 from .conv import conv2d
 from .ops import _column_major, _plain, gemm, wants_grad
@@ -21,12 +21,15 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     """activation(x @ weight.t() + bias), as torch.nn.functional.linear takes them: x [..., in]
     with any leading dimensions, weight [out, in] (read in place as the transposed view), bias
     [out] or None. activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu". CPU tensors run
-    the CPU ladder (float32)."""
+    the CPU ladder (float32). Inside a CUDA autocast region, as F.linear, x, weight and bias run in
+    its dtype (gemmlab.amp)."""
     check_activation(activation)
     if weight.dim() != 2:
         raise ValueError(f"weight must be [out_features, in_features], got shape {tuple(weight.shape)}")
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x's last dimension must be in_features = {weight.shape[1]}, got shape {tuple(x.shape)}")
+    if torch._C._is_any_autocast_enabled() and (region := amp.region_dtype(x)) is not None:
+        x, weight, _, bias = amp.cast_operands(region, x, weight, None, bias)
     x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     if x2.shape[0] > 1 and x2.shape[1] > 1 and 1 not in x2.stride():  # a view gemm cannot read
         x2 = x2.contiguous()

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 
-from . import api
+from . import amp, api
 from .activations import ACTIVATIONS
 
 
@@ -151,6 +151,7 @@ def _backward(ctx, grad):
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
+amp.register("gemm", amp.cast_gemm_args)  # (under torch.autocast: gemmlab.amp)
 
 
 class _GemmFunction(torch.autograd.Function):
@@ -205,7 +206,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     """D = activation(alpha * a @ b + beta * c + bias): api.gemm's arguments and result (its
     docstring says what each takes), through the operator torch.ops.gemmlab.gemm where autograd or
     torch.compile needs it, so the result has a grad_fn and a compiled function keeps the call in
-    its graph."""
+    its graph. Inside a CUDA autocast region float32 operands run in its dtype (gemmlab.amp)."""
+    if torch._C._is_any_autocast_enabled() and (region := amp.region_dtype(a, precision, out)) is not None:
+        a, b, c, bias = amp.cast_operands(region, a, b, c, bias, out_dtype)  # (the test first: host time a call)
     if not _needs_operator(a, b, c, bias) or not (isinstance(a, Tensor) and (a.device.type == "cuda" or device == "cpu")):
         return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out, device=device, precision=precision,
                         out_dtype=out_dtype, bias=bias, activation=activation)  # fmt: skip
