@@ -149,7 +149,7 @@ def test_gemm_in_a_region_matches_torch_s_mm_there(dtype, M, K, N):
              + bias.to(dtype).double())  # fmt: skip
     with torch.autocast("cuda", dtype=dtype):
         ours = gemmlab.gemm(a, b, c, alpha=0.5, beta=0.25, bias=bias)
-        theirs = torch.addmm(c, a, b, beta=0.25, alpha=0.5) + bias
+        theirs = torch.addmm(c, a, b, beta=0.25, alpha=0.5) + bias.to(dtype)  # (an add does not autocast)
         wide = gemmlab.gemm(a, b, out_dtype=torch.float32)
     assert ours.dtype == theirs.dtype == dtype and wide.dtype == torch.float32
     assert _rel(ours, exact) <= 2 * _rel(theirs, exact) + 1e-3
