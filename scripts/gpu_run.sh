@@ -20,6 +20,7 @@
 # "few-tiles" the bf16 GEMMs auto leaves on a few tc04 tiles against tc09 staged and torch.mm (scripts/probe_few_tiles.py), "linear" the fused Linear + GELU against torch,
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
+# "train-amp" the same step in mixed precision (float32 parameters, the forward pass under torch.autocast to bf16; sweeps/train/block-amp.toml),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
 # "fp32-shapes" gemm()'s choice for exact float32 over sweeps/fp32-shapes.toml against cuBLAS SGEMM (the float32 target's records),
 # "3xtf32" tc11 (precision="3xtf32") at the ladder's sizes against cuBLAS SGEMM (its speed target's records),
@@ -235,6 +236,14 @@ if want train; then
   # same block on torch's own (same weights, input, target; the losses and gradients checked first)
   step "train-bench: a transformer block's training step in bf16 at 8192 tokens, d_model 1024 and 4096, against torch's own Linear (sweeps/train/block.toml; ${TRAIN_SECONDS:-480} s at most)"
   timeout "${TRAIN_SECONDS:-480}" python3 -m gemmlab train-bench --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "train-bench"
+fi
+
+if want train-amp; then
+  # the same step as torch's mixed-precision recipe runs it: float32 parameters and AdamW, the forward
+  # pass in a bf16 autocast region (gemmlab.amp casts for gemmlab.nn.Linear as torch does for its own)
+  step "train-bench: the block's training step under torch.autocast to bf16, float32 parameters (sweeps/train/block-amp.toml; ${TRAIN_SECONDS:-480} s at most)"
+  timeout "${TRAIN_SECONDS:-480}" python3 -m gemmlab train-bench --sweep sweeps/train/block-amp.toml --out "$OUT/results" 2>&1 \
+    | tee -a "$LOG" || fail "train-bench, mixed precision"
 fi
 
 if want cold-start; then

@@ -37,6 +37,22 @@ def test_the_sweep_has_an_8b_sized_block_and_a_small_one_at_8192_tokens_in_bf16(
     assert len({b["name"] for b in spec["blocks"]}) == len(spec["blocks"])
 
 
+def test_the_mixed_precision_sweep_is_the_same_blocks_under_autocast():
+    amp, plain = (read_train_sweep(ROOT / "sweeps" / "train" / name) for name in ("block-amp.toml", "block.toml"))
+    assert amp["dtype"] == "amp-bf16" and amp["tag"] == "train-amp" and amp["blocks"] == plain["blocks"]
+
+
+def test_a_mixed_precision_step_on_the_cpu_autocasts_nothing_and_matches_float32():
+    """training_step's region is CUDA's: on CPU tensors (the CPU ladder) the step is float32's."""
+    torch.manual_seed(0)
+    model = Block(d=32, heads=4, ffn=48)
+    twin = on_gemmlab(model)
+    x, target = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+    plain = float(training_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), x, target)())
+    mixed = float(training_step(twin, torch.optim.AdamW(twin.parameters(), lr=1e-3), x, target, torch.bfloat16)())
+    assert mixed == pytest.approx(plain, rel=1e-5)
+
+
 @pytest.mark.parametrize("text, match", [
     ('layout = "nt"\n[[blocks]]\nname = "a"\nd_model = 8\nheads = 2\nffn = 8\nbatch = 1\nseq = 4', "unknown keys"),
     ('dtype = "fp8"\n[[blocks]]\nname = "a"\nd_model = 8\nheads = 2\nffn = 8\nbatch = 1\nseq = 4', "fp8"),
@@ -151,6 +167,15 @@ def test_the_results_section_says_there_are_no_records_then_shows_the_newest_per
     assert report.results_sections(tmp_path)["train"] == train_table(new) + "\n\n" + train_table(h200)
 
 
+def test_mixed_precision_records_are_a_table_of_their_own(tmp_path):
+    bf16, mixed = _run(RECORDS), _run(RECORDS, dtype="amp-bf16", time="2026-12-03T10:00:00+00:00")
+    write_run(results_path(tmp_path, bf16["meta"], "train"), bf16["meta"], bf16["records"])
+    write_run(results_path(tmp_path, mixed["meta"], "train-amp"), mixed["meta"], mixed["records"])
+    assert report.results_sections(tmp_path)["train"] == train_table(mixed) + "\n\n" + train_table(bf16)
+    assert "amp-bf16 (float32 parameters and optimizer, the forward pass in a bf16 autocast region): geometric mean" \
+        in train_table(mixed)
+
+
 def test_results_md_has_the_section_under_its_heading():
     text = (ROOT / "docs" / "results.md").read_text()
     heading = text.index("## A training step against torch's own Linear")
@@ -194,11 +219,13 @@ def test_the_bench_refuses_to_run_without_cuda(tmp_path, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_the_bench_runs_and_writes_its_record(tmp_path):
+@pytest.mark.parametrize("dtype", ["bf16", "amp-bf16"])
+def test_the_bench_runs_and_writes_its_record(tmp_path, dtype):
     sweep = tmp_path / "small.toml"
-    sweep.write_text('tag = "train-small"\ndtype = "bf16"\nreps = 3\nwarmup = 1\n[[blocks]]\nname = "d256"\n'
+    sweep.write_text(f'tag = "train-small"\ndtype = "{dtype}"\nreps = 3\nwarmup = 1\n[[blocks]]\nname = "d256"\n'
                      'd_model = 256\nheads = 4\nffn = 688\nbatch = 2\nseq = 128\n')  # fmt: skip
     path, [r] = run_train_bench(read_train_sweep(sweep), tmp_path)
+    assert r["dtype"] == dtype
     assert path.exists() and path.name.startswith("train-small-")
     assert r["loss_gap"] < 1e-2 and r["grad_gap"] < 2e-2, r
     assert r["ms"] > 0 and r["torch_ms"] > 0 and r["vs_torch"] == pytest.approx(r["torch_ms"] / r["ms"])

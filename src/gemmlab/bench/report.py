@@ -82,7 +82,8 @@ def results_sections(results_root: Path) -> dict[str, str]:
     linear_md = "\n\n".join(linear_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "linear-mlp")))
     bmm_paths = _newest_per_gpu(find_runs(results_root, "bmm"), key=lambda m: m.get("dtype", ""))
     bmm_md = "\n\n".join(bmm_table(load_run(p)) for p in bmm_paths)
-    train_paths = _newest_per_gpu(find_runs(results_root, "train"), key=lambda m: m.get("dtype", ""))
+    train_runs = find_runs(results_root, "train") + find_runs(results_root, "train-amp")  # (bf16 / float32, and mixed precision)
+    train_paths = _newest_per_gpu(train_runs, key=lambda m: m.get("dtype", ""))
     train_md = "\n\n".join(train_table(load_run(p)) for p in train_paths)
     cold_md = "\n\n".join(cold_start_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "cold-start")))
     none = "_no records yet_"

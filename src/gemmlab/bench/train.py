@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from . import environment
 from .block import Block, on_gemmlab
-from .run import DTYPES, REPS, record_cases, results_path
+from .run import REPS, record_cases, results_path
 from .timing import L2Flusher, interleaved, median
 
 SWEEP_KEYS = {"tag", "dtype", "blocks", "reps", "warmup"}
@@ -36,12 +36,17 @@ OPTIMIZER = f"torch.optim.AdamW(lr={LR}) (foreach)"
 # norm of the difference over its own. The two products round to the dtype in different summation
 # orders; in bf16 (8 bits of mantissa) that is a few 1e-3 of a gradient's norm after the backward
 # pass's chain of products, so 2e-2 passes rounding and fails a wrong product
-TOLERANCES = {"bf16": (1e-2, 2e-2), "float32": (1e-4, 1e-4)}
+# (amp-bf16: mixed precision as torch's recipe runs it, float32 parameters and optimizer, the forward
+# pass and the loss in a bf16 autocast region, so the products round to bf16 as in "bf16")
+TOLERANCES = {"bf16": (1e-2, 2e-2), "float32": (1e-4, 1e-4), "amp-bf16": (1e-2, 2e-2)}
+# a dtype name -> (the parameters' and inputs' dtype, the autocast region's dtype or None)
+MODES = {"bf16": (torch.bfloat16, None), "float32": (torch.float32, None), "amp-bf16": (torch.float32, torch.bfloat16)}
 
 
 def read_train_sweep(path: Path) -> dict:
     """A TOML file: [[blocks]] tables of name, d_model, heads, ffn, batch, seq (tokens = batch x
-    seq); dtype (bf16 or float32); optionally tag, reps and warmup. Unknown keys, a d_model that the
+    seq); dtype (bf16, float32, or amp-bf16: float32 parameters, the forward pass under
+    torch.autocast to bf16); optionally tag, reps and warmup. Unknown keys, a d_model that the
     heads do not divide and sizes below 1 are errors."""
     data = tomllib.loads(Path(path).read_text())
     unknown = set(data) - SWEEP_KEYS
@@ -91,12 +96,16 @@ def refuse_mismatch(case: str, agree: dict, dtype_name: str) -> None:
                            f"of its norm from torch's, over {grad_rtol:.0e}; not timed")  # fmt: skip
 
 
-def training_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, target: torch.Tensor):
-    """One step as a training loop runs it; the step returns its loss (a tensor: nothing synchronises)."""
+def training_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, target: torch.Tensor,
+                  autocast: torch.dtype | None = None):  # fmt: skip
+    """One step as a training loop runs it; the step returns its loss (a tensor: nothing synchronises).
+    autocast: the forward pass and the loss in a CUDA autocast region of that dtype, the backward
+    pass after it (torch's mixed-precision recipe; bf16 needs no gradient scaler)."""
 
     def step() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(model(x).float(), target.float())
+        with torch.autocast("cuda", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss = F.mse_loss(model(x).float(), target.float())
         loss.backward()
         opt.step()
         return loss.detach()
@@ -109,7 +118,7 @@ def train_case(block: dict, dtype_name: str, reps: int, warmup: int, flusher, de
     the median times of whole steps, torch's nn.Linear and gemmlab.nn.Linear interleaved."""
     if torch.device(device).type != "cuda":
         raise ValueError(f"train-bench times CUDA training steps; device {device!r} is not a CUDA device")
-    dtype = DTYPES[dtype_name]
+    dtype, region = MODES[dtype_name]
     d, b, s = block["d_model"], block["batch"], block["seq"]
     case = f"{block['name']} d={d} heads={block['heads']} ffn={block['ffn']} tokens={b}x{s} {dtype_name}"
     torch.manual_seed(SEED)
@@ -120,8 +129,8 @@ def train_case(block: dict, dtype_name: str, reps: int, warmup: int, flusher, de
     target = torch.randn(b, s, d, generator=gen, device=device).to(dtype)
     opts = {key: torch.optim.AdamW(m.parameters(), lr=LR) for key, m in (("torch", ref), ("gemmlab", ours))}
     fns: dict[str, Callable[[], object]] = {
-        "gemmlab": training_step(ours, opts["gemmlab"], x, target),
-        "torch": training_step(ref, opts["torch"], x, target),
+        "gemmlab": training_step(ours, opts["gemmlab"], x, target, region),
+        "torch": training_step(ref, opts["torch"], x, target, region),
     }
     losses = {key: float(fn()) for key, fn in fns.items()}  # one step each from the same weights
     agree = agreement(ref, ours, losses)

@@ -9,8 +9,16 @@ import statistics
 from .records import _commits
 
 
+# how a dtype name reads in the summary line
+_DTYPE_WORDS = {"amp-bf16": "amp-bf16 (float32 parameters and optimizer, the forward pass in a bf16 autocast region)"}
+
+
 def _case(r: dict) -> str:
     return f"{r['name']}, {r['batch']}x{r['seq']} tokens"
+
+
+def _dtype_words(name: str) -> str:
+    return _DTYPE_WORDS.get(name, name)
 
 
 def train_summary(records: list[dict]) -> dict:
@@ -34,7 +42,7 @@ def train_table(run: dict) -> str:
     s = train_summary(recs)
     meta = run["meta"]
     return "\n".join(lines) + (
-        f"\n\n{meta['gpu']}, {_commits(meta)}, {meta.get('dtype', recs[0]['dtype'])}: geometric mean **{s['geomean']:.2f}x** "
+        f"\n\n{meta['gpu']}, {_commits(meta)}, {_dtype_words(meta.get('dtype', recs[0]['dtype']))}: geometric mean **{s['geomean']:.2f}x** "
         f"torch's own nn.Linear (lowest {s['lowest']:.2f}x, {_case(s['lowest_case'])}); ratio = torch's median step "
         f"time / gemmlab's, median of {recs[0]['reps']} event-timed steps with L2 flushed, the two interleaved, a ~100 us "
         "spin before each (host time past it is counted, as in a training loop); a step: "
