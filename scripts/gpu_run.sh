@@ -31,8 +31,11 @@
 # "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000; conv02, conv03, conv04 and im2col in their risky regimes against float64 and cuDNN;
 # CONV_FUZZ_SECONDS at most, default 420, after compiling the builds the cases launch: conv04 compiles
 # each geometry in, about 1800 builds for 10000 cases), failing on any wrong one or on fewer convolutions than that):
+# The GPU tests alone outlast a call: about 3,400 of them, 17% done in 570 s on an H200 (2026-11-29),
+# so some 55 minutes in all. TEST_SHARD=I/N runs the I-th of N slices of them (pytest --shard, in
+# collection order: tests/conftest.py), e.g. TEST_SHARD=1/6 ... 6/6 with COMPILE=0, a call each.
 # a device call is limited to 10 minutes, so a full run needs several calls, e.g.
-# STEPS="tests check" then COMPILE=0 STEPS="fuzz" (the fuzz compiles what it launches; the call is then full) then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
+# COMPILE=0 STEPS="tests" TEST_SHARD=1/6 to 6/6, then STEPS="check", then COMPILE=0 STEPS="fuzz" (the fuzz compiles what it launches; the call is then full) then STEPS="sanitize" then COMPILE=0 STEPS="racecheck" then STEPS="overhead bench sustained"
 # (on an H100 host "tests check sanitize" together ran past 10 minutes in racecheck, 2026-11-23; on an
 # H200 the compile step, memcheck and the small racecheck alone took most of a call, 2026-11-24).
 set -uo pipefail
@@ -67,7 +70,8 @@ PENDING_TESTS=${PENDING_TESTS-}  # none now (FP32 step 15, conv03, the batched b
 if want tests; then
   step "GPU tests"
   ignore=(); for f in $PENDING_TESTS; do ignore+=(--ignore "$f"); done
-  python3 -m pytest -q -m gpu tests "${ignore[@]}" -p no:cacheprovider 2>&1 | tee -a "$LOG" || fail "GPU tests"
+  shard=(); [[ -z "${TEST_SHARD:-}" ]] || shard=(--shard "$TEST_SHARD")
+  python3 -m pytest -q -m gpu tests "${ignore[@]}" "${shard[@]}" -p no:cacheprovider 2>&1 | tee -a "$LOG" || fail "GPU tests"
   for f in $PENDING_TESTS; do
     step "GPU tests of a kernel not yet run on a GPU: $f (${PENDING_SECONDS:-240} s at most)"
     timeout "${PENDING_SECONDS:-240}" python3 -m pytest -q -x -m gpu "$f" -p no:cacheprovider 2>&1 | tee -a "$LOG" \

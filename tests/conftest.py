@@ -53,7 +53,31 @@ def fake_conv03_loading(monkeypatch) -> list:
     return loaded
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="I/N",
+                     help="run only the I-th (from 1) of N contiguous slices of equal count of the selected tests, "
+                          "in collection order (so a file's tests, which share its compiles, stay together): the GPU "
+                          "suite over several device calls (scripts/gpu_run.sh, TEST_SHARD)")  # fmt: skip
+
+
+def shard_bounds(shard: str, count: int) -> tuple[int, int]:
+    """The [lo, hi) slice of count tests that shard "I/N" runs; a UsageError for anything else."""
+    try:
+        i, n = (int(part) for part in shard.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard takes I/N, such as 2/6; got {shard!r}") from None
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"--shard {shard}: I must be from 1 to N")
+    return count * (i - 1) // n, count * i // n
+
+
+@pytest.hookimpl(trylast=True)  # (after -m and -k have deselected theirs: a shard of what is left)
 def pytest_collection_modifyitems(config, items):
+    shard = config.getoption("--shard")
+    if shard:
+        lo, hi = shard_bounds(shard, len(items))
+        config.hook.pytest_deselected(items=items[:lo] + items[hi:])
+        items[:] = items[lo:hi]
     if HAS_GPU:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
