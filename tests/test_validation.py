@@ -3,6 +3,7 @@ on CPU tensors (device_type='cpu'); gemm() itself rejects CPU tensors."""
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import gemmlab
 from gemmlab.configs import select
@@ -41,8 +42,10 @@ def test_inner_dimension_mismatch():
 
 
 def test_mixed_and_unsupported_dtypes():
-    with pytest.raises(TypeError, match="one dtype.*a: torch.float32, b: torch.float64"):
+    with pytest.raises(TypeError, match=r"one dtype.*a: torch.float32, b: torch.float64; cast them with .to\(dtype\)$"):
         P(r(4, 3), r(3, 2, dtype=torch.float64))
+    with FakeTensorMode(), pytest.raises(TypeError, match=r"b: torch.bfloat16; .* or call inside torch.autocast"):
+        problem_from_tensors(torch.empty(4, 3, device="cuda"), torch.empty(3, 2, device="cuda", dtype=torch.bfloat16))
     p = P(r(4, 3, dtype=torch.float64), r(3, 2, dtype=torch.float64))
     with pytest.raises(TypeError, match="no registered kernel takes float64; supported dtypes: bfloat16, float16, float32"):
         select(p, device="cuda")

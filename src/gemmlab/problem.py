@@ -255,5 +255,8 @@ def _explain_mismatch(present, device_type: str, result: torch.dtype) -> None:
         raise ValueError(f"all tensors must be on one device, got {where}")
     what = ", ".join(f"{n}: {t.dtype}" for n, t in present)
     if present[0][1].dtype != present[1][1].dtype:
-        raise TypeError(f"a and b must have one dtype, got {what}; cast them with .to(dtype)")
+        halves = {torch.float32, torch.bfloat16, torch.float16}
+        hint = (", or call inside torch.autocast('cuda', dtype=...), which casts them as it does torch.mm's"
+                if device_type == "cuda" and {t.dtype for _, t in present[:2]} <= halves else "")  # fmt: skip
+        raise TypeError(f"a and b must have one dtype, got {what}; cast them with .to(dtype){hint}")
     raise TypeError(f"c and out must be {result} (the result's type), got {what}; cast them with .to(dtype)")
