@@ -120,3 +120,61 @@ def test_fake_tensors_take_the_per_matrix_path():
     assert "fake tensors" in why
     a, b = torch.randn(4, 7, 64), torch.randn(4, 64, 32)
     assert "fake" not in (batched._one_launch_refusal(a, b, None, 1.0, 0.0, "auto", None, None, None) or "")
+
+
+# ---- torch.func.vmap over gemm (the operator's vmap rule, batched._gemm_vmap) ---------------------
+
+_A, _B, _C = (7, 5), (5, 3), (7, 3)
+
+
+def _vmapped(case: str):
+    """A function to vmap, its mapped inputs and in_dims, and what torch computes for it."""
+    g = torch.Generator().manual_seed(3)
+    a, b, c = (torch.randn(4, *s, generator=g) for s in (_A, _B, _C))
+    bias = torch.randn(4, 3, generator=g)
+    on = dict(device="cpu")
+    return {
+        "a": (lambda x: gemmlab.gemm(x, b[0], **on), (a,), 0, a @ b[0]),
+        "a and b": (lambda x, y: gemmlab.gemm(x, y, **on), (a, b), 0, a @ b),
+        "b": (lambda y: gemmlab.gemm(a[0], y, **on), (b,), 0, a[0] @ b),
+        "a, c shared": (lambda x: gemmlab.gemm(x, b[0], c[0], beta=0.5, **on), (a,), 0, a @ b[0] + 0.5 * c[0]),
+        "a and c": (lambda x, z: gemmlab.gemm(x, b[0], z, alpha=2.0, beta=0.5, **on), (a, c), 0, 2 * a @ b[0] + 0.5 * c),
+        "c": (lambda z: gemmlab.gemm(a[0], b[0], z, beta=1.0, **on), (c,), 0, a[0] @ b[0] + c),
+        "a and bias": (lambda x, t: gemmlab.gemm(x, b[0], bias=t, activation="relu", **on), (a, bias), 0,
+                       torch.relu(a @ b[0] + bias[:, None])),
+        "a at dim 1": (lambda x: gemmlab.gemm(x, b[0], **on), (a.transpose(0, 1),), 1, a @ b[0]),
+        "linear": (lambda x: gemmlab.linear(x, b[0].t(), bias[0]), (a,), 0, a @ b[0] + bias[0]),
+        "matmul": (lambda x: gemmlab.matmul(x, b[0], **on), (a,), 0, a @ b[0]),
+    }[case]
+
+
+@pytest.mark.parametrize("case", ["a", "a and b", "b", "a, c shared", "a and c", "c", "a and bias", "a at dim 1",
+                                  "linear", "matmul"])  # fmt: skip
+def test_vmap_over_gemm_matches_torch(case):
+    f, inputs, in_dims, want = _vmapped(case)
+    got = torch.func.vmap(f, in_dims=in_dims)(*inputs)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_nested_vmap_and_gradients_through_it():
+    x = torch.randn(2, 4, *_A, requires_grad=True)
+    b = torch.randn(*_B, requires_grad=True)
+    d = torch.func.vmap(torch.func.vmap(lambda t: gemmlab.gemm(t, b, device="cpu")))(x)
+    torch.testing.assert_close(d, x @ b, rtol=1e-5, atol=1e-5)
+    weight = torch.randn(2, 4, *_C)
+    (d * weight).sum().backward()
+    torch.testing.assert_close(x.grad, weight @ b.detach().t(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b.grad, (x.detach().transpose(-2, -1) @ weight).sum((0, 1)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_vmap_over_gemm_on_the_gpu(dtype):
+    """A batch under vmap: one bmm over it, against float64."""
+    a, b = torch.randn(6, 127, 1000, device="cuda").to(dtype), torch.randn(6, 1000, 33, device="cuda").to(dtype)
+    bias = torch.randn(33, device="cuda").to(dtype)
+    d = torch.func.vmap(lambda x, y: gemmlab.gemm(x, y, bias=bias))(a, b)
+    want = a.double() @ b.double() + bias.double()
+    assert d.shape == (6, 127, 33) and d.dtype == dtype
+    assert ((d.double() - want).norm() / want.norm()).item() < (1e-2 if dtype == torch.bfloat16 else 1e-5)

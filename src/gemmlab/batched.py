@@ -27,7 +27,7 @@ from torch import Tensor
 
 from . import amp, batched_tc07
 from .activations import ACTIVATIONS
-from .ops import _plain, gemm, wants_grad
+from .ops import _plain, gemm, gemm_op, wants_grad
 
 # Whether bmm takes the one-launch path (batched_tc07) wherever it can serve a call: on since its
 # GPU tests (tests/test_batched_tc07.py) and the fuzz's batched problems passed on an H100, where it
@@ -159,6 +159,30 @@ class _BmmFunction(torch.autograd.Function):
         if ctx.needs_input_grad[6]:
             dbias = grad.sum((0, 1)).to(ctx.bias_dtype)
         return da, db, dc, None, None, None, dbias
+
+
+@gemm_op.register_vmap
+def _gemm_vmap(info, in_dims, a, b, c, alpha, beta, kernel, precision, out_dtype, bias=None, activation=None):
+    """torch.func.vmap over gemmlab::gemm (and so over gemm(), linear() and matmul(), which reach the
+    operator under a transform): the mapped dimension moved to the front, the products are one bmm()
+    over the batch (one launch, or a's rows stacked against a shared b, where bmm can), c expanded
+    where only it is shared; a mapped bias, or a batch whose operands a and b are both shared, runs
+    the operator once a batch element. The result carries the batch in front."""
+    dims = (*in_dims, *(None,) * (10 - len(in_dims)))  # (one a given argument: bias and activation may be left out)
+    a, b, c, bias = (t if d is None else t.movedim(d, 0) for t, d in zip((a, b, c, bias), (*dims[:3], dims[8])))
+    mapped = [d is not None for d in dims]
+    if mapped[8] or not (mapped[0] or mapped[1]):
+        def each(t, i, on):
+            return t[i] if on else t
+
+        parts = [gemm_op(each(a, i, mapped[0]), each(b, i, mapped[1]), each(c, i, mapped[2]), alpha, beta, kernel,
+                         precision, out_dtype, each(bias, i, mapped[8]), activation) for i in range(info.batch_size)]  # fmt: skip
+        return torch.stack(parts), 0
+    if c is not None and not mapped[2]:
+        c = c.expand(info.batch_size, *c.shape)
+    d = bmm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, precision=precision, out_dtype=out_dtype, bias=bias,
+            activation=activation, device="cpu" if a.device.type == "cpu" else None)  # fmt: skip
+    return d, 0
 
 
 def matmul(a: Tensor, b: Tensor, *, kernel="auto", precision="fp32", out_dtype=None, device=None) -> Tensor:

@@ -196,7 +196,8 @@ def _needs_operator(*tensors) -> bool:
     functional one (AOT autograd tracing a backward pass that calls gemm, as conv2d's does;
     torch.library.opcheck traces so without torch.compile). A fake tensor alone is not enough:
     under FakeTensorMode api.gemm checks the call, with its own errors, and returns a fake result."""
-    return torch.compiler.is_compiling() or wants_grad(*tensors) or type(tensors[0]) is FunctionalTensor
+    return (torch.compiler.is_compiling() or wants_grad(*tensors) or type(tensors[0]) is FunctionalTensor
+            or torch._C._are_functorch_transforms_active())  # (torch.func.vmap: the operator's vmap rule, in batched)
     # (a's type alone: under AOT tracing every tensor of the call is functional, and this runs on
     # every eager gemm() call, where a loop over all four cost host time for nothing)
 
