@@ -230,3 +230,62 @@ def test_a_view_past_its_storage_is_refused_before_any_read():
     x = torch.randn(256, 1024).t()
     with pytest.raises(RuntimeError, match="reaches element 1441759 of a storage of 1409024.*comprehensive_padding"):
         torch.ops.gemmlab.gemm(x.t(), grad, None, 1.0, 0.0, "auto", "fp32", None)
+
+
+# ---- torch.func's gradient transforms (ops._GemmFunctorch) -----------------------------------------
+
+
+def test_torch_func_grad_jacrev_and_a_gradient_of_a_gradient():
+    a, b = torch.randn(7, 5), torch.randn(5, 3)
+    f = lambda w: gemmlab.gemm(a, w, device="cpu").square().sum()  # noqa: E731
+    g = lambda w: (a @ w).square().sum()  # noqa: E731  (torch's own)
+    torch.testing.assert_close(torch.func.grad(f)(b), torch.func.grad(g)(b), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.func.jacrev(lambda w: gemmlab.gemm(a, w, device="cpu"))(b),
+                               torch.func.jacrev(lambda w: a @ w)(b))  # fmt: skip
+    twice = [torch.func.grad(lambda w, h=h: torch.func.grad(h)(w).sum())(b) for h in (f, g)]
+    torch.testing.assert_close(twice[0], twice[1], rtol=1e-5, atol=1e-5)
+
+
+def test_torch_func_grad_through_c_the_bias_and_a_fused_activation():
+    a, b, c, bias = torch.randn(7, 5), torch.randn(5, 3), torch.randn(7, 3), torch.randn(3)
+
+    def ours(c, bias):
+        return gemmlab.gemm(a, b, c, alpha=1.5, beta=0.5, bias=bias, activation="gelu", device="cpu").square().sum()
+
+    def theirs(c, bias):
+        return torch.nn.functional.gelu(1.5 * a @ b + 0.5 * c + bias).square().sum()
+
+    for got, want in zip(torch.func.grad(ours, argnums=(0, 1))(c, bias), torch.func.grad(theirs, argnums=(0, 1))(c, bias)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_per_sample_gradients_of_a_linear_layer():
+    """vmap over torch.func.grad: each example's own weight and bias gradients (the per-sample
+    gradients of differentially private training), as torch's F.linear gives them."""
+    w, bias, x = torch.randn(3, 5), torch.randn(3), torch.randn(4, 7, 5)
+
+    def per_sample(linear):
+        loss = lambda w, bias, xi: linear(xi, w, bias).square().sum()  # noqa: E731
+        return torch.func.vmap(torch.func.grad(loss, argnums=(0, 1)), in_dims=(None, None, 0))(w, bias, x)
+
+    ours = per_sample(lambda xi, w, bias: gemmlab.linear(xi, w, bias, "silu"))
+    theirs = per_sample(lambda xi, w, bias: torch.nn.functional.silu(torch.nn.functional.linear(xi, w, bias)))
+    assert ours[0].shape == (4, 3, 5) and ours[1].shape == (4, 3)
+    for got, want in zip(ours, theirs):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_per_sample_gradients_on_cuda(dtype, tol):
+    w = torch.randn(33, 127, device="cuda", dtype=dtype)
+    x = torch.randn(6, 17, 127, device="cuda", dtype=dtype)
+
+    def per_sample(linear):
+        loss = lambda w, xi: linear(xi, w).float().square().sum()  # noqa: E731
+        return torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(w, x)
+
+    ours = per_sample(lambda xi, w: gemmlab.linear(xi, w))
+    exact = per_sample(lambda xi, w: torch.nn.functional.linear(xi.double(), w.double()))
+    assert ours.shape == (6, 33, 127) and ours.dtype == dtype
+    assert ((ours.double() - exact).norm() / exact.norm()).item() < tol

@@ -2,9 +2,10 @@
 implementation for torch.compile and FakeTensorMode, and its gradients.
 
 `gemmlab.gemm()` calls the operator where torch.compile traces the call (or a tensor subclass,
-such as a fake tensor, is among its inputs); an eager call that autograd records runs
-`_GemmFunction`, the operator's forward and gradients without torch.library's dispatch; any
-other call runs `api.gemm` directly, the same launch. The operator never writes into a given tensor: `out=`
+such as a fake tensor, is among its inputs, or torch.func.vmap batches one: its vmap rule is in
+gemmlab.batched); an eager call that autograd records runs `_GemmFunction`, the operator's
+forward and gradients without torch.library's dispatch, and one under torch.func's gradient
+transforms `_GemmFunctorch`; any other call runs `api.gemm` directly, the same launch. The operator never writes into a given tensor: `out=`
 is for eager calls only.
 
 Gradients of D = act(Z), Z = alpha A B + beta C + bias, with dD the incoming gradient: dZ = dD
@@ -127,7 +128,10 @@ def _product_in_layout(p: Tensor, q: Tensor, transposed: bool, alpha: float, pre
 
 def _product(*args) -> Tensor:
     """A product of the backward pass: through the operator where autograd records it (a backward
-    pass with create_graph) or a trace needs it, else launched directly."""
+    pass with create_graph) or a trace needs it, else launched directly; under torch.func's
+    transforms, through _GemmFunctorch, so that they see the backward pass's products too."""
+    if _transformed(*args[:3], *args[8:9]) == "grad" and not torch.compiler.is_compiling():
+        return _GemmFunctorch.apply(*args, *(None,) * (10 - len(args)))
     if torch.is_grad_enabled() or not _plain(*args[:3], *args[8:9]) or torch.compiler.is_compiling():
         return gemm_op(*args)
     return _run(*args, *(None,) * (10 - len(args)), traced=False)  # (bias and activation: none unless given)
@@ -137,9 +141,12 @@ def _backward(ctx, grad):
     a, b, c, bias = ctx.saved_tensors
     if ctx.activation is not None:  # dZ = dD act'(Z), through torch's own derivative of the activation
         z = _product(a, b, c, ctx.alpha, ctx.beta, ctx.kernel, ctx.precision, ctx.out_dtype, bias, None)
-        with torch.enable_grad():
-            z = z.detach().requires_grad_()
-            (grad,) = torch.autograd.grad(ACTIVATIONS[ctx.activation](z), z, grad)
+        if torch._C._are_functorch_transforms_active():  # (no requires_grad_() inside a torch.func transform)
+            (grad,) = torch.func.vjp(ACTIVATIONS[ctx.activation], z)[1](grad)
+        else:
+            with torch.enable_grad():
+                z = z.detach().requires_grad_()
+                (grad,) = torch.autograd.grad(ACTIVATIONS[ctx.activation](z), z, grad)
     g = grad.to(ctx.input_dtype).contiguous()  # (an expanded gradient, as sum() gives, has stride 0)
     product = partial(_product_in_layout, alpha=ctx.alpha, precision=ctx.precision)
     da = product(g, b.t(), ctx.a_transposed) if ctx.needs_input_grad[0] else None
@@ -172,7 +179,41 @@ class _GemmFunction(torch.autograd.Function):
     backward = staticmethod(_backward)
 
 
+class _GemmFunctorch(torch.autograd.Function):
+    """The operator with its gradients under torch.func's transforms (grad, vjp, jacrev, vmap of
+    them: per-sample gradients), which torch's own autograd of a custom operator does not support
+    yet (it fails there asking for a setup_context: pytorch/pytorch#170834). The forward is the
+    operator (and so its vmap rule, which generate_vmap_rule runs it under), the gradients the
+    operator's own (_backward), their products through this Function again. No forward-mode AD
+    (jvp, jacfwd, hessian)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*args):
+        return gemm_op(*args)
+
+    setup_context = staticmethod(_setup_context)
+    backward = staticmethod(_backward)
+
+
 _PLAIN = (Tensor, torch.nn.Parameter)
+_WRAPPED = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def _transformed(*tensors) -> str | None:
+    """"grad" where a torch.func transform is running and one of these is tracked by its gradient
+    transform (the outermost wrapper: grad inside vmap), "vmap" where one is batched, else None
+    (inside a vmap rule, or on tensors the transform does not see, the call is an ordinary one)."""
+    if not torch._C._are_functorch_transforms_active():
+        return None
+    kind = None
+    for t in tensors:
+        if isinstance(t, Tensor) and _WRAPPED(t):
+            if torch._C._functorch.is_gradtrackingtensor(t):
+                return "grad"
+            kind = "vmap"
+    return kind
 
 
 def _plain(*tensors) -> bool:
@@ -197,7 +238,7 @@ def _needs_operator(*tensors) -> bool:
     torch.library.opcheck traces so without torch.compile). A fake tensor alone is not enough:
     under FakeTensorMode api.gemm checks the call, with its own errors, and returns a fake result."""
     return (torch.compiler.is_compiling() or wants_grad(*tensors) or type(tensors[0]) is FunctionalTensor
-            or torch._C._are_functorch_transforms_active())  # (torch.func.vmap: the operator's vmap rule, in batched)
+            or _transformed(*tensors))  # (torch.func: _GemmFunctorch, and the operator's vmap rule in batched)
     # (a's type alone: under AOT tracing every tensor of the call is functional, and this runs on
     # every eager gemm() call, where a loop over all four cost host time for nothing)
 
@@ -217,6 +258,11 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         raise ValueError("out= writes in place, which autograd and torch.compile cannot follow: "
                          "use the returned tensor (d = gemmlab.gemm(a, b, ...))")  # fmt: skip
     args = (a, b, c, float(alpha), float(beta), kernel, precision, out_dtype, bias, activation)
-    if torch.compiler.is_compiling() or not _plain(a, b, c, bias) or torch._C._are_functorch_transforms_active():
+    if torch.compiler.is_compiling() or not _plain(a, b, c, bias):
         return gemm_op(*args)
+    transform = _transformed(a, b, c, bias)
+    if transform == "grad":
+        return _GemmFunctorch.apply(*args)
+    if transform == "vmap" or torch._C._are_functorch_transforms_active():
+        return gemm_op(*args)  # (batched, or inside a vmap rule: the operator, which autograd sees through there)
     return _GemmFunction.apply(*args)
