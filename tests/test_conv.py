@@ -808,3 +808,12 @@ def test_a_plan_launches_its_packed_arguments_and_names_itself_when_the_launch_f
     assert nhwc_strides(x.shape) == x.stride()
     assert operand_layouts(x, w, torch.empty(4)) == dict(x_nhwc=True, w_krsc=True, bias_direct=True)
     assert operand_layouts(x.contiguous(), w, torch.empty(8)[::2].double()) == dict(x_nhwc=False, w_krsc=True, bias_direct=False)
+
+
+def test_torch_func_transforms_get_a_clear_error():
+    x, w = torch.randn(2, 3, 7, 7), torch.randn(4, 3, 3, 3)
+    with pytest.raises(NotImplementedError, match="does not run under torch.func's transforms"):
+        torch.func.vmap(lambda t: gemmlab.conv2d(t, w))(x.unsqueeze(1))
+    with pytest.raises(NotImplementedError, match="torch.autograd"):
+        torch.func.grad(lambda v: gemmlab.conv2d(x, v).sum())(w)
+    torch.testing.assert_close(gemmlab.conv2d(x, w), torch.nn.functional.conv2d(x, w), rtol=1e-4, atol=1e-4)  # outside: as before

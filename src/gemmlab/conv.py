@@ -28,7 +28,7 @@ from . import amp
 from .activations import ACTIVATIONS
 from .conv_im2col import filter_matrix, im2col  # noqa: F401
 from .conv_shape import CONV_OP_ARGS, _is_int, _pair, _suggests_channels_last, conv_geometry, empty_result  # noqa: F401
-from .ops import _plain, gemm, wants_grad
+from .ops import _plain, _transformed, gemm, wants_grad
 
 
 ALGORITHMS = ("im2col", "implicit", "tma", "gather")  # conv01 (on gemm()), conv02, conv03, conv04
@@ -233,6 +233,10 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
 
     Inside a CUDA autocast region, as F.conv2d, x, weight and bias run in its dtype unless precision
     names float32's tensor-core math (gemmlab.amp)."""
+    if _transformed(x, weight, bias) and not torch.compiler.is_compiling():
+        raise NotImplementedError("gemmlab.conv2d does not run under torch.func's transforms (vmap, grad, jacrev): "
+                                  "its kernels have no batching rule; loop over the batch, or take gradients with "
+                                  "torch.autograd (.backward(), torch.autograd.grad)")  # fmt: skip
     region = amp.region_dtype(x, precision)
     if region is not None:
         x, weight, bias = amp.cast(x, region), amp.cast(weight, region), amp.cast(bias, region)
