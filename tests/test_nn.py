@@ -169,3 +169,20 @@ def test_an_mlp_trains_as_torch_s_does_on_cuda(dtype, tol):
             opt.step()
             losses.append(loss.item())
         assert losses[1] == pytest.approx(losses[0], rel=tol)
+
+
+def test_a_model_exports_with_the_operator_in_its_graph_and_a_dynamic_batch():
+    """torch.export over gemmlab.nn.Linear and Conv2d (the CPU ladder here): gemmlab::gemm stays
+    an operator of the exported graph, and the program runs at another batch size."""
+    model = torch.nn.Sequential(gemmlab.nn.Linear(5, 8), torch.nn.GELU(), gemmlab.nn.Linear(8, 3))
+    batch = torch.export.Dim("batch", min=2)
+    program = torch.export.export(model, (torch.randn(4, 5),), dynamic_shapes={"input": {0: batch}})
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert targets.count("gemmlab.gemm.default") == 2
+    x = torch.randn(9, 5)
+    torch.testing.assert_close(program.module()(x), model(x))
+    conv = gemmlab.nn.Conv2d(3, 4, 3, padding=1)
+    image = torch.randn(2, 3, 9, 9)
+    exported = torch.export.export(conv, (image,))
+    assert "gemmlab.gemm.default" in [str(n.target) for n in exported.graph.nodes]
+    torch.testing.assert_close(exported.module()(image), conv(image))
