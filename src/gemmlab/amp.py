@@ -70,12 +70,8 @@ def register(op_name: str, cast_args) -> None:
     register_autocast casts to one dtype fixed when it is registered; a region may ask for bf16 or
     fp16, read here on each call.)"""
     op = getattr(torch.ops.gemmlab, op_name).default
-    names = [arg.name for arg in op._schema.arguments]
 
-    def kernel(_keyset, *args, **kwargs):
-        if kwargs:  # (by name: put in schema order, defaults kept where the call leaves them out)
-            args = args + tuple(kwargs.get(name, arg.default_value) for name, arg in
-                                zip(names[len(args):], op._schema.arguments[len(args):]))  # fmt: skip
+    def kernel(_keyset, *args):  # (the dispatcher hands every argument by position: none is keyword-only)
         dtype = torch.get_autocast_dtype("cuda")
         with torch.autocast("cuda", enabled=False):
             return op(*cast_args(dtype, *args))

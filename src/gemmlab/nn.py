@@ -28,7 +28,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
         raise ValueError(f"weight must be [out_features, in_features], got shape {tuple(weight.shape)}")
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x's last dimension must be in_features = {weight.shape[1]}, got shape {tuple(x.shape)}")
-    if torch._C._is_any_autocast_enabled() and (region := amp.region_dtype(x)) is not None:
+    region = amp.region_dtype(x)
+    if region is not None:
         x, weight, _, bias = amp.cast_operands(region, x, weight, None, bias)
     x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     if x2.shape[0] > 1 and x2.shape[1] > 1 and 1 not in x2.stride():  # a view gemm cannot read

@@ -5,8 +5,8 @@ implementation for torch.compile and FakeTensorMode, and its gradients.
 such as a fake tensor, is among its inputs, or torch.func.vmap batches one: its vmap rule is in
 gemmlab.batched); an eager call that autograd records runs `_GemmFunction`, the operator's
 forward and gradients without torch.library's dispatch, and one under torch.func's gradient
-transforms `_GemmFunctorch`; any other call runs `api.gemm` directly, the same launch. The operator never writes into a given tensor: `out=`
-is for eager calls only.
+transforms `_GemmFunctorch`; any other call runs `api.gemm` directly, the same launch. The
+operator never writes into a given tensor: `out=` is for eager calls only.
 
 Gradients of D = act(Z), Z = alpha A B + beta C + bias, with dD the incoming gradient: dZ = dD
 act'(Z) (Z computed again by the operator without the activation, as the forward keeps no Z: a
@@ -249,8 +249,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     docstring says what each takes), through the operator torch.ops.gemmlab.gemm where autograd or
     torch.compile needs it, so the result has a grad_fn and a compiled function keeps the call in
     its graph. Inside a CUDA autocast region float32 operands run in its dtype (gemmlab.amp)."""
-    if torch._C._is_any_autocast_enabled() and (region := amp.region_dtype(a, precision, out)) is not None:
-        a, b, c, bias = amp.cast_operands(region, a, b, c, bias, out_dtype)  # (the test first: host time a call)
+    region = amp.region_dtype(a, precision, out)
+    if region is not None:
+        a, b, c, bias = amp.cast_operands(region, a, b, c, bias, out_dtype)
     if not _needs_operator(a, b, c, bias) or not (isinstance(a, Tensor) and (a.device.type == "cuda" or device == "cpu")):
         return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out, device=device, precision=precision,
                         out_dtype=out_dtype, bias=bias, activation=activation)  # fmt: skip
@@ -260,9 +261,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     args = (a, b, c, float(alpha), float(beta), kernel, precision, out_dtype, bias, activation)
     if torch.compiler.is_compiling() or not _plain(a, b, c, bias):
         return gemm_op(*args)
-    transform = _transformed(a, b, c, bias)
-    if transform == "grad":
-        return _GemmFunctorch.apply(*args)
-    if transform == "vmap" or torch._C._are_functorch_transforms_active():
-        return gemm_op(*args)  # (batched, or inside a vmap rule: the operator, which autograd sees through there)
+    if torch._C._are_functorch_transforms_active():  # (batched, or inside a vmap rule: the operator)
+        return _GemmFunctorch.apply(*args) if _transformed(a, b, c, bias) == "grad" else gemm_op(*args)
     return _GemmFunction.apply(*args)
