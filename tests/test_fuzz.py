@@ -39,6 +39,22 @@ def test_drawn_problems_stay_inside_the_limits_and_reach_every_regime():
     assert any(c.K == 0 for c in cases) and not any(c.K == 0 and c.special for c in cases)
 
 
+def test_the_one_wave_regime_reaches_the_tiles_whose_choice_turns_on_a_wave():
+    """Problems of about a wave of tc07's tiles: among their 16-bit cases auto picks each of tc07's
+    tiles, the 192 x 128 one (TILE_192X128) and the 128 x 192 one among them."""
+    from gemmlab.configs import select
+
+    cases = [c for c in (fuzz.draw(s, dtypes=("bf16",), kernels=("auto",)) for s in range(3000))
+             if c.regime == "one-wave" and not c.batch]
+    assert len(cases) > 100
+    tiles = set()
+    for c in cases:
+        spec, cfg = select(fuzz.build(c, device="cpu").problem, "auto", device="cuda")
+        if spec.id == "tc07_persistent_cluster":
+            tiles.add((cfg["BM"], cfg["BN"]))
+    assert {(192, 128), (128, 192), (128, 256), (128, 128)} <= tiles, tiles
+
+
 def test_a_dtype_or_kernel_filter_holds():
     assert {fuzz.draw(s, dtypes=("fp16",)).dtype for s in range(300)} == {"fp16"}
     assert {fuzz.draw(s, kernels=("tc07_persistent_cluster",)).kernel for s in range(300)} == {"any"}
@@ -269,5 +285,6 @@ def test_a_pending_kernel_is_drawn_when_named():
     picked = set()
     for seed in range(200):
         case = fuzz.draw(seed, dtypes=("fp32",), kernels=ms)
-        picked.add(fuzz.pick_kernel(case, fuzz.build(case, device="cpu").problem, ms))
+        if 2 * case.M * case.N * case.K <= fuzz.NAMED_MAX_FLOPS.get(ms[0], fuzz.NAMED_DEFAULT_MAX_FLOPS):  # else 'auto'
+            picked.add(fuzz.pick_kernel(case, fuzz.build(case, device="cpu").problem, ms))
     assert picked == {"sgemm_15_multistage"}

@@ -160,7 +160,8 @@ def test_size_rules_pick_configs_by_the_size_of_c():
     assert cfg("sgemm_11_warp_tile", 2048, 2048, torch.float32)["BM"] == 256
     assert cfg("sgemm_11_warp_tile", 2047, 2048, torch.float32) == registry.get("sgemm_11_warp_tile").default_config()
     tiles = [(128, 256, 2, 2), (128, 256, 1, 2), (128, 192, 1, 2), (64, 128, 1, 2), (192, 256, 2, 2), (128, 128, 1, 2),
-             (128, 192, 2, 2), (128, 128, 2, 2), (128, 192, 1, 1), (128, 192, 2, 1)]  # (BM, BN, CM, OB)
+             (192, 128, 1, 2), (128, 192, 2, 2), (128, 128, 2, 2), (128, 192, 1, 1), (192, 128, 1, 1),
+             (128, 192, 2, 1)]  # (BM, BN, CM, OB)
     # each again with the lean epilogue, all of those for a B stored transposed, then all of those
     # for an A stored transposed
     in_use = configs_in_use(registry.get("tc07_persistent_cluster"))
@@ -268,6 +269,31 @@ def test_the_192_wide_tile_takes_a_fifth_stage_where_each_block_runs_one_tile():
     assert spec.builds_for(one, torch.bfloat16, torch.bfloat16) and not spec.builds_for(one, torch.bfloat16, torch.float32)
     with pytest.raises(ValueError, match="results only"):
         jit.compile_kernel(spec, one, "sm_90a", torch.bfloat16, torch.float32)
+
+
+def test_the_192_by_128_tile_serves_where_it_alone_fits_one_wave():
+    """configs.persistent.TILE_192X128 (H200 records tune-tile192x128-*): 3072 x 1024 is 96 tiles of
+    128 x 256 for 132 SMs, 192 of 128 x 128, 128 of 192 x 128: tc07 takes the last, single blocks,
+    with a fifth stage for a 16-bit result (_tall_tile_deep); in every layout of the weight gradient
+    that shape is. Not where its tiles take more than a wave (7424 x 1280: 390 of them), nor where
+    the 128 x 192 tile fits one wave too (3840 x 768)."""
+    from gemmlab.configs import config_for
+
+    def cfg(M, N, K, layout="nn", out_dtype=None):
+        a = torch.empty((K, M) if layout[0] == "t" else (M, K), dtype=torch.bfloat16)
+        b = torch.empty((N, K) if layout[1] == "t" else (K, N), dtype=torch.bfloat16)
+        p = problem_from_tensors(a.t() if layout[0] == "t" else a, b.t() if layout[1] == "t" else b,
+                                 device_type="cpu", out_dtype=out_dtype)
+        c = config_for(registry.get("tc07_persistent_cluster"), p)
+        return c["BM"], c["BN"], c["CM"], c["STAGES"], c["OB"]
+
+    for layout in ("nn", "nt", "tn", "tt"):
+        assert cfg(3072, 1024, 8192, layout) == (192, 128, 1, 5, 1), layout
+    assert cfg(3072, 1024, 8192, out_dtype=torch.float32) == (192, 128, 1, 4, 2)
+    assert cfg(6144, 512, 4096) == (192, 128, 1, 5, 1)
+    assert cfg(7424, 1280, 4096)[:2] != (192, 128)
+    assert cfg(3840, 768, 8192)[:2] == (128, 192)
+    assert cfg(1024, 1024, 1024)[:2] == (64, 128)  # 128 tiles of 64 x 128: one wave, a quarter the work a block
 
 
 def test_tc07_takes_the_tile_whose_whole_waves_finish_first():

@@ -192,7 +192,24 @@ REGIMES: dict[str, tuple[float, str, Callable[[random.Random], tuple[int, int, i
                lambda r: (_side(r, 1, 768), _side(r, 1, 768), _log_int(r, 2048, 65536))),
     "broad": (0.18, "any size up to 8192 on each side",
               lambda r: (_log_int(r, 1, 8192), _log_int(r, 1, 8192), _log_int(r, 1, 8192))),
+    "one-wave": (0.1, "about a wave of some tc07 tile (one a block, where auto's tile choice turns)",
+                 lambda r: _one_wave(r)),
 }  # fmt: skip
+
+# tc07's block tiles (BM, BN): a "one-wave" problem is about an SM's worth of one of them
+WAVE_TILES = ((128, 256), (128, 192), (192, 128), (192, 256), (128, 128), (64, 128))
+
+
+def _one_wave(rng: random.Random) -> tuple[int, int, int]:
+    """M x N of 60 to 140 tiles of one of WAVE_TILES (an H100's or H200's 132 SMs, or half of
+    them in pairs), each edge a part-tile short now and then; K short or long."""
+    bm, bn = rng.choice(WAVE_TILES)
+    tiles = rng.randint(60, 140)
+    rows = rng.randint(1, min(tiles, 48))
+    cols = max(1, tiles // rows)
+    M = max(1, rows * bm - (rng.randint(1, bm - 1) if rng.random() < 0.5 else 0))
+    N = max(1, cols * bn - (rng.randint(1, bn - 1) if rng.random() < 0.5 else 0))
+    return M, N, _short_k(rng) if rng.random() < 0.3 else _log_int(rng, 64, 16384)
 
 
 def _skinny(rng: random.Random) -> tuple[int, int, int]:

@@ -93,7 +93,7 @@ def configs_in_use(spec: KernelSpec) -> list[GemmConfig]:
         out += [_rule_config(spec, tuple(sorted({**o, "CM": 2}.items()))) for o, _ in TC07_TILES
                 if (o.get("BM", 128), o.get("BN")) in ((128, 128), (128, 192))]  # pairs: _tile128_clusters, _tile192_clusters
         out += [_rule_config(spec, tuple(sorted({**c.as_dict(), **TILE192_DEEP}.items()))) for c in out
-                if (c["BM"], c["BN"]) == (128, 192)]  # one tile a block: _tile192_deep
+                if (c["BM"], c["BN"]) in ((128, 192), (192, 128))]  # _tile192_deep, _tall_tile_deep
     if spec.id == "sgemm_12_split_k":
         out = split_k_tiles(1) + split_k_tiles(1, 1) + split_k_tiles(0)
     if spec.id == "sgemm_13_few_rows":

@@ -55,20 +55,37 @@ from .rules import _rule_config, _size_rule_config, _tma_stores_in_place
 # 0.95 would also take it from 64 x 128, 128 x 192 and tc09 at 81 more; it lost to each at all
 # twelve drawn from those (probe-bf16-128x128-rate-*.json: 0.54x-0.83x against 0.74x-1.01x). Four
 # stages ran 2-6% slower than six at 1024-2048 (probe-bf16-small-20261124T214530Z.json).
+# 192 x 128 (three consumer warpgroups of m64n128 MMAs, single blocks; 160 registers compiled, 128
+# launched, as the 192 x 256 tile) where it alone fits the problem in one wave: a wave of 128 x 256
+# tiles is 4/3 the work a block, 128 x 128 tiles take two waves. 3072 x 1024, a transformer's qkv
+# weight gradient at d_model 1024, is 96 tiles of 128 x 256 for 132 SMs (0.81x cuBLAS, which runs
+# it without splitting K: the same bits), 192 of 128 x 128, 128 of 192 x 128. H200, bf16, against
+# the 128 x 256 tile in the same rounds (results/nvidia-h200/tune-tile192x128-20261129T1026*.json):
+# 3072 x 1024 x 8192 70.0 against 84.4 us (0.97x cuBLAS, every layout 0.96-0.97x), 3072 x 1024 x
+# 4096 0.98-0.995x against 0.82x, 6144 x 512 x 4096 0.955-0.98x against 0.82x; so a rate of 0.87-0.90,
+# 0.88 here. Pairs (CM = 2) ran even to 3% behind; fp32 results (four stages) 0.92-0.98x. Measured
+# only where every block takes one tile or none (tile_rate); 7424 x 1280 x 4096 (2.95 waves) ran
+# 0.76x against tc09's 0.96x in pairs.
+TILE_192X128 = dict(BM=192, BN=128, CM=1, STAGES=4)
 TC07_TILES: tuple[tuple[dict[str, int], float], ...] = (
     (dict(BN=192, CM=1), 0.91),
     (dict(BM=64, BN=128, CM=1, STAGES=8), 0.45),
     (dict(BM=192, STAGES=3), 1.01),
     (dict(BN=128, CM=1, STAGES=6), 0.85),
+    (TILE_192X128, 0.88),
 )
 TALL_TILE_MAX_FLOPS = 5e11  # 2 x 6300^3: past it the 192-row tile's gain is gone (power-limited)
 
 
-def tile_rate(problem: GemmProblem, overrides: dict[str, int], rate: float) -> float:
-    """A TC07_TILES entry's rate for the problem: the 192-row tile's gain only where it was measured
-    (beta = 0, D taking TMA stores, A row-major, below the power limit)."""
+def tile_rate(problem: GemmProblem, overrides: dict[str, int], rate: float) -> float | None:
+    """A TC07_TILES entry's rate for the problem, or None where it is not a candidate: the 192 x
+    256 tile's gain only where it was measured (beta = 0, D taking TMA stores, A row-major, below
+    the power limit); the 192 x 128 tile only where its tiles fit one wave."""
     if overrides.get("BM") != 192:
         return rate
+    if overrides.get("BN") == 128:
+        tiles = cdiv(problem.M, 192) * cdiv(problem.N, 128)
+        return rate if tiles <= sm_count_of(problem.device) else None
     measured = (problem.beta == 0 and _tma_stores_in_place(problem) and not problem.a.trans
                 and problem.flops <= TALL_TILE_MAX_FLOPS)
     return rate if measured else min(rate, 1.0)
@@ -91,13 +108,16 @@ def tc07_tile(problem: GemmProblem) -> tuple[GemmConfig, float]:
     best = _size_rule_config(spec, problem)
     best_time = tile_time(problem, best)
     for overrides, rate in TC07_TILES:
+        rate = tile_rate(problem, overrides, rate)
+        if rate is None:
+            continue
         cfg = _rule_config(spec, tuple(sorted(overrides.items())))
-        t = tile_time(problem, cfg, tile_rate(problem, overrides, rate))
+        t = tile_time(problem, cfg, rate)
         if t < best_time:
             best, best_time = cfg, t
     if _tile128_clusters(problem, best) or _tile192_clusters(problem, best):
         best = _rule_config(spec, tuple(sorted({**best.as_dict(), "CM": 2}.items())))
-    if _tile192_deep(problem, best):
+    if _tile192_deep(problem, best) or _tall_tile_deep(problem, best):
         best = _rule_config(spec, tuple(sorted({**best.as_dict(), **TILE192_DEEP}.items())))
     return best, best_time
 
@@ -182,6 +202,16 @@ def _tile192_deep(problem: GemmProblem, cfg: GemmConfig) -> bool:
         return False
     tiles = cdiv(problem.M, 128) * cdiv(problem.N, 192)  # one a block slot, or none
     return tiles <= sm_count_of(problem.device) // d["CM"] * d["CM"]
+
+
+def _tall_tile_deep(problem: GemmProblem, cfg: GemmConfig) -> bool:
+    """Whether tc07's 192 x 128 tile takes TILE192_DEEP's fifth stage: with a 16-bit result, whose
+    64-column chunk one staging buffer holds (H200, bf16, in pairs, tune-tile192x128-20261129T102433Z.json:
+    five stages 0.958x and 0.948x cuBLAS where four ran 0.914-0.927x and 0.874-0.894x at 3072 x 1024
+    x 4096 and 6144 x 512 x 4096, and even at 3072 x 1024 x 8192). The tile serves one wave or less
+    (tile_rate)."""
+    d = cfg.as_dict()
+    return (d["BM"], d["BN"]) == (192, 128) and problem.result_dtype in (torch.bfloat16, torch.float16)
 
 
 # 16-bit problems whose A or B rows TMA cannot read (a row stride not a multiple of 8 elements:
