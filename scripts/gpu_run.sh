@@ -27,6 +27,7 @@
 # "models" gemm() on Llama 3 8B's and 70B's layers (sweeps/models.toml) against cuBLAS,
 # "conv-sanitize" compute-sanitizer's memcheck, racecheck and synccheck over conv03 and conv04 (scripts/conv_sanitize.py),
 # "bmm-sanitize" the same over tc07's batched build, both epilogues (scripts/bmm_sanitize.py),
+# "tile-sanitize" the same over every tc07 tile auto can launch, forced at small problems, several tiles a block (scripts/tile_sanitize.py),
 # "host" host time a call at 64^3 with gemm()'s table of kinds of call on and off, against torch (scripts/profile_host.py record),
 # "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000; conv02, conv03, conv04 and im2col in their risky regimes against float64 and cuDNN;
 # CONV_FUZZ_SECONDS at most, default 420, after compiling the builds the cases launch: conv04 compiles
@@ -171,6 +172,19 @@ if want bmm-sanitize; then
       | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
       | tee -a "$LOG"
     [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool bmm one launch"
+  done
+fi
+
+# Every tc07 tile auto can launch, forced at small odd problems with three clusters' worth of blocks
+# walking several tiles each (scripts/tile_sanitize.py): the sanitizer runs at a one-wave shape
+# where auto takes the 192 x 128 tile ran past two minutes of racecheck (H200, 2026-11-29)
+if want tile-sanitize; then
+  step "compute-sanitizer: memcheck, racecheck and synccheck over every tc07 tile, several tiles a block"
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 --print-limit 20 python3 scripts/tile_sanitize.py 2>&1 \
+      | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
+      | tee -a "$LOG"
+    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool tc07 tiles"
   done
 fi
 

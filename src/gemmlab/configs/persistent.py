@@ -206,7 +206,7 @@ def _tile192_deep(problem: GemmProblem, cfg: GemmConfig) -> bool:
 
 def _tall_tile_deep(problem: GemmProblem, cfg: GemmConfig) -> bool:
     """Whether tc07's 192 x 128 tile takes TILE192_DEEP's fifth stage: with a 16-bit result, whose
-    64-column chunk one staging buffer holds (H200, bf16, in pairs, tune-tile192x128-20261129T102433Z.json:
+    64-column chunk one staging buffer holds (H200, bf16, in pairs, tune-tile192x128-20261129T102433Z.json.gz:
     five stages 0.958x and 0.948x cuBLAS where four ran 0.914-0.927x and 0.874-0.894x at 3072 x 1024
     x 4096 and 6144 x 512 x 4096, and even at 3072 x 1024 x 8192). The tile serves one wave or less
     (tile_rate)."""
