@@ -810,10 +810,104 @@ def test_a_plan_launches_its_packed_arguments_and_names_itself_when_the_launch_f
     assert operand_layouts(x.contiguous(), w, torch.empty(8)[::2].double()) == dict(x_nhwc=False, w_krsc=True, bias_direct=False)
 
 
-def test_torch_func_transforms_get_a_clear_error():
-    x, w = torch.randn(2, 3, 7, 7), torch.randn(4, 3, 3, 3)
-    with pytest.raises(NotImplementedError, match="does not run under torch.func's transforms"):
-        torch.func.vmap(lambda t: gemmlab.conv2d(t, w))(x.unsqueeze(1))
-    with pytest.raises(NotImplementedError, match="torch.autograd"):
-        torch.func.grad(lambda v: gemmlab.conv2d(x, v).sum())(w)
-    torch.testing.assert_close(gemmlab.conv2d(x, w), torch.nn.functional.conv2d(x, w), rtol=1e-4, atol=1e-4)  # outside: as before
+CONV_FUNC_CASES = [  # (C, K, R, S, groups, stride, padding, dilation, bias, activation, channels_last)
+    (3, 4, 3, 3, 1, 1, 1, 1, True, None, False),
+    (4, 6, 2, 2, 2, 1, "same", 1, False, "relu", False),  # an even reach: one more on the bottom and right
+    (6, 6, 3, 3, 3, 2, 1, (2, 1), True, "gelu", True),
+    (5, 7, 1, 3, 1, (1, 2), "valid", 1, True, "silu", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("C,K,R,S,groups,stride,padding,dilation,with_bias,act,last", CONV_FUNC_CASES)
+def test_torch_func_transforms_match_torchs_on_f_conv2d(C, K, R, S, groups, stride, padding, dilation, with_bias, act, last):
+    """gemmlab.conv_func: vmap over a batch of inputs, grad and jacrev with respect to the weight,
+    and per-sample gradients (vmap of grad) of the weight and the bias, each against the same
+    transform of F.conv2d (CPU, float32), for groups, "same" padding with an even filter, stride,
+    dilation, channels_last, bias and activations."""
+    torch.manual_seed(0)
+    F = torch.nn.functional
+    acts = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu}
+    x = torch.randn(3, C, 7, 9)
+    w = torch.randn(K, C // groups, R, S) / (C * R * S) ** 0.5
+    b = torch.randn(K) if with_bias else None
+    if last:
+        x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+
+    def ours(x_, w_, b_):
+        return gemmlab.conv2d(x_, w_, b_, stride, padding, dilation, groups, activation=act)
+
+    def theirs(x_, w_, b_):
+        return acts[act](F.conv2d(x_, w_, b_, stride, padding, dilation, groups))
+
+    close = dict(rtol=1e-4, atol=1e-4)
+    batched = x.unsqueeze(1)  # a batch of one-image batches
+    torch.testing.assert_close(torch.func.vmap(lambda t: ours(t, w, b))(batched),
+                               torch.func.vmap(lambda t: theirs(t, w, b))(batched), **close)  # fmt: skip
+    loss = {f: (lambda w_, b_, x_=x, f=f: (f(x_, w_, b_) ** 2).sum()) for f in (ours, theirs)}
+    argnums = (0, 1) if with_bias else 0
+    for got, want in zip(torch.utils._pytree.tree_leaves(torch.func.grad(loss[ours], argnums)(w, b)),
+                         torch.utils._pytree.tree_leaves(torch.func.grad(loss[theirs], argnums)(w, b))):  # fmt: skip
+        torch.testing.assert_close(got, want, **close)
+    torch.testing.assert_close(torch.func.jacrev(lambda w_: ours(x[:1], w_, b))(w),
+                               torch.func.jacrev(lambda w_: theirs(x[:1], w_, b))(w), **close)  # fmt: skip
+    per_sample = {f: torch.func.vmap(torch.func.grad(lambda w_, b_, t, f=f: (f(t.unsqueeze(0), w_, b_) ** 2).sum(), argnums),
+                                     in_dims=(None, None, 0))(w, b, x) for f in (ours, theirs)}  # fmt: skip
+    for got, want in zip(torch.utils._pytree.tree_leaves(per_sample[ours]), torch.utils._pytree.tree_leaves(per_sample[theirs])):
+        assert got.shape[0] == x.shape[0]
+        torch.testing.assert_close(got, want, **close)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        torch.func.vmap(lambda t: gemmlab.conv2d(t, w, groups=groups, algorithm="fft"))(batched)
+    with pytest.raises(ValueError, match="weight has 1 input channels"):  # checked as outside a transform
+        torch.func.vmap(lambda t: gemmlab.conv2d(t, w[:, :1]))(batched)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_per_sample_conv_gradients_on_cuda(dtype, tol):
+    """vmap of grad over gemmlab.conv2d on CUDA tensors (gemmlab.conv_func: the products on the
+    GPU's kernels), a grouped, strided, padded layer with a bias, against float64."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 6, 13, 11, device="cuda", dtype=dtype)
+    w = torch.randn(8, 3, 3, 3, device="cuda", dtype=dtype) / 3
+    b = torch.randn(8, device="cuda", dtype=dtype)
+
+    def per_sample(conv):
+        loss = lambda w_, b_, xi: conv(xi.unsqueeze(0), w_, b_).float().square().sum()  # noqa: E731
+        return torch.func.vmap(torch.func.grad(loss, argnums=(0, 1)), in_dims=(None, None, 0))(w, b, x)
+
+    ours = per_sample(lambda xi, w_, b_: gemmlab.conv2d(xi, w_, b_, stride=2, padding=1, groups=2))
+    exact = per_sample(lambda xi, w_, b_: F.conv2d(xi.double(), w_.double(), b_.double(), stride=2, padding=1, groups=2))
+    assert ours[0].shape == (5, 8, 3, 3, 3) and ours[0].dtype == dtype and ours[1].shape == (5, 8)
+    for got, want in zip(ours, exact):
+        assert ((got.double() - want).norm() / want.norm()).item() < tol
+
+
+def test_per_sample_gradients_of_a_small_cnn_on_gemmlabs_modules():
+    """The torch.func recipe for per-sample gradients (functional_call, vmap of grad) over a CNN of
+    gemmlab.nn.Conv2d and gemmlab.nn.Linear, against the same network on torch's own modules with
+    the same weights (CPU, float32)."""
+    torch.manual_seed(0)
+
+    def net(conv, linear):
+        return torch.nn.Sequential(conv(3, 8, 3, padding=1), torch.nn.ReLU(), conv(8, 8, 3, stride=2, groups=2),
+                                   torch.nn.Flatten(), linear(8 * 3 * 3, 5))  # fmt: skip
+
+    ours, theirs = net(gemmlab.nn.Conv2d, gemmlab.nn.Linear), net(torch.nn.Conv2d, torch.nn.Linear)
+    ours.load_state_dict(theirs.state_dict())
+    x, target = torch.randn(4, 3, 8, 8), torch.randn(4, 5)
+
+    def per_sample(model):
+        params = {k: v.detach() for k, v in model.named_parameters()}
+
+        def loss(p, xi, ti):
+            return torch.nn.functional.mse_loss(torch.func.functional_call(model, p, (xi.unsqueeze(0),)), ti.unsqueeze(0))
+
+        return torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, x, target)
+
+    got, want = per_sample(ours), per_sample(theirs)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k].shape == (4, *dict(theirs.named_parameters())[k].shape), k
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5, msg=k)
+
+

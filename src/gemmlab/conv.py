@@ -232,14 +232,19 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     implementation and those gradients, so that a compiled model keeps them.
 
     Inside a CUDA autocast region, as F.conv2d, x, weight and bias run in its dtype unless precision
-    names float32's tensor-core math (gemmlab.amp)."""
-    if _transformed(x, weight, bias) and not torch.compiler.is_compiling():
-        raise NotImplementedError("gemmlab.conv2d does not run under torch.func's transforms (vmap, grad, jacrev): "
-                                  "its kernels have no batching rule; loop over the batch, or take gradients with "
-                                  "torch.autograd (.backward(), torch.autograd.grad)")  # fmt: skip
+    names float32's tensor-core math (gemmlab.amp). Under torch.func's transforms (vmap, grad, vjp,
+    jacrev: per-sample gradients) a call runs on unfolded receptive fields and gemm(), whatever
+    algorithm names (gemmlab.conv_func)."""
     region = amp.region_dtype(x, precision)
     if region is not None:
         x, weight, bias = amp.cast(x, region), amp.cast(weight, region), amp.cast(bias, region)
+    if _transformed(x, weight, bias) and not torch.compiler.is_compiling():  # torch.func: gemmlab.conv_func
+        from .conv_func import conv2d_unfolded
+
+        _check(x, weight, bias, groups, activation)
+        if algorithm not in (*CHOICES, "depthwise"):
+            raise ValueError(f"algorithm must be one of {', '.join(map(repr, (*CHOICES, 'depthwise')))}, got {algorithm!r}")
+        return conv2d_unfolded(x, weight, bias, stride, padding, dilation, groups, activation, precision)
     if algorithm == "depthwise" or not (_is_int(groups) and groups == 1):
         _check(x, weight, bias, groups, activation)  # every error before the first group's launch
         y = algorithm in ("depthwise", "auto") and _depthwise(x, weight, bias, stride, padding, dilation, groups,
