@@ -220,7 +220,9 @@ def test_gradients_match_float64_torch_on_every_path(case, x_last):
 
 
 @pytest.mark.parametrize("args,kw,match", [
-    ((torch.randn(3, 7, 7), torch.randn(4, 3, 3, 3)), {}, r"x must be \[N, C, H, W\]"),
+    ((torch.randn(2, 3, 7, 7, 1), torch.randn(4, 3, 3, 3)), {}, r"x must be \[N, C, H, W\] \(or one image"),
+    ((torch.randn(7, 7), torch.randn(4, 3, 3, 3)), {}, r"x must be \[N, C, H, W\]"),
+    ((torch.randn(5, 7, 7), torch.randn(4, 3, 3, 3)), {}, "weight has 3 input channels, x has 5"),  # one image
     ((torch.randn(1, 3, 7, 7), torch.randn(4, 3, 3)), {}, "weight must be"),
     ((torch.randn(1, 3, 7, 7), torch.randn(4, 5, 3, 3)), {}, "weight has 5 input channels, x has 3"),
     ((torch.randn(1, 4, 7, 7), torch.randn(4, 4, 3, 3)), {"groups": 2}, r"in_channels must be 4 / 2 = 2"),
@@ -808,6 +810,26 @@ def test_a_plan_launches_its_packed_arguments_and_names_itself_when_the_launch_f
     assert nhwc_strides(x.shape) == x.stride()
     assert operand_layouts(x, w, torch.empty(4)) == dict(x_nhwc=True, w_krsc=True, bias_direct=True)
     assert operand_layouts(x.contiguous(), w, torch.empty(8)[::2].double()) == dict(x_nhwc=False, w_krsc=True, bias_direct=False)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_one_image_without_a_batch_dimension_as_torch_takes_it(groups):
+    """x [C, H, W] (torch's unbatched input): the result [K, P, Q], its gradients, and
+    gemmlab.nn.Conv2d on it, against torch's (CPU, float32)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 9, 8, requires_grad=True)
+    w = torch.randn(6, 4 // groups, 3, 3, requires_grad=True)
+    b = torch.randn(6, requires_grad=True)
+    ours = gemmlab.conv2d(x, w, b, stride=2, padding=1, groups=groups, activation="relu")
+    theirs = torch.relu(F.conv2d(x, w, b, stride=2, padding=1, groups=groups))
+    assert ours.shape == theirs.shape == (6, 5, 4)
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    g = torch.randn_like(theirs)
+    for got, want in zip(torch.autograd.grad(ours, (x, w, b), g), torch.autograd.grad(theirs, (x, w, b), g)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    module, reference = gemmlab.nn.Conv2d(4, 6, 3, padding="same", groups=groups), torch.nn.Conv2d(4, 6, 3, padding="same", groups=groups)
+    module.load_state_dict(reference.state_dict())
+    torch.testing.assert_close(module(x), reference(x), rtol=1e-4, atol=1e-4)
 
 
 CONV_FUNC_CASES = [  # (C, K, R, S, groups, stride, padding, dilation, bias, activation, channels_last)

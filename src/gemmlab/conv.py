@@ -39,7 +39,7 @@ def _check(x, weight, bias, groups, activation) -> None:
     if not isinstance(x, Tensor) or not isinstance(weight, Tensor):
         raise TypeError("x and weight must be torch tensors")
     if x.dim() != 4:
-        raise ValueError(f"x must be [N, C, H, W], got shape {tuple(x.shape)}")
+        raise ValueError(f"x must be [N, C, H, W] (or one image, [C, H, W]), got shape {tuple(x.shape)}")
     if weight.dim() != 4:
         raise ValueError(f"weight must be [out_channels, in_channels, kH, kW], got shape {tuple(weight.shape)}")
     if not _is_int(groups) or groups < 1:
@@ -205,7 +205,7 @@ def choose_algorithm(x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, p
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
            activation: str | None = None, precision: str = "fp32", algorithm: str = "auto") -> Tensor:  # fmt: skip
     """activation(conv2d(x, weight) + bias) with torch.nn.functional.conv2d's semantics: x [N, C, H, W]
-    and weight [K, C, R, S], each NCHW or channels_last (the result is channels_last where torch's is:
+    (or one image, [C, H, W], giving [K, P, Q]) and weight [K, C, R, S], each NCHW or channels_last (the result is channels_last where torch's is:
     where x's or the weight's strides are channels_last, ambiguous ones read as torch reads them), stride, padding (int, pair, "same", "valid") and dilation as ints or pairs. The
     product runs on gemmlab.gemm (precision as gemm takes it: "tf32" lets float32 use the tensor
     cores); CPU tensors run the CPU ladder (float32). groups > 1 (grouped and depthwise
@@ -235,6 +235,9 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     names float32's tensor-core math (gemmlab.amp). Under torch.func's transforms (vmap, grad, vjp,
     jacrev: per-sample gradients) a call runs on unfolded receptive fields and gemm(), whatever
     algorithm names (gemmlab.conv_func)."""
+    if isinstance(x, Tensor) and x.dim() == 3:  # one image [C, H, W], as F.conv2d takes it
+        return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, activation, precision,
+                      algorithm).squeeze(0)  # fmt: skip
     region = amp.region_dtype(x, precision)
     if region is not None:
         x, weight, bias = amp.cast(x, region), amp.cast(weight, region), amp.cast(bias, region)
