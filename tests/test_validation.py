@@ -49,10 +49,13 @@ def test_mixed_and_unsupported_dtypes():
     p = P(r(4, 3, dtype=torch.float64), r(3, 2, dtype=torch.float64))
     with pytest.raises(TypeError, match="no registered kernel takes float64; supported dtypes: bfloat16, float16, float32"):
         select(p, device="cuda")
+    with pytest.raises(TypeError, match=r"takes float64 on the CPU \(the CPU ladder; CUDA tensors take float32, bfloat16 "
+                                        r"and float16\); supported dtypes: float32"):  # fmt: skip
+        select(p, device="cpu")
 
 
 def test_wrong_rank():
-    with pytest.raises(ValueError, match="a must be a 2-D matrix, got 3-D"):
+    with pytest.raises(ValueError, match=r"a must be a 2-D matrix, got 3-D shape \(2, 4, 3\) \(a batch of products: gemmlab.bmm"):
         P(r(2, 4, 3), r(3, 2))
     with pytest.raises(ValueError, match="b must be a 2-D matrix, got 1-D"):
         P(r(4, 3), r(3))

@@ -93,7 +93,8 @@ def _operand(name: str, t: torch.Tensor, itemsize: int, transposable: bool = Fal
     of its storage. (gemm() runs this on every call: it reads each property of t once.)"""
     shape = t.shape
     if len(shape) != 2:
-        raise ValueError(f"{name} must be a 2-D matrix, got {len(shape)}-D shape {tuple(shape)}")
+        batch = " (a batch of products: gemmlab.bmm or gemmlab.matmul)" if len(shape) > 2 else ""
+        raise ValueError(f"{name} must be a 2-D matrix, got {len(shape)}-D shape {tuple(shape)}{batch}")
     rows, cols = shape
     if t.is_conj() or t.is_neg():
         raise ValueError(f"{name} is a lazy conjugate/negative view; call .resolve_conj()/.resolve_neg()")

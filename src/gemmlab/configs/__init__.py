@@ -209,7 +209,7 @@ def _select(problem: GemmProblem, kernel: str, device: str) -> tuple[KernelSpec,
         reasons.append(reason)
     dtypes = sorted({str(d).removeprefix("torch.") for k in ladder for d in k.dtypes})
     if problem.dtype not in {d for k in ladder for d in k.dtypes}:
-        raise TypeError(
-            f"no registered kernel takes {str(problem.dtype).removeprefix('torch.')}; supported dtypes: {', '.join(dtypes)}"
-        )
+        where = " on the CPU (the CPU ladder; CUDA tensors take float32, bfloat16 and float16)" if device == "cpu" else ""
+        raise TypeError(f"no registered kernel takes {str(problem.dtype).removeprefix('torch.')}{where}; "
+                        f"supported dtypes: {', '.join(dtypes)}")  # fmt: skip
     raise ValueError(f"no registered kernel can serve {problem.shape}: " + "; ".join(reasons))
