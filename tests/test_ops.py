@@ -259,6 +259,39 @@ def test_torch_func_grad_through_c_the_bias_and_a_fused_activation():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("activation", [None, "gelu", "silu"])
+def test_forward_mode_jvp_jacfwd_and_a_hessian(activation):
+    """ops._tangent: torch.func.jvp through every input (a, b, c, the bias) with alpha, beta and the
+    fused activation; jacfwd against jacrev; a hessian (jacfwd of jacrev) of a scalar loss; and
+    forward mode through gemmlab.linear and conv2d (on gemm: gemmlab.conv_func) -- each against
+    torch's own (CPU, float32)."""
+    torch.manual_seed(0)
+    act = {None: lambda t: t, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[activation]
+    a, b, c, bias = torch.randn(7, 5), torch.randn(5, 3), torch.randn(7, 3), torch.randn(3)
+    primals, tangents = (a, b, c, bias), tuple(torch.randn_like(t) for t in (a, b, c, bias))
+
+    def ours(a_, b_, c_, bias_):
+        return gemmlab.gemm(a_, b_, c_, alpha=1.5, beta=-0.5, bias=bias_, activation=activation, device="cpu")
+
+    def theirs(a_, b_, c_, bias_):
+        return act(1.5 * a_ @ b_ - 0.5 * c_ + bias_)
+
+    close = dict(rtol=1e-5, atol=1e-5)
+    for got, want in zip(torch.func.jvp(ours, primals, tangents), torch.func.jvp(theirs, primals, tangents)):
+        torch.testing.assert_close(got, want, **close)
+    only_b = (torch.zeros_like(a), tangents[1], torch.zeros_like(c), torch.zeros_like(bias))
+    torch.testing.assert_close(torch.func.jvp(ours, primals, only_b)[1], torch.func.jvp(theirs, primals, only_b)[1], **close)
+    torch.testing.assert_close(torch.func.jacfwd(lambda w: ours(a, w, c, bias))(b), torch.func.jacrev(lambda w: ours(a, w, c, bias))(b), **close)
+    torch.testing.assert_close(torch.func.hessian(lambda w: ours(a, w, c, bias).square().sum())(b),
+                               torch.func.hessian(lambda w: theirs(a, w, c, bias).square().sum())(b), rtol=1e-4, atol=1e-4)  # fmt: skip
+    x, w = torch.randn(4, 5), torch.randn(3, 5)
+    torch.testing.assert_close(torch.func.jvp(lambda w_: gemmlab.linear(x, w_, bias, activation), (w,), (tangents[1].t(),))[1],
+                               torch.func.jvp(lambda w_: act(x @ w_.t() + bias), (w,), (tangents[1].t(),))[1], **close)  # fmt: skip
+    img, k = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    torch.testing.assert_close(torch.func.jacfwd(lambda k_: gemmlab.conv2d(img, k_, padding=1))(k),
+                               torch.func.jacfwd(lambda k_: torch.nn.functional.conv2d(img, k_, padding=1))(k), rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
 def test_per_sample_gradients_of_a_linear_layer():
     """vmap over torch.func.grad: each example's own weight and bias gradients (the per-sample
     gradients of differentially private training), as torch's F.linear gives them."""
@@ -289,3 +322,21 @@ def test_per_sample_gradients_on_cuda(dtype, tol):
     exact = per_sample(lambda xi, w: torch.nn.functional.linear(xi.double(), w.double()))
     assert ours.shape == (6, 33, 127) and ours.dtype == dtype
     assert ((ours.double() - exact).norm() / exact.norm()).item() < tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_forward_mode_on_cuda(dtype, tol):
+    """torch.func.jvp through gemm() with a bias and a fused activation on CUDA tensors, and a
+    jacfwd of gemmlab.linear, against float64."""
+    torch.manual_seed(0)
+    a, b, bias = (torch.randn(*s, device="cuda", dtype=dtype) for s in ((129, 67), (67, 33), (33,)))
+    da, db = torch.randn_like(a), torch.randn_like(b)
+    _, ours = torch.func.jvp(lambda a_, b_: gemmlab.gemm(a_, b_, bias=bias, activation="silu"), (a, b), (da, db))
+    _, exact = torch.func.jvp(lambda a_, b_: torch.nn.functional.silu(a_ @ b_ + bias.double()),
+                              (a.double(), b.double()), (da.double(), db.double()))  # fmt: skip
+    assert ours.dtype == dtype and ((ours.double() - exact).norm() / exact.norm()).item() < tol
+    x, w = torch.randn(5, 67, device="cuda", dtype=dtype), torch.randn(9, 67, device="cuda", dtype=dtype)
+    jac = torch.func.jacfwd(lambda w_: gemmlab.linear(x, w_))(w)
+    want = torch.func.jacfwd(lambda w_: x.double() @ w_.t())(w.double())
+    assert jac.shape == (5, 9, 9, 67) and ((jac.double() - want).norm() / want.norm()).item() < tol

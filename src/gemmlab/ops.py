@@ -184,8 +184,8 @@ class _GemmFunctorch(torch.autograd.Function):
     them: per-sample gradients), which torch's own autograd of a custom operator does not support
     yet (it fails there asking for a setup_context: pytorch/pytorch#170834). The forward is the
     operator (and so its vmap rule, which generate_vmap_rule runs it under), the gradients the
-    operator's own (_backward), their products through this Function again. No forward-mode AD
-    (jvp, jacfwd, hessian)."""
+    operator's own (_backward), their products through this Function again; forward-mode AD (jvp,
+    jacfwd, hessian as jacfwd of jacrev) through _tangent."""
 
     generate_vmap_rule = True
 
@@ -193,8 +193,34 @@ class _GemmFunctorch(torch.autograd.Function):
     def forward(*args):
         return gemm_op(*args)
 
-    setup_context = staticmethod(_setup_context)
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_context(ctx, inputs, output)
+        a, b, c, *_, bias, _activation = inputs
+        ctx.save_for_forward(a, b, c, bias)
+
     backward = staticmethod(_backward)
+
+    @staticmethod
+    def jvp(ctx, da, db, dc, *tangents):
+        return _tangent(ctx, da, db, dc, tangents[5])
+
+
+def _tangent(ctx, da, db, dc, dbias):
+    """D's tangent, for forward-mode AD: with Z = alpha A B + beta C + bias, dZ = alpha (dA B + A dB)
+    + beta dC + dbias (the products on gemmlab's kernels, through _product), and dD = act'(Z) dZ by
+    torch's own forward derivative of the activation, Z computed again; in D's dtype."""
+    a, b, c, bias = ctx.saved_tensors
+    result = ctx.out_dtype or ctx.input_dtype
+    terms = [_product(p, q, None, ctx.alpha, 0.0, "auto", ctx.precision, result)
+             for p, q in ((da, b), (a, db)) if p is not None and q is not None]  # fmt: skip
+    terms += [ctx.beta * dc.to(result)] if dc is not None and ctx.beta != 0 else []
+    terms += [dbias.to(result).expand(a.shape[0], b.shape[1])] if dbias is not None else []
+    dz = sum(terms[1:], terms[0]) if terms else a.new_zeros((a.shape[0], b.shape[1]), dtype=result)
+    if ctx.activation is None:
+        return dz
+    z = _product(a, b, c, ctx.alpha, ctx.beta, ctx.kernel, ctx.precision, ctx.out_dtype, bias, None)
+    return torch.func.jvp(ACTIVATIONS[ctx.activation], (z,), (dz,))[1]
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
