@@ -160,19 +160,23 @@ if want conv-sanitize; then
   done
 fi
 
+# memcheck, racecheck and synccheck over a script's launches (--report-api-errors no: memcheck then
+# counts device errors only, not torch's host-side probes, and can fail the step on one)
+sanitize_script() {  # script, what the failure names
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 --print-limit 20 python3 "$1" 2>&1 \
+      | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
+      | tee -a "$LOG"
+    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool $2"
+  done
+}
+
 # tc07's batched build (bmm in one launch): the same three tools, the staged epilogue (rank-3 map
 # over D) and the register one, every persistent block walking several tiles across batch entries
 # (scripts/bmm_sanitize.py)
 if want bmm-sanitize; then
   step "compute-sanitizer: memcheck, racecheck and synccheck over tc07's batched build, several tiles a block"
-  # (--report-api-errors no: memcheck then counts device errors only, not torch's host-side probes,
-  # and can fail the step on one)
-  for tool in memcheck racecheck synccheck; do
-    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 --print-limit 20 python3 scripts/bmm_sanitize.py 2>&1 \
-      | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
-      | tee -a "$LOG"
-    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool bmm one launch"
-  done
+  sanitize_script scripts/bmm_sanitize.py "bmm one launch"
 fi
 
 # Every tc07 tile auto can launch, forced at small odd problems with three clusters' worth of blocks
@@ -180,12 +184,7 @@ fi
 # where auto takes the 192 x 128 tile ran past two minutes of racecheck (H200, 2026-11-29)
 if want tile-sanitize; then
   step "compute-sanitizer: memcheck, racecheck and synccheck over every tc07 tile, several tiles a block"
-  for tool in memcheck racecheck synccheck; do
-    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 --print-limit 20 python3 scripts/tile_sanitize.py 2>&1 \
-      | grep -v "cuGetProcAddress\|Saved host backtrace\|Host Frame\|^========= *$" | grep -E "=====|passed|FAIL" \
-      | tee -a "$LOG"
-    [[ "${PIPESTATUS[0]}" == 0 ]] || fail "$tool tc07 tiles"
-  done
+  sanitize_script scripts/tile_sanitize.py "tc07 tiles"
 fi
 
 if want racecheck; then

@@ -340,3 +340,35 @@ def test_forward_mode_on_cuda(dtype, tol):
     jac = torch.func.jacfwd(lambda w_: gemmlab.linear(x, w_))(w)
     want = torch.func.jacfwd(lambda w_: x.double() @ w_.t())(w.double())
     assert jac.shape == (5, 9, 9, 67) and ((jac.double() - want).norm() / want.norm()).item() < tol
+
+
+def test_dual_tensors_of_torch_autograd_forward_ad_keep_their_tangents():
+    """torch.autograd.forward_ad outside torch.func: gemm (with c, the bias and an activation),
+    linear (also with a weight that requires grad: its eager Function has no jvp, so the operator's
+    path serves), bmm (the per-matrix path) and conv2d (gemmlab.conv_func) carry the tangent torch's
+    own operations give (CPU, float32); outside a dual level the tangent-free paths stay as they were."""
+    import torch.autograd.forward_ad as fwAD
+
+    torch.manual_seed(0)
+    F = torch.nn.functional
+    a, b, c, bias = torch.randn(7, 5), torch.randn(5, 3), torch.randn(7, 3), torch.randn(3)
+    ta, tb = torch.randn_like(a), torch.randn_like(b)
+    w = torch.randn(3, 5, requires_grad=True)
+    cases = [
+        (lambda a_, b_: gemmlab.gemm(a_, b_, c, beta=0.5, bias=bias, activation="gelu", device="cpu"),
+         lambda a_, b_: F.gelu(a_ @ b_ + 0.5 * c + bias)),
+        (lambda a_, b_: gemmlab.linear(a_, b_.t(), bias, "silu"), lambda a_, b_: F.silu(a_ @ b_ + bias)),
+        (lambda a_, b_: gemmlab.linear(a_, w) * b_.sum(), lambda a_, b_: (a_ @ w.t()) * b_.sum()),
+        (lambda a_, b_: gemmlab.bmm(a_.expand(2, 7, 5), b_.expand(2, 5, 3), device="cpu"),
+         lambda a_, b_: torch.bmm(a_.expand(2, 7, 5), b_.expand(2, 5, 3))),
+        (lambda a_, b_: gemmlab.conv2d(a_.reshape(1, 1, 7, 5), b_[:2].t().reshape(3, 1, 1, 2), padding=1),
+         lambda a_, b_: F.conv2d(a_.reshape(1, 1, 7, 5), b_[:2].t().reshape(3, 1, 1, 2), padding=1)),
+    ]  # fmt: skip
+    for ours, theirs in cases:
+        with fwAD.dual_level():
+            got = fwAD.unpack_dual(ours(fwAD.make_dual(a, ta), fwAD.make_dual(b, tb)))
+            want = fwAD.unpack_dual(theirs(fwAD.make_dual(a, ta), fwAD.make_dual(b, tb)))
+        assert got.tangent is not None
+        torch.testing.assert_close(got.primal, want.primal, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.tangent, want.tangent, rtol=1e-5, atol=1e-5)
+    assert not gemmlab.ops.forward_ad()

@@ -14,7 +14,7 @@ from torch import Tensor
 from . import amp, api
 from .activations import ACTIVATIONS, check_activation
 from .conv import conv2d
-from .ops import _column_major, _plain, gemm, wants_grad
+from .ops import _column_major, _plain, forward_ad, gemm, wants_grad
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None) -> Tensor:
@@ -37,9 +37,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     device = "cpu" if x.device.type == "cpu" else None
     if wants_grad(x, weight, bias):  # the activation is left to torch, which keeps its input for its gradient
         fused = None
-        if _plain(x2, weight, bias) and not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active():
+        if (_plain(x2, weight, bias) and not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active()
+                and not forward_ad()):
             d = _LinearFunction.apply(x2, weight, bias, device)
-        else:  # a trace, a tensor subclass, a functorch transform: through the operator
+        else:  # a trace, a tensor subclass, a functorch transform, dual tensors: through the operator
             d = gemm(x2, weight.t(), device=device, bias=bias)
     else:
         fused = activation

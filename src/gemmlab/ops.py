@@ -208,8 +208,10 @@ class _GemmFunctorch(torch.autograd.Function):
 
 def _tangent(ctx, da, db, dc, dbias):
     """D's tangent, for forward-mode AD: with Z = alpha A B + beta C + bias, dZ = alpha (dA B + A dB)
-    + beta dC + dbias (the products on gemmlab's kernels, through _product), and dD = act'(Z) dZ by
-    torch's own forward derivative of the activation, Z computed again; in D's dtype."""
+    + beta dC + dbias (the products on gemmlab's kernels, through _product), and dD = act'(Z) dZ, Z
+    computed again: the activation acts element by element, so its Jacobian is diagonal and torch's
+    own reverse derivative (vjp) gives the same product -- torch.func.jvp would open a second
+    forward level inside torch.autograd.forward_ad's, which torch refuses. In D's dtype."""
     a, b, c, bias = ctx.saved_tensors
     result = ctx.out_dtype or ctx.input_dtype
     terms = [_product(p, q, None, ctx.alpha, 0.0, "auto", ctx.precision, result)
@@ -220,11 +222,18 @@ def _tangent(ctx, da, db, dc, dbias):
     if ctx.activation is None:
         return dz
     z = _product(a, b, c, ctx.alpha, ctx.beta, ctx.kernel, ctx.precision, ctx.out_dtype, bias, None)
-    return torch.func.jvp(ACTIVATIONS[ctx.activation], (z,), (dz,))[1]
+    return torch.func.vjp(ACTIVATIONS[ctx.activation], z)[1](dz)[0]
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
 _WRAPPED = torch._C._functorch.is_functorch_wrapped_tensor
+_FORWARD_AD = torch.autograd.forward_ad
+
+
+def forward_ad() -> bool:
+    """Whether torch.autograd.forward_ad's dual level is open (its own counter: -1 outside any), so
+    that a tensor may carry a tangent that an eager path without a jvp would drop."""
+    return _FORWARD_AD._current_level >= 0
 
 
 def _transformed(*tensors) -> str | None:
@@ -264,7 +273,7 @@ def _needs_operator(*tensors) -> bool:
     torch.library.opcheck traces so without torch.compile). A fake tensor alone is not enough:
     under FakeTensorMode api.gemm checks the call, with its own errors, and returns a fake result."""
     return (torch.compiler.is_compiling() or wants_grad(*tensors) or type(tensors[0]) is FunctionalTensor
-            or _transformed(*tensors))  # (torch.func: _GemmFunctorch, and the operator's vmap rule in batched)
+            or _transformed(*tensors) or _FORWARD_AD._current_level >= 0)  # (torch.func, dual tensors: _GemmFunctorch)
     # (a's type alone: under AOT tracing every tensor of the call is functional, and this runs on
     # every eager gemm() call, where a loop over all four cost host time for nothing)
 
@@ -289,4 +298,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         return gemm_op(*args)
     if torch._C._are_functorch_transforms_active():  # (batched, or inside a vmap rule: the operator)
         return _GemmFunctorch.apply(*args) if _transformed(a, b, c, bias) == "grad" else gemm_op(*args)
+    if forward_ad():  # dual tensors (torch.autograd.forward_ad): the Function with a jvp
+        return _GemmFunctorch.apply(*args)
     return _GemmFunction.apply(*args)
