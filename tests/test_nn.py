@@ -12,16 +12,8 @@ from gemmlab.nn import ACTIVATIONS
 
 
 def _swap_linears(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of model with every torch.nn.Linear replaced by gemmlab.nn.Linear, same weights."""
-    twin = copy.deepcopy(model)
-    for name, child in list(twin.named_modules()):
-        for attr, sub in list(child.named_children()):
-            if type(sub) is torch.nn.Linear:
-                new = gemmlab.nn.Linear(sub.in_features, sub.out_features, bias=sub.bias is not None,
-                                        device=sub.weight.device, dtype=sub.weight.dtype)  # fmt: skip
-                new.load_state_dict(sub.state_dict())
-                setattr(child, attr, new)
-    return twin
+    """A copy of model with every torch.nn.Linear (and Conv2d) on gemmlab's, same weights."""
+    return gemmlab.nn.convert(copy.deepcopy(model))
 
 
 def _mlp(device="cpu", dtype=torch.float32):
@@ -40,6 +32,49 @@ def test_the_module_is_a_drop_in_and_state_dicts_load_both_ways():
     assert torch.equal(ref2.weight, ref.weight) and torch.equal(ref2.bias, ref.bias)
     assert gemmlab.nn.Linear(7, 3, bias=False).bias is None
     assert gemmlab.nn.Linear(7, 3, dtype=torch.float64).weight.dtype == torch.float64
+
+
+class _Net(torch.nn.Module):
+    """Convolutions (grouped, reflect-padded), a Linear, and attention, whose output projection is
+    a torch.nn.Linear subclass that torch's attention reads by its weight: convert() leaves it."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                            torch.nn.Conv2d(8, 8, 3, padding=1, groups=2, padding_mode="reflect"))  # fmt: skip
+        self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        t = self.features(x).flatten(2).transpose(1, 2)  # [N, H*W, 8]
+        return self.head(self.attn(t, t, t, need_weights=False)[0].mean(1))
+
+
+def test_convert_puts_a_models_layers_on_gemmlab_in_place_and_restore_undoes_it():
+    """gemmlab.nn.convert: the same module objects and parameters (an optimizer made before keeps
+    training them), the same state_dict keys and results, torch's Linear subclasses left alone;
+    restore() gives torch's classes back (CPU, float32)."""
+    torch.manual_seed(0)
+    model, x = _Net(), torch.randn(2, 3, 6, 6)
+    want = model(x)
+    params, keys = list(model.parameters()), list(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert gemmlab.nn.convert(model) is model
+    assert [type(m) for m in (model.features[0], model.features[2], model.head)] == [gemmlab.nn.Conv2d, gemmlab.nn.Conv2d,
+                                                                                      gemmlab.nn.Linear]  # fmt: skip
+    assert type(model.attn.out_proj) is torch.nn.modules.linear.NonDynamicallyQuantizableLinear
+    assert all(p is q for p, q in zip(model.parameters(), params)) and list(model.state_dict()) == keys
+    torch.testing.assert_close(model(x), want, rtol=1e-4, atol=1e-5)
+    before = model.head.weight.detach().clone()
+    model(x).square().sum().backward()
+    opt.step()
+    assert model.head.weight.grad is not None and not torch.equal(model.head.weight, before)
+    assert gemmlab.nn.restore(model) is model
+    assert type(model.features[0]) is torch.nn.Conv2d and type(model.head) is torch.nn.Linear
+    single = gemmlab.nn.convert(torch.nn.Linear(4, 2))  # the module itself
+    assert type(single) is gemmlab.nn.Linear
+    with pytest.raises(TypeError, match="expected a torch.nn.Module, got function"):
+        gemmlab.nn.convert(lambda t: t)
 
 
 @pytest.mark.parametrize("shape", [(5,), (1, 5), (3, 5), (2, 4, 5), (2, 0, 5)])

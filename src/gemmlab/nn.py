@@ -1,6 +1,8 @@
 """gemmlab in a model: `linear(x, weight, bias, activation)` and `Linear`, a drop-in for
 torch.nn.Linear whose product runs on gemmlab.gemm (so on gemmlab's kernels, with autograd and
-torch.compile through torch.ops.gemmlab.gemm), and `Conv2d`, torch.nn.Conv2d's on gemmlab.conv2d.
+torch.compile through torch.ops.gemmlab.gemm), and `Conv2d`, torch.nn.Conv2d's on gemmlab.conv2d;
+`convert(model)` puts an existing model's Linear and Conv2d layers on them in place (`restore`
+undoes it).
 
 The bias and the activation join the product in the kernel's epilogue (gemmlab.gemm's bias= and
 activation=), except where a gradient will be taken through the activation: then the kernel adds
@@ -103,3 +105,37 @@ class Conv2d(torch.nn.Conv2d):
             x = torch.nn.functional.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             return conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
         return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+# torch's classes and gemmlab's drop-ins for them (each subclasses torch's, adding only its forward)
+_DROP_INS = {torch.nn.Linear: Linear, torch.nn.Conv2d: Conv2d}
+
+
+def convert(module: torch.nn.Module) -> torch.nn.Module:
+    """Put a model's products on gemmlab, in place: every torch.nn.Linear and torch.nn.Conv2d in
+    `module` (itself included) becomes gemmlab.nn.Linear or gemmlab.nn.Conv2d by its class alone --
+    the same module objects, parameters, buffers, hooks and state_dict keys, so an optimizer made
+    before keeps updating them. Subclasses of torch's modules (with a forward of their own, such as
+    MultiheadAttention's output projection, whose weight torch's attention reads directly) are left
+    as they are. Returns `module`; restore() turns them back. Convert before torch.compile or
+    torch.export, which record the modules' classes as they find them.
+
+        model = gemmlab.nn.convert(torchvision.models.resnet50().cuda())
+    """
+    return _swap(module, _DROP_INS)
+
+
+def restore(module: torch.nn.Module) -> torch.nn.Module:
+    """convert() undone, in place: every gemmlab.nn.Linear and gemmlab.nn.Conv2d in `module` becomes
+    torch's own class again, its parameters untouched. Returns `module`."""
+    return _swap(module, {ours: theirs for theirs, ours in _DROP_INS.items()})
+
+
+def _swap(module: torch.nn.Module, classes: dict) -> torch.nn.Module:
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    for m in module.modules():
+        to = classes.get(type(m))  # (the exact class: a subclass keeps its own forward)
+        if to is not None:
+            m.__class__ = to
+    return module

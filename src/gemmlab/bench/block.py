@@ -9,7 +9,7 @@ import copy
 import torch.nn.functional as F
 from torch import nn
 
-from ..nn import Linear
+from ..nn import convert
 
 
 class Block(nn.Module):
@@ -42,13 +42,6 @@ class Block(nn.Module):
 
 def on_gemmlab(model: nn.Module) -> nn.Module:
     """A copy of the model with every nn.Linear replaced by gemmlab.nn.Linear holding the same weights."""
-    ours = copy.deepcopy(model)
-    for parent in ours.modules():
-        for name, child in parent.named_children():
-            if type(child) is nn.Linear:
-                swap = Linear(child.in_features, child.out_features, bias=child.bias is not None,
-                              device=child.weight.device, dtype=child.weight.dtype)  # fmt: skip
-                swap.load_state_dict(child.state_dict())
-                setattr(parent, name, swap)
+    ours = convert(copy.deepcopy(model))
     assert not any(type(m) is nn.Linear for m in ours.modules())
     return ours
