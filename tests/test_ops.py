@@ -371,4 +371,8 @@ def test_dual_tensors_of_torch_autograd_forward_ad_keep_their_tangents():
         assert got.tangent is not None
         torch.testing.assert_close(got.primal, want.primal, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(got.tangent, want.tangent, rtol=1e-5, atol=1e-5)
-    assert not gemmlab.ops.forward_ad()
+    with fwAD.dual_level():  # tensors without tangents inside a level: the plain path, out= included
+        out = torch.full((7, 3), float("nan"))
+        gemmlab.gemm(a, b, out=out, device="cpu")
+        assert not gemmlab.ops.dual(a, b) and gemmlab.ops.dual(fwAD.make_dual(a, ta))
+    torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-5)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from . import amp, batched_tc07
 from .activations import ACTIVATIONS
-from .ops import _plain, forward_ad, gemm, gemm_op, wants_grad
+from .ops import _plain, dual, gemm, gemm_op, wants_grad
 
 # Whether bmm takes the one-launch path (batched_tc07) wherever it can serve a call: on since its
 # GPU tests (tests/test_batched_tc07.py) and the fuzz's batched problems passed on an H100, where it
@@ -120,7 +120,7 @@ def _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activatio
     if torch.compiler.is_compiling() or not _plain(a, b, c, bias) or torch._C._are_functorch_transforms_active():
         return ("under torch.compile (or over fake tensors) the per-matrix path's operators trace; the one-launch path "
                 "is no operator yet")  # fmt: skip
-    if forward_ad():
+    if dual(a, b, c, bias):
         return "dual tensors (forward-mode AD) take the per-matrix path, whose products carry their tangents"
 
     if batched_tc07.prepared(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation):

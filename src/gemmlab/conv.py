@@ -28,7 +28,7 @@ from . import amp
 from .activations import ACTIVATIONS
 from .conv_im2col import filter_matrix, im2col  # noqa: F401
 from .conv_shape import CONV_OP_ARGS, _is_int, _pair, _suggests_channels_last, conv_geometry, empty_result  # noqa: F401
-from .ops import _plain, _transformed, forward_ad, gemm, wants_grad
+from .ops import _plain, _transformed, dual, gemm, wants_grad
 
 
 ALGORITHMS = ("im2col", "implicit", "tma", "gather")  # conv01 (on gemm()), conv02, conv03, conv04
@@ -241,7 +241,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     region = amp.region_dtype(x, precision)
     if region is not None:
         x, weight, bias = amp.cast(x, region), amp.cast(weight, region), amp.cast(bias, region)
-    if (_transformed(x, weight, bias) or forward_ad()) and not torch.compiler.is_compiling():  # gemmlab.conv_func
+    if (_transformed(x, weight, bias) or dual(x, weight, bias)) and not torch.compiler.is_compiling():  # gemmlab.conv_func
         from .conv_func import conv2d_unfolded
 
         _check(x, weight, bias, groups, activation)

@@ -16,7 +16,7 @@ from torch import Tensor
 from . import amp, api
 from .activations import ACTIVATIONS, check_activation
 from .conv import conv2d
-from .ops import _column_major, _plain, forward_ad, gemm, wants_grad
+from .ops import _column_major, _plain, dual, gemm, wants_grad
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None) -> Tensor:
@@ -40,7 +40,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     if wants_grad(x, weight, bias):  # the activation is left to torch, which keeps its input for its gradient
         fused = None
         if (_plain(x2, weight, bias) and not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active()
-                and not forward_ad()):
+                and not dual(x2, weight, bias)):
             d = _LinearFunction.apply(x2, weight, bias, device)
         else:  # a trace, a tensor subclass, a functorch transform, dual tensors: through the operator
             d = gemm(x2, weight.t(), device=device, bias=bias)

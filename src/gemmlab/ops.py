@@ -230,10 +230,16 @@ _WRAPPED = torch._C._functorch.is_functorch_wrapped_tensor
 _FORWARD_AD = torch.autograd.forward_ad
 
 
-def forward_ad() -> bool:
-    """Whether torch.autograd.forward_ad's dual level is open (its own counter: -1 outside any), so
-    that a tensor may carry a tangent that an eager path without a jvp would drop."""
-    return _FORWARD_AD._current_level >= 0
+def dual(*tensors) -> bool:
+    """Whether one of these carries a tangent of torch.autograd.forward_ad (a dual tensor), which an
+    eager path without a jvp would drop. Outside a dual level (forward_ad's own counter at -1) this
+    is one comparison."""
+    if _FORWARD_AD._current_level < 0:
+        return False
+    for t in tensors:
+        if isinstance(t, Tensor) and _FORWARD_AD.unpack_dual(t).tangent is not None:
+            return True
+    return False
 
 
 def _transformed(*tensors) -> str | None:
@@ -270,10 +276,12 @@ def wants_grad(*tensors) -> bool:
 def _needs_operator(*tensors) -> bool:
     """Under a torch.compile trace, where autograd would record the call, or where a tensor is a
     functional one (AOT autograd tracing a backward pass that calls gemm, as conv2d's does;
-    torch.library.opcheck traces so without torch.compile). A fake tensor alone is not enough:
-    under FakeTensorMode api.gemm checks the call, with its own errors, and returns a fake result."""
+    torch.library.opcheck traces so without torch.compile), under torch.func's transforms, or where
+    a tensor carries a forward-mode tangent (both through _GemmFunctorch). A fake tensor alone is
+    not enough: under FakeTensorMode api.gemm checks the call, with its own errors, and returns a
+    fake result."""
     return (torch.compiler.is_compiling() or wants_grad(*tensors) or type(tensors[0]) is FunctionalTensor
-            or _transformed(*tensors) or _FORWARD_AD._current_level >= 0)  # (torch.func, dual tensors: _GemmFunctorch)
+            or _transformed(*tensors) or (_FORWARD_AD._current_level >= 0 and dual(*tensors)))
     # (a's type alone: under AOT tracing every tensor of the call is functional, and this runs on
     # every eager gemm() call, where a loop over all four cost host time for nothing)
 
@@ -298,6 +306,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
         return gemm_op(*args)
     if torch._C._are_functorch_transforms_active():  # (batched, or inside a vmap rule: the operator)
         return _GemmFunctorch.apply(*args) if _transformed(a, b, c, bias) == "grad" else gemm_op(*args)
-    if forward_ad():  # dual tensors (torch.autograd.forward_ad): the Function with a jvp
+    if dual(a, b, c, bias):  # tangents of torch.autograd.forward_ad: the Function with a jvp
         return _GemmFunctorch.apply(*args)
     return _GemmFunction.apply(*args)
