@@ -20,6 +20,7 @@
 # "few-tiles" the bf16 GEMMs auto leaves on a few tc04 tiles against tc09 staged and torch.mm (scripts/probe_few_tiles.py), "linear" the fused Linear + GELU against torch,
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
+# "model" a torchvision network (ResNet-50) on gemmlab.nn.convert against torch's own, inference and a training step (scripts/model_bench.py; MODEL_SECONDS at most),
 # "train-amp" the same step in mixed precision (float32 parameters, the forward pass under torch.autocast to bf16; sweeps/train/block-amp.toml),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
 # "fp32-shapes" gemm()'s choice for exact float32 over sweeps/fp32-shapes.toml against cuBLAS SGEMM (the float32 target's records),
@@ -261,6 +262,12 @@ if want train-amp; then
   step "train-bench: the block's training step under torch.autocast to bf16, float32 parameters (sweeps/train/block-amp.toml; ${TRAIN_SECONDS:-480} s at most)"
   timeout "${TRAIN_SECONDS:-480}" python3 -m gemmlab train-bench --sweep sweeps/train/block-amp.toml --out "$OUT/results" 2>&1 \
     | tee -a "$LOG" || fail "train-bench, mixed precision"
+fi
+
+if want model; then
+  step "model-bench: torchvision's ResNet-50 on gemmlab (gemmlab.nn.convert) against torch's own, inference and a training step, bf16 (scripts/model_bench.py; ${MODEL_SECONDS:-480} s at most)"
+  timeout "${MODEL_SECONDS:-480}" python3 scripts/model_bench.py --model resnet50 --out "$OUT/results" 2>&1 \
+    | tee -a "$LOG" || fail "model-bench"
 fi
 
 if want cold-start; then
