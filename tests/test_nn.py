@@ -221,3 +221,43 @@ def test_a_model_exports_with_the_operator_in_its_graph_and_a_dynamic_batch():
     exported = torch.export.export(conv, (image,))
     assert "gemmlab.gemm.default" in [str(n.target) for n in exported.graph.nodes]
     torch.testing.assert_close(exported.module()(image), conv(image))
+
+
+def test_a_model_on_the_meta_device_runs_shapes_only_as_torchs_does():
+    """Linear, Conv2d (plain, grouped, depthwise), linear, matmul and bmm on meta tensors (a model
+    built with device="meta" to be materialised later): torch's shapes and dtypes, gradients'
+    shapes through backward, and a bad call refused with gemm()'s own error."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, groups=2),
+                                torch.nn.Conv2d(8, 8, 3, groups=8), torch.nn.Flatten(), torch.nn.Linear(8 * 3 * 3, 5))  # fmt: skip
+    ours = gemmlab.nn.convert(copy.deepcopy(model).to("meta"))
+    x = torch.randn(2, 3, 7, 7, device="meta", requires_grad=True)
+    y = ours(x)
+    assert (y.shape, y.device, y.dtype) == (model(torch.randn(2, 3, 7, 7)).shape, torch.device("meta"), torch.float32)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and all(p.grad.shape == p.shape for p in ours.parameters())
+    meta = dict(device="meta")
+    assert gemmlab.linear(torch.randn(3, 4, **meta), torch.randn(5, 4, **meta), torch.randn(5, **meta), "gelu").shape == (3, 5)
+    assert gemmlab.matmul(torch.randn(2, 3, 4, **meta), torch.randn(4, 6, **meta)).shape == (2, 3, 6)
+    assert gemmlab.bmm(torch.randn(2, 3, 4, **meta), torch.randn(2, 4, 6, **meta)).shape == (2, 3, 6)
+    with pytest.raises(ValueError, match=r"inner dimensions differ: a is \(2, 4\), b is \(5, 3\)"):
+        gemmlab.gemm(torch.randn(2, 4, **meta), torch.randn(5, 3, **meta))
+
+
+def test_inputs_of_any_strides_as_torchs_layers_take_them():
+    """An expanded input (rows that overlap: stride 0), a column-major one and a strided slice
+    through linear, nn.Linear, matmul and bmm: copied where gemm() cannot read them, as torch's
+    own take any strides (gemm() itself refuses an overlapping operand with a clear error)."""
+    torch.manual_seed(0)
+    w, b, bias = torch.randn(3, 4), torch.randn(4, 3), torch.randn(3)
+    layer = gemmlab.nn.Linear(4, 3)
+    for x in (torch.randn(1, 4).expand(5, 4), torch.randn(4, 5).t(), torch.randn(10, 8)[::2, ::2],
+              torch.randn(2, 1, 4).expand(2, 5, 4)):  # fmt: skip
+        torch.testing.assert_close(gemmlab.linear(x, w, bias), F.linear(x, w, bias))
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+        torch.testing.assert_close(gemmlab.matmul(x, b, device="cpu"), x @ b)
+    for a in (torch.randn(2, 1, 4).expand(2, 5, 4), torch.randn(2, 4, 5).transpose(1, 2), torch.randn(1, 5, 4).expand(2, 5, 4)):
+        b3 = torch.randn(2, 4, 3)
+        torch.testing.assert_close(gemmlab.bmm(a, b3, device="cpu"), torch.bmm(a, b3))
+        torch.testing.assert_close(gemmlab.matmul(a, b3, device="cpu"), a @ b3)
+    with pytest.raises(ValueError, match="rows overlap: row stride 0 < 4 columns; pass a.contiguous"):
+        gemmlab.gemm(torch.randn(1, 4).expand(5, 4), b, device="cpu")

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from . import amp, batched_tc07
 from .activations import ACTIVATIONS
-from .ops import _plain, dual, gemm, gemm_op, wants_grad
+from .ops import _plain, _readable, dual, gemm, gemm_op, wants_grad
 
 # Whether bmm takes the one-launch path (batched_tc07) wherever it can serve a call: on since its
 # GPU tests (tests/test_batched_tc07.py) and the fuzz's batched problems passed on an H100, where it
@@ -74,6 +74,7 @@ def bmm(a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha=1.0, beta=0.0, k
         a, b, c, bias = amp.cast_operands(region, a, b, c, bias, out_dtype)
     if a.dim() == 2 and b.dim() == 2:
         raise ValueError("neither a nor b has a batch dimension: use gemmlab.gemm for one product")
+    a, b = _readable(a, True), _readable(b, True)  # (matrices gemm cannot read copied, as torch.bmm takes any strides)
     batch = a.shape[0] if a.dim() == 3 else b.shape[0]
     if a.dim() == 3 and b.dim() == 3 and a.shape[0] != b.shape[0]:
         raise ValueError(f"batch sizes differ: a has {a.shape[0]} matrices, b has {b.shape[0]}")
@@ -212,10 +213,10 @@ def matmul(a: Tensor, b: Tensor, *, kernel="auto", precision="fp32", out_dtype=N
     N = B.shape[-1]
     if B.shape[-2] != K:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    if A.dim() == 2 and B.dim() == 2:
-        d = gemm(A, B, **kw)
+    if A.dim() == 2 and B.dim() == 2:  # (views gemm cannot read copied, as torch.matmul takes any strides)
+        d = gemm(_readable(A, True), _readable(B, True), **kw)
     elif B.dim() == 2:  # a batch against one matrix: a's rows stacked, one GEMM
-        d = gemm(A.reshape(math.prod(A.shape[:-1]), K), B, **kw).reshape(*A.shape[:-1], N)
+        d = gemm(_readable(A.reshape(math.prod(A.shape[:-1]), K), True), _readable(B, True), **kw).reshape(*A.shape[:-1], N)
     else:
         try:
             batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])

@@ -16,7 +16,7 @@ from torch import Tensor
 from . import amp, api
 from .activations import ACTIVATIONS, check_activation
 from .conv import conv2d
-from .ops import _column_major, _plain, dual, gemm, wants_grad
+from .ops import _column_major, _plain, _readable, dual, gemm, wants_grad
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None) -> Tensor:
@@ -33,16 +33,16 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     region = amp.region_dtype(x)
     if region is not None:
         x, weight, _, bias = amp.cast_operands(region, x, weight, None, bias)
-    x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-    if x2.shape[0] > 1 and x2.shape[1] > 1 and 1 not in x2.stride():  # a view gemm cannot read
-        x2 = x2.contiguous()
+    # (a view gemm cannot read -- neither row- nor column-major, or rows that overlap, as an expanded
+    # input's -- is copied, as F.linear takes any strides)
+    x2 = _readable(x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), True)
     device = "cpu" if x.device.type == "cpu" else None
     if wants_grad(x, weight, bias):  # the activation is left to torch, which keeps its input for its gradient
         fused = None
         if (_plain(x2, weight, bias) and not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active()
-                and not dual(x2, weight, bias)):
+                and not dual(x2, weight, bias) and not x2.is_meta):
             d = _LinearFunction.apply(x2, weight, bias, device)
-        else:  # a trace, a tensor subclass, a functorch transform, dual tensors: through the operator
+        else:  # a trace, a tensor subclass, a functorch transform, dual or meta tensors: through the operator
             d = gemm(x2, weight.t(), device=device, bias=bias)
     else:
         fused = activation

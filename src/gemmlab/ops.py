@@ -25,7 +25,8 @@ from torch import Tensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 
 from . import amp, api
-from .activations import ACTIVATIONS
+from .activations import ACTIVATIONS, post_code
+from .problem import problem_from_tensors
 
 
 # flexible_layout: inductor passes the inputs in whatever strides it made them, and the operator
@@ -76,14 +77,16 @@ def _check_in_storage(name: str, t: Optional[Tensor]) -> None:
 
 def _readable(t: Optional[Tensor], transposable: bool) -> Optional[Tensor]:
     """t, or a contiguous copy where its strides are ones gemm does not read (an operand neither
-    row- nor column-major, or whose rows overlap; a C not row-major): a layout the operator's
-    callers may hand it under torch.compile, where its inputs' strides are left to inductor."""
-    if t is None or t.dim() != 2 or min(t.shape) <= 1:
+    row- nor column-major, or whose rows overlap, as an expanded one's; a C not row-major): a
+    layout the operator's callers may hand it under torch.compile, where its inputs' strides are
+    left to inductor, and one that linear, matmul and bmm take as torch's do. A batch ([B, rows,
+    cols]) by the strides of its matrices (the batch's own stride is bmm's to judge)."""
+    if t is None or t.dim() < 2 or min(t.shape[-2:]) <= 1:
         return t
-    rows, cols = t.shape
-    if t.stride(1) == 1 and t.stride(0) >= cols:
+    rows, cols = t.shape[-2:]
+    if t.stride(-1) == 1 and t.stride(-2) >= cols:
         return t
-    if transposable and t.stride(0) == 1 and t.stride(1) >= rows:
+    if transposable and t.stride(-2) == 1 and t.stride(-1) >= rows:
         return t
     return t.contiguous()
 
@@ -126,13 +129,28 @@ def _product_in_layout(p: Tensor, q: Tensor, transposed: bool, alpha: float, pre
     return _product(p, q, None, alpha, 0.0, "auto", precision, None)
 
 
+def _on_meta(a, b, c, alpha, beta, kernel, out, precision, out_dtype, bias, activation) -> Tensor:
+    """gemm() on meta tensors, as torch's own ops run there: the call checked as on a GPU (the same
+    errors), then the operator's shape-only implementation, with its gradients; out= is returned as
+    it is."""
+    problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision, out_dtype=out_dtype,
+                         device_type="meta")  # fmt: skip
+    post_code(bias is not None, activation)  # (the activation's name checked)
+    if bias is not None and (not isinstance(bias, Tensor) or tuple(bias.shape) != (b.shape[1],)):
+        raise ValueError(f"bias must be a vector of N = {b.shape[1]} elements, got {getattr(bias, 'shape', bias)}")
+    if out is not None:
+        return out
+    return gemm_op(a, b, c, float(alpha), float(beta), kernel, precision, out_dtype, bias, activation)
+
+
 def _product(*args) -> Tensor:
     """A product of the backward pass: through the operator where autograd records it (a backward
     pass with create_graph) or a trace needs it, else launched directly; under torch.func's
     transforms, through _GemmFunctorch, so that they see the backward pass's products too."""
     if _transformed(*args[:3], *args[8:9]) == "grad" and not torch.compiler.is_compiling():
         return _GemmFunctorch.apply(*args, *(None,) * (10 - len(args)))
-    if torch.is_grad_enabled() or not _plain(*args[:3], *args[8:9]) or torch.compiler.is_compiling():
+    if (torch.is_grad_enabled() or not _plain(*args[:3], *args[8:9]) or torch.compiler.is_compiling()
+            or args[0].is_meta):
         return gemm_op(*args)
     return _run(*args, *(None,) * (10 - len(args)), traced=False)  # (bias and activation: none unless given)
 
@@ -295,6 +313,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, kernel="auto", out=None, device=N
     region = amp.region_dtype(a, precision, out)
     if region is not None:
         a, b, c, bias = amp.cast_operands(region, a, b, c, bias, out_dtype)
+    if isinstance(a, Tensor) and a.is_meta:  # shapes only (a model on the meta device)
+        return _on_meta(a, b, c, alpha, beta, kernel, out, precision, out_dtype, bias, activation)
     if not _needs_operator(a, b, c, bias) or not (isinstance(a, Tensor) and (a.device.type == "cuda" or device == "cpu")):
         return api.gemm(a, b, c, alpha=alpha, beta=beta, kernel=kernel, out=out, device=device, precision=precision,
                         out_dtype=out_dtype, bias=bias, activation=activation)  # fmt: skip
