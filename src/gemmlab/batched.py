@@ -123,7 +123,6 @@ def _one_launch_refusal(a, b, c, alpha, beta, kernel, out_dtype, bias, activatio
                 "is no operator yet")  # fmt: skip
     if dual(a, b, c, bias):
         return "dual tensors (forward-mode AD) take the per-matrix path, whose products carry their tangents"
-
     if batched_tc07.prepared(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation):
         return None  # a call of this kind was served before: nothing in the refusal has changed
     return batched_tc07.refusal(a, b, c, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)

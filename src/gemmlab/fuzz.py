@@ -41,7 +41,7 @@ from .api import gemm
 from .batched import ONE_LAUNCH, bmm
 from .fuzz_loop import Summary as RunSummary, drive, reasons
 from .fuzz_tensors import batch_operand, operand
-from .configs import select
+from .configs import TC07_TILES, select
 from .problem import problem_from_tensors
 from .activations import ACTIVATIONS, apply_post, post_code
 from .reference import error_terms, reference, reference_norm, reference_post, tolerance
@@ -196,8 +196,9 @@ REGIMES: dict[str, tuple[float, str, Callable[[random.Random], tuple[int, int, i
                  lambda r: _one_wave(r)),
 }  # fmt: skip
 
-# tc07's block tiles (BM, BN): a "one-wave" problem is about an SM's worth of one of them
-WAVE_TILES = ((128, 256), (128, 192), (192, 128), (192, 256), (128, 128), (64, 128))
+# tc07's block tiles (BM, BN), its default and those tile_time weighs (TC07_TILES): a "one-wave"
+# problem is about an SM's worth of one of them
+WAVE_TILES = tuple(dict.fromkeys([(128, 256)] + [(o.get("BM", 128), o.get("BN", 256)) for o, _ in TC07_TILES]))
 
 
 def _one_wave(rng: random.Random) -> tuple[int, int, int]:

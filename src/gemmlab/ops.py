@@ -133,11 +133,11 @@ def _on_meta(a, b, c, alpha, beta, kernel, out, precision, out_dtype, bias, acti
     """gemm() on meta tensors, as torch's own ops run there: the call checked as on a GPU (the same
     errors), then the operator's shape-only implementation, with its gradients; out= is returned as
     it is."""
-    problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision, out_dtype=out_dtype,
-                         device_type="meta")  # fmt: skip
+    problem = problem_from_tensors(a, b, c, out, alpha=alpha, beta=beta, precision=precision, out_dtype=out_dtype,
+                                   device_type="meta")  # fmt: skip
     post_code(bias is not None, activation)  # (the activation's name checked)
-    if bias is not None and (not isinstance(bias, Tensor) or tuple(bias.shape) != (b.shape[1],)):
-        raise ValueError(f"bias must be a vector of N = {b.shape[1]} elements, got {getattr(bias, 'shape', bias)}")
+    if bias is not None:
+        api._bias_for(problem, bias)  # (its errors; the operator converts it itself)
     if out is not None:
         return out
     return gemm_op(a, b, c, float(alpha), float(beta), kernel, precision, out_dtype, bias, activation)

@@ -41,7 +41,8 @@ class Block(nn.Module):
 
 
 def on_gemmlab(model: nn.Module) -> nn.Module:
-    """A copy of the model with every nn.Linear replaced by gemmlab.nn.Linear holding the same weights."""
+    """A copy of the model on gemmlab's layers (gemmlab.nn.convert): every nn.Linear a gemmlab.nn.Linear
+    holding the same weights."""
     ours = convert(copy.deepcopy(model))
     assert not any(type(m) is nn.Linear for m in ours.modules())
     return ours
