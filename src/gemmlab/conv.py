@@ -233,7 +233,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
 
     Inside a CUDA autocast region, as F.conv2d, x, weight and bias run in its dtype unless precision
     names float32's tensor-core math (gemmlab.amp). Under torch.func's transforms (vmap, grad, vjp,
-    jacrev: per-sample gradients) a call runs on unfolded receptive fields and gemm(), whatever
+    jacrev: per-sample gradients) a call runs on im2col's matrix and gemm(), whatever
     algorithm names (gemmlab.conv_func)."""
     if isinstance(x, Tensor) and x.dim() == 3:  # one image [C, H, W], as F.conv2d takes it
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, activation, precision,
