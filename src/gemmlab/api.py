@@ -462,27 +462,33 @@ _WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 def _workspace(plan: _Plan) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The workspace (fp32 parts, flags) a kernel that takes one (stream-K, split K) needs, on the
     current stream; None for the others."""
-    need = plan.ws_need
-    if need is None:
+    if plan.ws_need is None:
         return None
-    floats, flags = need
-    key = (plan.device_id, launch.current_stream_handle(plan.device_id))
+    # at least a block on every SM, so that problems of growing size do not reallocate it each time
+    return stream_workspace(plan.device_id, *plan.ws_need,
+                            lambda: plan.spec.workspace(plan.config, (sm_count(plan.device_id), 1, 1)))
+
+
+def stream_workspace(device_id: int, floats: int, flags: int, most=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The current stream's workspace (fp32 parts, uint32 flags zero between launches) of at least
+    floats and flags; where it grows, to most() (floats, flags) too and to twice what grew. Shared
+    by the specs with a workspace and conv06 (gemmlab.conv_wgrad_tma)."""
+    key = (device_id, launch.current_stream_handle(device_id))
     ws = _WORKSPACES.get(key)
     fits = ws is not None and ws[0].numel() >= floats and ws[1].numel() >= flags
     if not fits and torch.cuda.is_current_stream_capturing():
         # a workspace of this call's own, from the graph's pool (its zeroing is captured too)
-        dev = torch.device("cuda", plan.device_id)
+        dev = torch.device("cuda", device_id)
         return torch.empty(floats, dtype=torch.float32, device=dev), torch.zeros(flags, dtype=torch.int32, device=dev)
     if not fits:
-        # at least a block on every SM, so that problems of growing size do not reallocate it each time
-        most = plan.spec.workspace(plan.config, (sm_count(plan.device_id), 1, 1))
-        floats, flags = max(floats, most[0]), max(flags, most[1])
+        if most is not None:
+            floats, flags = (max(have, want) for have, want in zip((floats, flags), most()))
         if ws is not None:
             have_floats, have_flags = ws[0].numel(), ws[1].numel()
             floats = max(floats, 2 * have_floats) if floats > have_floats else have_floats
             flags = max(flags, 2 * have_flags) if flags > have_flags else have_flags
-        ws = _WORKSPACES[key] = (launch.held_tensor((floats,), torch.float32, plan.device_id),
-                                 launch.held_tensor((flags,), torch.int32, plan.device_id))  # fmt: skip
+        ws = _WORKSPACES[key] = (launch.held_tensor((floats,), torch.float32, device_id),
+                                 launch.held_tensor((flags,), torch.int32, device_id))  # fmt: skip
     return ws
 
 

@@ -33,6 +33,9 @@ from .ops import _plain, _transformed, dual, gemm, wants_grad
 
 ALGORITHMS = ("im2col", "implicit", "tma", "gather")  # conv01 (on gemm()), conv02, conv03, conv04
 CHOICES = ("auto", *ALGORITHMS)  # conv2d's algorithm=: "auto" picks one of the steps a call (choose_algorithm)
+# The filter gradient on conv06 where it serves (conv_wgrad); False: always the GEMM over the
+# im2col matrix.
+WGRAD_TMA = True
 
 
 def _check(x, weight, bias, groups, activation) -> None:
@@ -498,9 +501,13 @@ def conv_dgrad(dy: Tensor, weight: Tensor, g: dict, algorithm: str = "im2col", p
 
 def conv_wgrad(x: Tensor, dy: Tensor, g: dict, precision: str = "fp32") -> Tensor:
     """The filter's gradient of a convolution of geometry g, [K, C, R, S] (channels_last memory):
-    the GEMM dY_rows^T @ im2col(x) (gemmlab.conv_grad), dY_rows read transposed in place."""
+    the GEMM dY_rows^T @ im2col(x) (gemmlab.conv_grad), dY_rows read transposed in place; on conv06,
+    which reads im2col(x) through the TMA without building it, where it serves (conv_wgrad_tma)."""
+    from . import conv_wgrad_tma
     from .conv_grad import dy_rows, filter_from_rows
 
+    if WGRAD_TMA and conv_wgrad_tma.why_not(x, dy, g) is None:
+        return filter_from_rows(conv_wgrad_tma.wgrad(x, dy, g), g)
     m = gemm(dy_rows(dy).t(), im2col(x, g), precision=precision, device="cpu" if x.device.type == "cpu" else None)
     return filter_from_rows(m, g)
 

@@ -412,3 +412,70 @@ def conv05_channel_vectors(channels: int, vec: int, taps: int) -> int | None:
 
 CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04, CONV_05, CONV_05_DGRAD, CONV_05_WGRAD,
                                          CONV_05_WGRAD_SUM)  # fmt: skip
+
+
+# conv06: the filter gradient on tc09's pipeline with B's stages copied from the input's im2col map
+# (kernels/conv/06_tma_wgrad.cu). Its shared memory is tc09's for the same tile: BM x 64 of dY and
+# 64 pixels x 256 columns a stage, the staging buffers and barriers, the schedule.
+def _conv06_tc09(c: GemmConfig) -> GemmConfig:
+    """The tc09 config whose body conv06 runs (kernels/conv/06_tma_wgrad.cu's template arguments)."""
+    from .persistent import TC_09
+
+    return TC_09.config(BM=c["BM"], BN=256, BK=64, STAGES=c["STAGES"], CM=1, GROUP=8, TMA_STORE=1, TB=0, TA=1, EPI=0,
+                        SPLIT=1)  # fmt: skip
+
+
+CONV06_STAGES = {64: 5, 128: 4}  # the deepest ring beside the staging buffers, by BM
+
+
+def _conv06_check(c: GemmConfig) -> str | None:
+    if c["BM"] not in CONV06_STAGES:
+        return "BM must be 64 or 128 (one or two consumer warpgroups of 64 output channels)"
+    if c["STAGES"] < 2:
+        return "STAGES must be at least 2"
+    return _smem_fits(_conv06_smem(c), 227 * 1024)
+
+
+def _conv06_smem(c: GemmConfig) -> int:
+    from .persistent import TC_09
+
+    return TC_09.dynamic_smem(_conv06_tc09(c))
+
+
+CONV_06 = KernelSpec(
+    id="conv06_tma_wgrad",
+    step=6,
+    title="filter gradient, TMA im2col",
+    idea="dW = dY_rows^T @ im2col(x) on tc09's stream-K/split-K pipeline, B's stages (64 pixels x 64 channels a box) "
+    "copied from x's im2col map: no im2col matrix",
+    source="conv/06_tma_wgrad.cu",
+    entry="conv_tma_wgrad",
+    params=(
+        Param("BM", 128, "filter rows (output channels) a block: 64 per consumer warpgroup (64 or 128)"),
+        Param("STAGES", 4, "shared buffers in the TMA ring (a stage: 64 pixels of dY and of 256 (r, s, c) columns)"),
+    ),
+    block=lambda c: (c["BM"] // 64 * 128 + 128, 1, 1),
+    grid=lambda M, N, c: (cdiv(M, c["BM"]) * cdiv(N, 256), 1, 1),  # capped by the host at the blocks resident at once
+    dtypes=(torch.bfloat16, torch.float16),
+    dynamic_smem=_conv06_smem,
+    check_config=_conv06_check,
+    seeds="the filter gradient as an implicit GEMM: conv03's im2col map as tc09's B",
+    type_param=True,
+    min_capability=(9, 0),
+)
+
+
+def conv06_config(out_channels: int, columns: int | None = None, sms: int = 132) -> GemmConfig:
+    """conv06's config for a filter of out_channels rows and columns = R*S*C on sms SMs: one
+    consumer warpgroup (BM = 64) where the rows fit in it, else two -- unless 128-row tiles would
+    come to more than half a wave and less than a whole one and 64-row tiles would not: tc09 splits
+    along K only up to half a wave of tiles and balances stream-K pieces only past a whole one, so
+    in between each tile runs whole on its own SM and the rest idle (ResNet-50's last 3x3 layers,
+    512 x 4608: 72 tiles of 128 rows, 144 of 64). The deepest ring that fits."""
+
+    def idles(bm: int) -> bool:
+        tiles = cdiv(out_channels, bm) * cdiv(columns, 256)
+        return sms < 2 * tiles and tiles < sms
+
+    bm = 64 if out_channels <= 64 or (columns is not None and idles(128) and not idles(64)) else 128
+    return CONV_06.config(BM=bm, STAGES=CONV06_STAGES[bm])

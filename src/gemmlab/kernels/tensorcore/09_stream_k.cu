@@ -22,18 +22,49 @@
 // tile with stream-K at every square measured but 6144 (docs/ladder.md, "Stream-K on the 192-row tile").
 #include "common/tma.cuh"
 
+namespace gemmlab {
+// A convolution's geometry, for the filter gradient's B (FIELDS = 1: kernels/conv/06_tma_wgrad.cu):
+// its input channels, filter width, output columns and pixels an image, stride, padding, dilation.
+struct ConvFields {
+    int C, S, Q, PQ, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+};
+
+// B's K stage of the filter gradient, [BK pixels][BN columns of (r, s, c)], through the im2col
+// map of the input: BN / 64 boxes of BK output pixels x 64 channels, each at its tap's offsets --
+// the layout load_stage gives a row-major B (64-column boxes, 128-byte swizzled). Output pixel k0
+// (n, p, q) puts the filter's base at input row p * stride_h - pad_h and column q * stride_w - pad_w
+// of image n; pixels past the last image arrive as zeros. A box past the last column (N) loads
+// column 0's instead: the same bytes on the barrier, in columns no store reaches.
+template <typename T, int BN, int BK>
+__device__ __forceinline__ void load_fields_stage(unsigned s, const TensorMap* tm, unsigned full, int k0, int col0,
+                                                  int N, const ConvFields& f) {
+    const int n = k0 / f.PQ, pq = k0 - n * f.PQ, p = pq / f.Q, q = pq - p * f.Q;
+    const int h = p * f.stride_h - f.pad_h, w = q * f.stride_w - f.pad_w;
+#pragma unroll
+    for (int box = 0; box < BN / 64; ++box) {
+        const int col = col0 + box * 64 < N ? col0 + box * 64 : 0;
+        const int tap = col / f.C, c = col - tap * f.C, r = tap / f.S, s_ = tap - r * f.S;
+        tma_load_im2col_4d(s + box * BK * 128, tm, full, c, w, h, n, static_cast<unsigned short>(s_ * f.dil_w),
+                           static_cast<unsigned short>(r * f.dil_h));
+    }
+}
+}  // namespace gemmlab
+
 // T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA, EPI: as tc07, the register budget too (BM = 192:
 // 160 registers a thread, launched with 128, the producer giving back to 32). SPLIT: 1 with the
 // split-K of few tall tiles, 0 without its code (gemmlab launches SPLIT = 1 only where it splits).
 // WS: fp32 parts of split tiles, 64 x 256 a consumer warpgroup and block of the grid; FLAGS: one a
 // consumer warpgroup and block, zero between launches (the reader resets each it consumed).
+//
+// The kernel's body, for tc_stream_k below and conv06's conv_tma_wgrad (FIELDS = 1: B is the
+// im2col matrix of a convolution's input, read through tmB, an im2col map, with `fields` its
+// geometry; row-major B (TB = 0) and single blocks (CM = 1) only).
 template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
-          int EPI, int SPLIT, int POST = 0>
-__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 ? 168 : 232)
-tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
-            const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
-            unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
-            const TD* __restrict__ bias) {
+          int EPI, int SPLIT, int POST, int FIELDS>
+__device__ __forceinline__ void stream_k_body(const gemmlab::TensorMap& tmA, const gemmlab::TensorMap& tmB,
+                                              const gemmlab::TensorMap& tmD, const TD* C, TD* D, float* WS,
+                                              unsigned* FLAGS, int M, int N, int K, int ldc, int ldd, float alpha,
+                                              float beta, const TD* __restrict__ bias, const gemmlab::ConvFields& fields) {
     constexpr int CONSUMERS = BM / 64;
     constexpr int STAGE_A = BM * BK, STAGE_B = BK * BN;
     constexpr unsigned STAGE_BYTES = (STAGE_A + STAGE_B) * sizeof(T);
@@ -47,6 +78,7 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     static_assert(CM == 1 || CM == 2 || CM == 4, "clusters of 1, 2 or 4 blocks along M (each loads BN / 64 / CM boxes of B)");
     static_assert(STAGES >= 2 && GROUP >= 1, "a ring of at least two stages; groups of at least one row");
     static_assert(sizeof(T) == 2, "16-bit inputs");
+    static_assert(FIELDS == 0 || (CM == 1 && TB == 0), "the im2col B: single blocks, a row-major B");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (gemmlab::smem_addr(smem_raw) & 1023)) & 1023);
     T* sA = reinterpret_cast<T*>(smem);    // [STAGES][BM][BK], or [STAGES][BM / 64][BK][64] (TA)
@@ -102,8 +134,12 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
                     const unsigned bar = gemmlab::smem_addr(&full[stage]);
                     gemmlab::load_stage<T, BM, BK, 1, 1 - TA>(sA_addr + stage * STAGE_A * sizeof(T), &tmA, bar, k0,
                                                               row0, 0);
-                    gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0,
-                                                           col0, rank);
+                    if constexpr (FIELDS)
+                        gemmlab::load_fields_stage<T, BN, BK>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0,
+                                                              col0, N, fields);
+                    else
+                        gemmlab::load_stage<T, BN, BK, CM, TB>(sB_addr + stage * STAGE_B * sizeof(T), &tmB, bar, k0,
+                                                               col0, rank);
                 }
             });
         }
@@ -186,4 +222,15 @@ tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constan
     // Peers may still multicast into this block or arrive on its barriers until they are done too.
     __syncwarp();
     if constexpr (CM > 1) gemmlab::cluster_sync();
+}
+
+template <typename T, typename TD, int BM, int BN, int BK, int STAGES, int CM, int GROUP, int TMA_STORE, int TB, int TA,
+          int EPI, int SPLIT, int POST = 0>
+__global__ void __maxnreg__(BM == 192 ? 160 : BM == 128 ? 168 : 232)
+tc_stream_k(const __grid_constant__ gemmlab::TensorMap tmA, const __grid_constant__ gemmlab::TensorMap tmB,
+            const __grid_constant__ gemmlab::TensorMap tmD, const T* A, const T* B, const TD* C, TD* D, float* WS,
+            unsigned* FLAGS, int M, int N, int K, int lda, int ldb, int ldc, int ldd, float alpha, float beta,
+            const TD* __restrict__ bias) {
+    stream_k_body<T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA, EPI, SPLIT, POST, 0>(
+        tmA, tmB, tmD, C, D, WS, FLAGS, M, N, K, ldc, ldd, alpha, beta, bias, gemmlab::ConvFields{});
 }
