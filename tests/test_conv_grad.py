@@ -81,6 +81,25 @@ def test_dgrad_and_wgrad_match_torch_s_gradients_on_the_cpu(seed):
         _close(dw, gw, 1e-4, f"dw {case}")
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_a_strided_1x1_filter_s_dgrad_is_one_gemm_at_the_strided_pixels(channels_last, monkeypatch):
+    """A projection's dX (1x1, stride, no padding) is dY_rows @ W at every stride-th pixel and zeros
+    between, rows and columns past the last reached included (H = 8 at stride 3); no forward
+    convolution of a spread dY runs; the result keeps dY's memory format."""
+    import gemmlab.conv as conv
+
+    monkeypatch.setattr(conv, "conv2d", lambda *a, **k: pytest.fail("dgrad ran a convolution"))
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    for shape, stride in (((2, 6, 8, 9), 3), ((3, 5, 7, 7), 2), ((1, 4, 6, 5), (2, 1)), ((0, 4, 6, 6), 2)):
+        x, w = torch.randn(shape), torch.randn(7, shape[1], 1, 1)
+        g = conv_geometry(tuple(x.shape), tuple(w.shape), stride, 0, 1)
+        dy = torch.randn(g["N"], 7, g["P"], g["Q"]).contiguous(memory_format=fmt)
+        dx = conv_dgrad(dy, w, g)
+        assert dx.shape == x.shape and (dx.is_contiguous(memory_format=fmt) or not dx.numel())
+        if x.numel():
+            _close(dx, _torch_grads(x, w, dy, dict(stride=stride))[0], 1e-4, f"dx {shape} {stride}")
+
+
 def test_dgrad_s_operands_keep_dy_s_memory_format():
     g = conv_geometry((2, 8, 16, 16), (16, 8, 3, 3), 2, 1, 1)  # the spread dY's 15 rows: padded 1 before, 2 after
     dy = torch.randn(2, 16, g["P"], g["Q"]).to(memory_format=torch.channels_last)

@@ -11,7 +11,6 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from gemmlab import conv_wgrad_tma, jit

@@ -485,8 +485,10 @@ def conv_dgrad(dy: Tensor, weight: Tensor, g: dict, algorithm: str = "im2col", p
     (gemmlab.conv_grad), on the algorithm asked for where it serves those operands, else the next
     (tma, implicit, gather, im2col; a forward pass on gather starts the chain at tma: dY's
     channels are the forward pass's output channels)."""
-    from .conv_grad import dgrad_operands
+    from .conv_grad import dgrad_operands, strided_pointwise_dgrad
 
+    if g["R"] == g["S"] == 1 and not any(g["pads"]) and tuple(g["stride"]) != (1, 1):
+        return strided_pointwise_dgrad(dy, weight, g, precision)
     z, w2, pad = dgrad_operands(dy, weight, g)
     if algorithm == "gather":
         algorithm = "tma"
