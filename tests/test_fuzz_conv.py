@@ -259,9 +259,13 @@ def test_a_quarter_of_conv02s_to_conv05s_cases_check_their_gradients(cases):
     """Gradient cases: drawn for about a quarter of the tma, implicit, gather and depthwise cases
     and never for im2col's, fixed by their seed, within GRAD_LIMITS (every group's work counted),
     without NaN or Inf, and over every algorithm, every epilogue, strides past 1 (dgrad's spread dY)
-    and forced conv03 tiles; grouped where conv02 runs them (its grouped build's GroupedConv)."""
-    grad = [c for c in cases if c.grad]
-    served = [c for c in cases if c.algorithm in ("implicit", "tma", "gather", "depthwise")]
+    and forced conv03 tiles; grouped where conv02 runs them (its grouped build's GroupedConv). Every
+    case of the filter-gradient regime (conv06's) that runs one of them checks its gradients."""
+    steps = ("implicit", "tma", "gather", "depthwise")
+    aimed = [c for c in cases if c.regime == "filter-gradient" and c.algorithm in steps]
+    assert aimed and all(c.grad for c in aimed)
+    grad = [c for c in cases if c.grad and c.regime != "filter-gradient"]
+    served = [c for c in cases if c.algorithm in steps and c.regime != "filter-gradient"]
     assert 0.2 < len(grad) / len(served) < 0.3, f"{len(grad)} of {len(served)}"
     assert {c.algorithm for c in grad} == {"implicit", "tma", "gather", "depthwise"}
     assert all(fuzz_conv.draw(c.seed, activation="gelu").grad for c in grad[::10])

@@ -28,14 +28,12 @@ from . import amp
 from .activations import ACTIVATIONS
 from .conv_im2col import filter_matrix, im2col  # noqa: F401
 from .conv_shape import CONV_OP_ARGS, _is_int, _pair, _suggests_channels_last, conv_geometry, empty_result  # noqa: F401
+from .conv_wgrad_tma import conv_wgrad
 from .ops import _plain, _transformed, dual, gemm, wants_grad
 
 
 ALGORITHMS = ("im2col", "implicit", "tma", "gather")  # conv01 (on gemm()), conv02, conv03, conv04
 CHOICES = ("auto", *ALGORITHMS)  # conv2d's algorithm=: "auto" picks one of the steps a call (choose_algorithm)
-# The filter gradient on conv06 where it serves (conv_wgrad); False: always the GEMM over the
-# im2col matrix.
-WGRAD_TMA = True
 
 
 def _check(x, weight, bias, groups, activation) -> None:
@@ -490,28 +488,23 @@ def conv_dgrad(dy: Tensor, weight: Tensor, g: dict, algorithm: str = "im2col", p
     if g["R"] == g["S"] == 1 and not any(g["pads"]) and tuple(g["stride"]) != (1, 1):
         return strided_pointwise_dgrad(dy, weight, g, precision)
     z, w2, pad = dgrad_operands(dy, weight, g)
-    if algorithm == "gather":
-        algorithm = "tma"
-    if algorithm == "tma" and tma_why_not(z, w2, None, 1, pad, g["dilation"]) is not None:
-        algorithm = "implicit"
-    if algorithm == "implicit" and implicit_gemm_why_not(z, w2, None) is not None:
-        algorithm = "gather"
-    if algorithm == "gather" and gather_why_not(z, w2, None, 1, pad, g["dilation"]) is not None:
-        algorithm = "im2col"
-    return conv2d(z, w2, None, 1, pad, g["dilation"], precision=precision, algorithm=algorithm)
+    key = (z.shape, z.stride(), w2.shape, w2.stride(), z.dtype, z.device, pad, tuple(g["dilation"]), algorithm)
+    chosen = _DGRAD_ALGORITHMS.get(key)
+    if chosen is None:  # the refusals depend on shapes, strides, dtype and device alone: worked out once a kind
+        chosen = "tma" if algorithm == "gather" else algorithm
+        if chosen == "tma" and tma_why_not(z, w2, None, 1, pad, g["dilation"]) is not None:
+            chosen = "implicit"
+        if chosen == "implicit" and implicit_gemm_why_not(z, w2, None) is not None:
+            chosen = "gather"
+        if chosen == "gather" and gather_why_not(z, w2, None, 1, pad, g["dilation"]) is not None:
+            chosen = "im2col"
+        if len(_DGRAD_ALGORITHMS) >= 1024:
+            _DGRAD_ALGORITHMS.clear()
+        _DGRAD_ALGORITHMS[key] = chosen
+    return conv2d(z, w2, None, 1, pad, g["dilation"], precision=precision, algorithm=chosen)
 
 
-def conv_wgrad(x: Tensor, dy: Tensor, g: dict, precision: str = "fp32") -> Tensor:
-    """The filter's gradient of a convolution of geometry g, [K, C, R, S] (channels_last memory):
-    the GEMM dY_rows^T @ im2col(x) (gemmlab.conv_grad), dY_rows read transposed in place; on conv06,
-    which reads im2col(x) through the TMA without building it, where it serves (conv_wgrad_tma)."""
-    from . import conv_wgrad_tma
-    from .conv_grad import dy_rows, filter_from_rows
-
-    if WGRAD_TMA and conv_wgrad_tma.why_not(x, dy, g) is None:
-        return filter_from_rows(conv_wgrad_tma.wgrad(x, dy, g), g)
-    m = gemm(dy_rows(dy).t(), im2col(x, g), precision=precision, device="cpu" if x.device.type == "cpu" else None)
-    return filter_from_rows(m, g)
+_DGRAD_ALGORITHMS: dict[tuple, str] = {}  # conv_dgrad's choice by kind of call
 
 
 class _ImplicitConv(torch.autograd.Function):

@@ -63,8 +63,8 @@ from .fuzz_conv_cases import (ALGORITHM_WEIGHTS, DTYPES, FALLBACK, REGIMES, STEP
 from .reference import error_terms, reference_post, tolerance
 from .conv05 import depthwise_why_not, narrow_groups_why_not
 from .conv_grouped import grouped_why_not
-from .specs.conv import (CONV03_TILES, CONV_02, CONV_03, CONV_04, CONV_05, conv02_grouped_config, conv03_config,
-                         conv03_tile_config, conv04_config, conv05_vec)  # fmt: skip
+from .specs.conv import (CONV03_TILES, CONV_02, CONV_03, CONV_04, CONV_05, CONV_06, conv02_grouped_config, conv03_config,
+                         conv03_tile_config, conv04_config, conv05_vec, conv06_config)  # fmt: skip
 
 # (the cases and their drawing, imported here too: fuzz_conv.draw, fuzz_conv.ConvCase)
 __all__ = ["ALGORITHM_WEIGHTS", "DTYPES", "REGIMES", "ConvCase", "draw", "why_not", "run_activation", "run", "replay",
@@ -535,6 +535,10 @@ def warm(seed: int, activation: str | None, dtypes: tuple[str, ...] | None = Non
                 grouped = [conv02_grouped_config(k, c) for k in (16, 32, 64, 65) for c in (4, 8)]  # (its grouped builds)
                 for cfg in (CONV_02.default_config(), *grouped):
                     jobs.setdefault(CONV_02.name_expression(cfg, dtype, dtype, post), (CONV_02, cfg, dtype, dtype, post))
+    if hopper and (algorithms is None or set(STEPS) & set(algorithms)):  # conv06: their gradient cases' wgrad
+        for dtype in sixteen:
+            for cfg in (conv06_config(k) for k in (64, 128)):
+                jobs.setdefault(CONV_06.name_expression(cfg, dtype, dtype), (CONV_06, cfg, dtype, dtype, 0))
     ahead = min(max_cases, WARM_CASES_MAX) if max_cases else WARM_CASES
     for job in _drawn_jobs(seed, activation, dtypes, algorithms, ahead):
         if job[0] is not CONV_04 or cc >= CONV_04.min_capability:

@@ -1,7 +1,8 @@
 """The convolutions `gemmlab conv-fuzz` draws (gemmlab.fuzz_conv runs and judges them): `ConvCase`,
 every choice of one fixed by its seed, and `draw`, which aims the geometry at a regime where conv02,
 conv03 and conv04 are likely to go wrong -- conv03's tile edges, short reductions, several tiles a
-persistent block, odd geometry, a network's layers -- within MAX_* work limits, and picks an
+persistent block, odd geometry, a network's layers, conv06's filter gradients -- within MAX_* work
+limits, and picks an
 algorithm that serves it (FALLBACK where the one drawn refuses). conv04's cases ("gather") take the
 regime's geometry with few input channels (mostly no multiple of 8), at most 256 output channels,
 within its builds' filter entries and shared memory, and in the layer regime the stem for half of
@@ -307,6 +308,26 @@ def _gather_fit(N, C, H, W, K, R, S, stride, padding, dilation) -> tuple:
     return N, C, H, W, K, R, S, stride, padding, dilation
 
 
+def _filter_gradient(rng: random.Random) -> tuple:
+    """conv06's (gemmlab.conv_wgrad_tma): C a multiple of 64, K a multiple of 8 around its 64- and
+    128-row tiles, filters past 1x1 (a 1x1 only at a stride), stride, dilation and padding, output
+    pixels -- its reduction -- from a few (one partial 64-pixel K step) to thousands, within a
+    gradient case's limits (every case of the regime is one: draw), so that C stays whole."""
+    C = 64 * rng.choice((1, 1, 2, 3, 4))
+    K = rng.choice((8, 56, 64, 72, 120, 128, 136, 200, 256, 264, 512))
+    R, S = rng.choice(((3, 3), (3, 3), (1, 1), (5, 5), (7, 7), (1, 3), (3, 1), (5, 3)))
+    stride = rng.choice((2, 3)) if (R, S) == (1, 1) else rng.choice((1, 1, 2, 3))
+    dilation = rng.choice((1, 1, 2))
+    padding = rng.choice((0, R // 2, (R // 2, S // 2), (0, S // 2)))
+    macs, output, fields, input_ = GRAD_LIMITS
+    most = min(macs // (K * C * R * S), fields // (C * R * S), output // K, input_ // (C * stride * stride * 4))
+    N = rng.randint(1, 4)
+    pq = max(1, _log_int(rng, 1, max(1, most)) // N)
+    Q = _log_int(rng, 1, max(1, int(pq**0.5) * 2))
+    H, W = _image(max(1, pq // Q), Q, R, S, stride, padding, dilation, rng)
+    return N, C, H, W, K, R, S, stride, padding, dilation
+
+
 # Each regime: (weight, what it aims at, the geometry (N, C, H, W, K, R, S, stride, padding, dilation)).
 REGIMES: dict[str, tuple[float, str, Callable[[random.Random], tuple]]] = {
     "tile-edge": (0.25, "N*P*Q around multiples of 64-256 (+-1), K around 64-256 and odd", _tile_edge),
@@ -314,6 +335,8 @@ REGIMES: dict[str, tuple[float, str, Callable[[random.Random], tuple]]] = {
     "persistent": (0.2, "many output tiles, a short reduction: several tiles a persistent block", _persistent),
     "odd-geometry": (0.2, "prime images, even and non-square filters, stride, dilation, asymmetric padding", _odd_geometry),
     "layer": (0.15, "a CNN's layers (64-512 channels, 1x1 and 3x3, stride 1 and 2) and its stem", _layer),
+    "filter-gradient": (0.1, "conv06's filter gradients: C a multiple of 64, taps, strides, short and long reductions",
+                        _filter_gradient),
 }
 
 
@@ -396,7 +419,8 @@ def draw(seed: int, dtypes: tuple[str, ...] | None = None, algorithms: tuple[str
             drawn_geo = _few_channels(rng, regime, drawn_geo)
         weights = {"bf16": 0.5, "fp16": 0.5} | ({"fp32": FP32_SHARE / (1 - FP32_SHARE)} if drawn in ("im2col", "depthwise") else {})
         dtype = _weighted(rng, {d: w for d, w in weights.items() if d in wanted} or {d: 1.0 for d in wanted})
-        small = wants_grad and drawn in GRAD_ALGORITHMS  # within a gradient case's limits
+        # within a gradient case's limits (every case of the filter-gradient regime checks its gradients)
+        small = (wants_grad or regime == "filter-gradient") and drawn in GRAD_ALGORITHMS
         N, C, H, W, K, R, S, stride, padding, dilation = _fit(*drawn_geo, limits=GRAD_LIMITS if small else LIMITS)
         if drawn == "gather":
             N, C, H, W, K, R, S, stride, padding, dilation = _gather_fit(N, C, H, W, K, R, S, stride, padding, dilation)

@@ -465,6 +465,7 @@ CONV_06 = KernelSpec(
 )
 
 
+@functools.lru_cache(maxsize=256)  # (a config is checked as it is made: 0.2 ms, each backward pass's layer)
 def conv06_config(out_channels: int, columns: int | None = None, sms: int = 132) -> GemmConfig:
     """conv06's config for a filter of out_channels rows and columns = R*S*C on sms SMs: one
     consumer warpgroup (BM = 64) where the rows fit in it, else two -- unless 128-row tiles would
