@@ -29,6 +29,7 @@
 # "conv-sanitize" compute-sanitizer's memcheck, racecheck and synccheck over conv03 and conv04 (scripts/conv_sanitize.py),
 # "bmm-sanitize" the same over tc07's batched build, both epilogues (scripts/bmm_sanitize.py),
 # "tile-sanitize" the same over every tc07 tile auto can launch, forced at small problems, several tiles a block (scripts/tile_sanitize.py),
+# "wgrad-sanitize" the same over conv06 (the filter gradient through the im2col map) in each of its schedules (scripts/wgrad_sanitize.py),
 # "host" host time a call at 64^3 with gemm()'s table of kinds of call on and off, against torch (scripts/profile_host.py record),
 # "conv-fuzz" `gemmlab conv-fuzz` over CONV_FUZZ_CASES random convolutions (default 10000; conv02, conv03, conv04 and im2col in their risky regimes against float64 and cuDNN;
 # CONV_FUZZ_SECONDS at most, default 420, after compiling the builds the cases launch: conv04 compiles
@@ -186,6 +187,13 @@ fi
 if want tile-sanitize; then
   step "compute-sanitizer: memcheck, racecheck and synccheck over every tc07 tile, several tiles a block"
   sanitize_script scripts/tile_sanitize.py "tc07 tiles"
+fi
+
+# conv06, the filter gradient through the im2col map: split-K, whole tiles and stream-K pieces with
+# the grid forced down to six blocks (scripts/wgrad_sanitize.py)
+if want wgrad-sanitize; then
+  step "compute-sanitizer: memcheck, racecheck and synccheck over conv06, each schedule, several pieces a block"
+  sanitize_script scripts/wgrad_sanitize.py "conv06"
 fi
 
 if want racecheck; then
