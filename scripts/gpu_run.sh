@@ -20,6 +20,7 @@
 # "few-tiles" the bf16 GEMMs auto leaves on a few tc04 tiles against tc09 staged and torch.mm (scripts/probe_few_tiles.py), "linear" the fused Linear + GELU against torch,
 # "bmm" gemmlab.bmm in one launch and per matrix against torch.bmm (gemmlab bmm-bench, sweeps/bmm/grid.toml; BMM_SECONDS at most),
 # "train" a transformer block's training step (forward, backward, AdamW, bf16, 8192 tokens) on gemmlab.nn.Linear against torch's own nn.Linear (gemmlab train-bench, sweeps/train/block.toml; TRAIN_SECONDS at most),
+# "wgrad" the filter gradient of ResNet-50's 3x3 layers and projections: conv06, the GEMM over the im2col matrix and cuDNN's (scripts/wgrad_bench.py),
 # "model" a torchvision network (ResNet-50) on gemmlab.nn.convert against torch's own, inference and a training step (scripts/model_bench.py; MODEL_SECONDS at most),
 # "train-amp" the same step in mixed precision (float32 parameters, the forward pass under torch.autocast to bf16; sweeps/train/block-amp.toml),
 # "accuracy" precision="3xtf32" against float64 and cuBLAS SGEMM (gemmlab accuracy: docs/ladder/tc11-3xtf32.md),
@@ -270,6 +271,11 @@ if want train-amp; then
   step "train-bench: the block's training step under torch.autocast to bf16, float32 parameters (sweeps/train/block-amp.toml; ${TRAIN_SECONDS:-480} s at most)"
   timeout "${TRAIN_SECONDS:-480}" python3 -m gemmlab train-bench --sweep sweeps/train/block-amp.toml --out "$OUT/results" 2>&1 \
     | tee -a "$LOG" || fail "train-bench, mixed precision"
+fi
+
+if want wgrad; then
+  step "wgrad-bench: ResNet-50's filter gradients on conv06, on the im2col matrix and on cuDNN (scripts/wgrad_bench.py)"
+  python3 scripts/wgrad_bench.py --out "$OUT/results" 2>&1 | tee -a "$LOG" || fail "wgrad-bench"
 fi
 
 if want model; then
