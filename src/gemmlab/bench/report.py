@@ -12,6 +12,7 @@ from .records import (
 )
 from .accuracy_table import accuracy_table
 from .bmm_table import bmm_table
+from .conv_grad_tables import model_table, wgrad_table
 from .layer_tables import conv_table, linear_table
 from .train_table import train_table
 from .tables import (
@@ -86,11 +87,14 @@ def results_sections(results_root: Path) -> dict[str, str]:
     train_paths = _newest_per_gpu(train_runs, key=lambda m: m.get("dtype", ""))
     train_md = "\n\n".join(train_table(load_run(p)) for p in train_paths)
     cold_md = "\n\n".join(cold_start_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "cold-start")))
+    wgrad_md = "\n\n".join(wgrad_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "wgrad")))
+    model_md = "\n\n".join(model_table(load_run(p)) for p in _newest_per_gpu(find_runs(results_root, "model")))
     none = "_no records yet_"
     return {"results": bench_md or none, "overhead": over_md or none, "results-cpu": cpu_md or none,
             "models": models_md or none, "fp32-shapes": fp32_md or none, "conv": conv_md or none,
             "conv-depthwise": depthwise_md or none, "conv-grouped": grouped_md or none,
-            "linear": linear_md or none, "bmm": bmm_md or none, "train": train_md or none, "cold-start": cold_md or none}
+            "linear": linear_md or none, "bmm": bmm_md or none, "train": train_md or none, "cold-start": cold_md or none,
+            "wgrad": wgrad_md or none, "model": model_md or none}
 
 
 def ladder_sections(results_root: Path) -> dict[str, str]:

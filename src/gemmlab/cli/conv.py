@@ -28,9 +28,9 @@ def conv_fuzz_cmd(
     """Random convolutions in conv02's, conv03's, conv04's, conv05's and im2col's risky regimes against float64 and cuDNN; exit 1 on any wrong result.
 
     Every case comes from one seed: its geometry (tile edges, short reductions, several tiles a
-    persistent block, prime images, stride, dilation, padding; for gather few input channels and a
+    persistent block, prime images, stride, dilation, padding, conv06's filter gradients; for gather few input channels and a
     CNN's stem; for depthwise one filter a channel), memory formats, dtype, algorithm, bias, activation, a NaN or Inf now and then, and
-    for a quarter of the tma, implicit and gather cases a backward pass (dx, dw, db checked too). A wrong case is printed with its conv2d() call and a
+    for a quarter of the tma, implicit and gather cases (every one in the filter-gradient regime) a backward pass (dx, dw, db checked too). A wrong case is printed with its conv2d() call and a
     --replay line; the record (conv-fuzz-<time>.json) counts the cases by regime, dtype, algorithm,
     kernel tile and gradients, and the refusals apart."""
     import random as _random

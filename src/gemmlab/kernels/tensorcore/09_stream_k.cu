@@ -22,34 +22,6 @@
 // tile with stream-K at every square measured but 6144 (docs/ladder.md, "Stream-K on the 192-row tile").
 #include "common/tma.cuh"
 
-namespace gemmlab {
-// A convolution's geometry, for the filter gradient's B (FIELDS = 1: kernels/conv/06_tma_wgrad.cu):
-// its input channels, filter width, output columns and pixels an image, stride, padding, dilation.
-struct ConvFields {
-    int C, S, Q, PQ, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
-};
-
-// B's K stage of the filter gradient, [BK pixels][BN columns of (r, s, c)], through the im2col
-// map of the input: BN / 64 boxes of BK output pixels x 64 channels, each at its tap's offsets --
-// the layout load_stage gives a row-major B (64-column boxes, 128-byte swizzled). Output pixel k0
-// (n, p, q) puts the filter's base at input row p * stride_h - pad_h and column q * stride_w - pad_w
-// of image n; pixels past the last image arrive as zeros. A box past the last column (N) loads
-// column 0's instead: the same bytes on the barrier, in columns no store reaches.
-template <typename T, int BN, int BK>
-__device__ __forceinline__ void load_fields_stage(unsigned s, const TensorMap* tm, unsigned full, int k0, int col0,
-                                                  int N, const ConvFields& f) {
-    const int n = k0 / f.PQ, pq = k0 - n * f.PQ, p = pq / f.Q, q = pq - p * f.Q;
-    const int h = p * f.stride_h - f.pad_h, w = q * f.stride_w - f.pad_w;
-#pragma unroll
-    for (int box = 0; box < BN / 64; ++box) {
-        const int col = col0 + box * 64 < N ? col0 + box * 64 : 0;
-        const int tap = col / f.C, c = col - tap * f.C, r = tap / f.S, s_ = tap - r * f.S;
-        tma_load_im2col_4d(s + box * BK * 128, tm, full, c, w, h, n, static_cast<unsigned short>(s_ * f.dil_w),
-                           static_cast<unsigned short>(r * f.dil_h));
-    }
-}
-}  // namespace gemmlab
-
 // T, TD, BM, BN, BK, STAGES, CM, GROUP, TMA_STORE, TB, TA, EPI: as tc07, the register budget too (BM = 192:
 // 160 registers a thread, launched with 128, the producer giving back to 32). SPLIT: 1 with the
 // split-K of few tall tiles, 0 without its code (gemmlab launches SPLIT = 1 only where it splits).
