@@ -82,15 +82,16 @@ def test_dgrad_and_wgrad_match_torch_s_gradients_on_the_cpu(seed):
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-def test_a_strided_1x1_filter_s_dgrad_is_one_gemm_at_the_strided_pixels(channels_last, monkeypatch):
-    """A projection's dX (1x1, stride, no padding) is dY_rows @ W at every stride-th pixel and zeros
-    between, rows and columns past the last reached included (H = 8 at stride 3); no forward
-    convolution of a spread dY runs; the result keeps dY's memory format."""
+def test_a_1x1_filter_s_dgrad_is_one_gemm_at_the_strided_pixels(channels_last, monkeypatch):
+    """A 1x1 filter's dX without padding is dY_rows @ W: at stride 1 the whole of it, at a stride at
+    every stride-th pixel and zeros between, rows and columns past the last reached included (H = 8
+    at stride 3); no forward convolution (of a spread dY, by a flipped filter) runs; the result
+    keeps dY's memory format."""
     import gemmlab.conv as conv
 
     monkeypatch.setattr(conv, "conv2d", lambda *a, **k: pytest.fail("dgrad ran a convolution"))
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    for shape, stride in (((2, 6, 8, 9), 3), ((3, 5, 7, 7), 2), ((1, 4, 6, 5), (2, 1)), ((0, 4, 6, 6), 2)):
+    for shape, stride in (((2, 6, 8, 9), 3), ((3, 5, 7, 7), 2), ((1, 4, 6, 5), (2, 1)), ((0, 4, 6, 6), 2), ((2, 6, 5, 7), 1)):
         x, w = torch.randn(shape), torch.randn(7, shape[1], 1, 1)
         g = conv_geometry(tuple(x.shape), tuple(w.shape), stride, 0, 1)
         dy = torch.randn(g["N"], 7, g["P"], g["Q"]).contiguous(memory_format=fmt)

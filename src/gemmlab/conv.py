@@ -480,13 +480,14 @@ def _implicit(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, d
 def conv_dgrad(dy: Tensor, weight: Tensor, g: dict, algorithm: str = "im2col", precision: str = "fp32") -> Tensor:
     """The input's gradient of a convolution of geometry g (conv_geometry's), dY [N, K, P, Q] ->
     dX [N, C, H, W]: one forward convolution of the spread dY by the flipped filter
-    (gemmlab.conv_grad), on the algorithm asked for where it serves those operands, else the next
+    (gemmlab.conv_grad; for a 1x1 filter without padding one GEMM, conv_grad.pointwise_dgrad), on
+    the algorithm asked for where it serves those operands, else the next
     (tma, implicit, gather, im2col; a forward pass on gather starts the chain at tma: dY's
     channels are the forward pass's output channels)."""
-    from .conv_grad import dgrad_operands, strided_pointwise_dgrad
+    from .conv_grad import dgrad_operands, pointwise_dgrad
 
-    if g["R"] == g["S"] == 1 and not any(g["pads"]) and tuple(g["stride"]) != (1, 1):
-        return strided_pointwise_dgrad(dy, weight, g, precision)
+    if g["R"] == g["S"] == 1 and not any(g["pads"]):
+        return pointwise_dgrad(dy, weight, g, precision)
     z, w2, pad = dgrad_operands(dy, weight, g)
     key = (z.shape, z.stride(), w2.shape, w2.stride(), z.dtype, z.device, pad, tuple(g["dilation"]), algorithm)
     chosen = _DGRAD_ALGORITHMS.get(key)

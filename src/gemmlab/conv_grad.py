@@ -80,18 +80,22 @@ def dgrad_operands(dy: Tensor, weight: Tensor, g: dict) -> tuple[Tensor, Tensor,
     return z, w2, padding
 
 
-def strided_pointwise_dgrad(dy: Tensor, weight: Tensor, g: dict, precision: str = "fp32") -> Tensor:
-    """dX of a 1x1 filter at a stride without padding (ResNet's projections): input pixel
-    (p * sh, q * sw) took output pixel (p, q) alone, the rest none, so dX is the GEMM dY_rows @ W
-    [N*P*Q, C] at those pixels and zeros between -- a quarter of the multiply-adds of the spread
-    dY's convolution at stride 2, and none of its copies. In dY's memory format."""
+def pointwise_dgrad(dy: Tensor, weight: Tensor, g: dict, precision: str = "fp32") -> Tensor:
+    """dX of a 1x1 filter without padding (a bottleneck's 1x1 layers, ResNet's projections): input
+    pixel (p * sh, q * sw) took output pixel (p, q) alone, so dX is the GEMM dY_rows @ W [N*P*Q, C]
+    -- W read in place, no flipped copy of it -- and at a stride, that product at the strided pixels
+    of a zeroed dX: a quarter of the multiply-adds of the spread dY's convolution at stride 2, and
+    none of its copies. In dY's memory format."""
     N, C, H, W, K, P, Q = (g[k] for k in ("N", "C", "H", "W", "K", "P", "Q"))
     sh, sw = g["stride"]
     device = "cpu" if dy.device.type == "cpu" else None
     m = gemm(dy_rows(dy), weight.reshape(K, C), precision=precision, device=device)  # [N*P*Q, C]
-    dx = torch.zeros((N, H, W, C), dtype=m.dtype, device=dy.device)
-    if m.numel():
-        dx[:, : (P - 1) * sh + 1 : sh, : (Q - 1) * sw + 1 : sw] = m.view(N, P, Q, C)
+    if (sh, sw) == (1, 1):
+        dx = m.view(N, H, W, C)
+    else:
+        dx = torch.zeros((N, H, W, C), dtype=m.dtype, device=dy.device)
+        if m.numel():
+            dx[:, : (P - 1) * sh + 1 : sh, : (Q - 1) * sw + 1 : sw] = m.view(N, P, Q, C)
     dx = dx.permute(0, 3, 1, 2)
     return dx if _format_of(dy) == torch.channels_last else dx.contiguous()
 
