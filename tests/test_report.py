@@ -430,3 +430,24 @@ def test_conv_tables_keep_each_batch_newest_record_across_runs(tmp_path):
         ("stem", 32, 1.5), ("s1 3x3", 32, 1.6), ("stem", 256, 0.7), ("s1 3x3", 256, 0.8)]
     assert merged["meta"]["commits"] == {"aaaa" * 5: "20261127T000000Z", "bbbb" * 5: "20261128T000000Z"}
     assert merged["meta"]["commit"] == "bbbb" * 5
+
+
+def test_wgrad_and_model_tables_are_their_records():
+    """The filter-gradient table has a row a record and per batch the geometric means of its
+    ratios; the whole-network table a row a record with its ratio."""
+    import statistics
+
+    from gemmlab.bench.conv_grad_tables import model_table, wgrad_table
+    from gemmlab.bench.records import find_runs, load_run
+
+    wgrad = load_run(find_runs(RESULTS, "wgrad")[-1])
+    table = wgrad_table(wgrad)
+    assert table.count("\n| ") == len(wgrad["records"]) + 1  # the rows after the header
+    for batch in {r["batch"] for r in wgrad["records"]}:
+        rows = [r for r in wgrad["records"] if r["batch"] == batch]
+        assert f"Batch {batch}: geometric mean {statistics.geometric_mean([r['vs_cudnn'] for r in rows]):.2f}x cuDNN" in table
+    model = load_run(find_runs(RESULTS, "model")[-1])
+    table = model_table(model)
+    for r in model["records"]:
+        assert f"| {r['model']} | {r['batch']} | {r['dtype']} | {r['step']} | {r['ms']:.2f} |" in table
+        assert f"{r['vs_torch']:.2f}x" in table
