@@ -215,3 +215,39 @@ def test_conv2d_takes_it_for_the_filter_gradient_on_the_gpu(channels_last, monke
     ref = torch.nn.grad.conv2d_weight(x.detach().double(), tuple(w.shape), dy.double(), stride=2, padding=1)
     err = float((w.grad.double() - ref).abs().max() / ref.abs().max())
     assert err < 2e-2, f"error {err:.1e}"
+
+
+def test_a_recorded_backward_pass_keeps_the_differentiable_gemm(monkeypatch):
+    """Where autograd records the filter gradient (a backward pass with create_graph=True), conv06,
+    whose launch has no gradient, is not asked: gemm() over the matrix is, whose result has one."""
+    from gemmlab.conv_wgrad_tma import conv_wgrad
+
+    monkeypatch.setattr(conv_wgrad_tma, "_plan", lambda *a: pytest.fail("conv06 was asked"))
+    x = torch.randn(2, 64, 6, 6, requires_grad=True)
+    g = conv_geometry(tuple(x.shape), (8, 64, 3, 3), padding=1)
+    dy = torch.randn(2, 8, 6, 6)
+    dw = conv_wgrad(x, dy, g)
+    assert dw.requires_grad
+    ref = torch.nn.grad.conv2d_weight(x.detach().double(), (8, 64, 3, 3), dy.double(), padding=1)
+    assert float((dw.detach().double() - ref).abs().max() / ref.abs().max()) < 1e-4
+
+
+@pytest.mark.gpu
+def test_second_order_gradients_through_conv2d_on_the_gpu():
+    """The gradient of a function of the filter's gradient (create_graph=True) reaches x as torch's does."""
+    import gemmlab
+
+    torch.manual_seed(5)
+    x = torch.randn(2, 64, 9, 9, device="cuda").bfloat16().contiguous(memory_format=torch.channels_last).requires_grad_()
+    w = (torch.randn(16, 64, 3, 3, device="cuda") / 24).bfloat16().contiguous(memory_format=torch.channels_last).requires_grad_()
+    dy = torch.randn(2, 16, 9, 9, device="cuda").bfloat16().contiguous(memory_format=torch.channels_last)
+
+    def penalty(conv, xx, ww, d):
+        (gw,) = torch.autograd.grad(conv(xx, ww, padding=1), ww, d, create_graph=True)
+        return (gw.float() ** 2).sum()
+
+    (ours,) = torch.autograd.grad(penalty(gemmlab.conv2d, x, w, dy), x)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    (ref,) = torch.autograd.grad(penalty(torch.nn.functional.conv2d, x64, w64, dy.double()), x64)
+    err = float((ours.double() - ref).abs().max() / ref.abs().max())
+    assert err < 5e-2, f"error {err:.1e}"

@@ -55,10 +55,12 @@ def conv_wgrad(x: Tensor, dy: Tensor, g: dict, precision: str = "fp32") -> Tenso
     else through gemm() over the im2col matrix, dY_rows read transposed in place."""
     from .conv_grad import dy_rows, filter_from_rows
     from .conv_im2col import im2col
-    from .ops import _plain, gemm
+    from .ops import _plain, gemm, wants_grad
 
-    # (traced -- torch.compile, fake tensors -- it takes gemm(), whose operator traces)
-    if ON and not torch.compiler.is_compiling() and _plain(x, dy) and isinstance(plan := _plan(x, dy, g), Plan):
+    # Traced (torch.compile, fake tensors), it takes gemm(), whose operator traces; where autograd
+    # records the call (a backward pass with create_graph=True), gemm(), which has a gradient.
+    if (ON and not torch.compiler.is_compiling() and _plain(x, dy) and not wants_grad(x, dy)
+            and isinstance(plan := _plan(x, dy, g), Plan)):  # fmt: skip
         return filter_from_rows(_run(plan, x, dy, g), g)
     m = gemm(dy_rows(dy).t(), im2col(x, g), precision=precision, device="cpu" if x.device.type == "cpu" else None)
     return filter_from_rows(m, g)
