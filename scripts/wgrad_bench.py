@@ -23,6 +23,7 @@ from gemmlab.bench.conv import read_conv_sweep
 from gemmlab.bench.run import record_cases, results_path
 from gemmlab.bench.timing import L2Flusher, interleaved, median
 from gemmlab.conv import conv_geometry, conv_wgrad
+from gemmlab.settings import setting
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -39,11 +40,8 @@ def case(layer, batch: int, dtype_name: str, reps: int, flusher) -> dict:
     served = conv_wgrad_tma.why_not(x, dy, g)
 
     def matrix():
-        conv_wgrad_tma.ON = False
-        try:
+        with setting(conv_wgrad_tma, "ON", False):
             return conv_wgrad(x, dy, g)
-        finally:
-            conv_wgrad_tma.ON = True
 
     def cudnn():
         return torch.ops.aten.convolution_backward(dy, x, w, None, list(g["stride"]), [g["pads"][0], g["pads"][2]],

@@ -9,6 +9,7 @@ import functools
 import torch
 
 from .base import GemmConfig, KernelSpec, Param, cdiv
+from .persistent import TC_09
 from .tensorcore import _check_warp_tiles, _smem_fits
 
 
@@ -419,8 +420,6 @@ CONV_KERNELS: tuple[KernelSpec, ...] = (CONV_02, CONV_03, CONV_04, CONV_05, CONV
 # 64 pixels x 256 columns a stage, the staging buffers and barriers, the schedule.
 def _conv06_tc09(c: GemmConfig) -> GemmConfig:
     """The tc09 config whose body conv06 runs (kernels/conv/06_tma_wgrad.cu's template arguments)."""
-    from .persistent import TC_09
-
     return TC_09.config(BM=c["BM"], BN=256, BK=64, STAGES=c["STAGES"], CM=1, GROUP=8, TMA_STORE=1, TB=0, TA=1, EPI=0,
                         SPLIT=1)  # fmt: skip
 
@@ -437,8 +436,6 @@ def _conv06_check(c: GemmConfig) -> str | None:
 
 
 def _conv06_smem(c: GemmConfig) -> int:
-    from .persistent import TC_09
-
     return TC_09.dynamic_smem(_conv06_tc09(c))
 
 
