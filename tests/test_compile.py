@@ -244,6 +244,15 @@ def test_key_covers_the_compiler_and_the_headers(monkeypatch):
     assert jit._cache_key(src, "k", ARCH) != base
 
 
+def test_nvrtc_version_from_the_wheel_is_the_librarys(monkeypatch):
+    """The key's NVRTC version read from the wheel (no library loaded) says what the library says;
+    with another NVRTC mapped into the process, or no wheel, the library is asked."""
+    assert jit.nvrtc_version.__wrapped__() == jit.library_nvrtc_version()
+    monkeypatch.setattr(jit, "_only_wheel_nvrtc_loaded", lambda: False)
+    monkeypatch.setattr(jit, "library_nvrtc_version", lambda: "12.9 (asked)")
+    assert jit.nvrtc_version.__wrapped__() == "12.9 (asked)"
+
+
 def test_compile_many_in_threads_yields_what_one_at_a_time_gives(tmp_path, monkeypatch):
     """Threads (NVRTC lets go of the GIL): the same cubins and reports, in the jobs' order, and a job
     that fails yields its CompileError in its place without stopping the others."""

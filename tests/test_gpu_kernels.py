@@ -145,17 +145,6 @@ def test_strided_and_offset_views(kernel, dtype):
     assert out_big[:, : 4 * s].isnan().all() and out_big[:, 4 * s + N :].isnan().all(), "wrote outside out"
 
 
-def test_cluster_launches_count_blocks_not_clusters():
-    """gemmlab grids count blocks; cuda.core's LaunchConfig counts clusters when given a cluster
-    shape. Unconverted, tc07's persistent grid of 132 blocks ran 264 (half waiting for an SM)."""
-    from gemmlab import launch
-
-    assert tuple(launch.launch_config((132, 1, 1), (384, 1, 1), 0, (2, 1, 1)).grid) == (66, 1, 1)
-    assert tuple(launch.launch_config((132, 1, 1), (384, 1, 1), 0, None).grid) == (132, 1, 1)
-    with pytest.raises(ValueError, match="not whole clusters"):
-        launch.launch_config((131, 1, 1), (384, 1, 1), 0, (2, 1, 1))
-
-
 SIXTEEN_BIT_CASES = [
     pytest.param(k.id, d, id=f"{k.id}-{str(d).removeprefix('torch.')}")
     for k in registry.kernels(pending=True) if k.type_param for d in k.dtypes

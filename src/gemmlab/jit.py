@@ -1,4 +1,5 @@
-"""Run-time compilation: CUDA C++ under gemmlab/kernels/ -> cubin (NVRTC via cuda.core) -> Kernel.
+"""Run-time compilation: CUDA C++ under gemmlab/kernels/ -> cubin (NVRTC via cuda.core) -> a kernel
+loaded through the driver (launch.DriverKernel).
 
 * Cubins are cached on disk under GEMMLAB_CACHE_DIR (default: the user's cache directory),
   keyed on the full source text with every header it includes, the compile options, the arch,
@@ -103,8 +104,24 @@ def cache_dir() -> Path:
 
 @cache
 def nvrtc_version() -> str:
-    """The NVRTC in use: 'major.minor' from the library, plus the wheel's full version if any (read
-    once a process: it is part of every cache key)."""
+    """The NVRTC in use: 'major.minor', plus the wheel's full version if any (read once a process:
+    it is part of every cache key). Where the nvidia-cuda-nvrtc wheel is installed and no other
+    NVRTC is loaded in the process, the wheel's library is the one cuda.bindings loads (cuda.pathfinder
+    looks in site-packages first), and its version says major.minor without loading the library
+    -- which, with cuda.pathfinder's import, was most of a warm cache lookup."""
+    try:
+        wheel = metadata.version("nvidia-cuda-nvrtc")
+    except metadata.PackageNotFoundError:
+        wheel = None
+    if wheel is not None and _only_wheel_nvrtc_loaded():
+        major, minor = wheel.split(".")[:2]
+        return f"{major}.{minor} (nvidia-cuda-nvrtc {wheel})"
+    return library_nvrtc_version()
+
+
+def library_nvrtc_version() -> str:
+    """nvrtc_version as the loaded library says it (loading it: cuda.bindings finds it through
+    cuda.pathfinder)."""
     from cuda.bindings import nvrtc
 
     err, major, minor = nvrtc.nvrtcVersion()
@@ -114,6 +131,20 @@ def nvrtc_version() -> str:
     except metadata.PackageNotFoundError:
         pass
     return version
+
+
+def _only_wheel_nvrtc_loaded() -> bool:
+    """Whether every libnvrtc mapped into this process (if any) is the nvidia wheel's; False where
+    the process's mappings cannot be read (not Linux)."""
+    try:
+        import nvidia
+
+        wheel_dirs = tuple(str(Path(d).resolve()) for d in nvidia.__path__)
+        with open("/proc/self/maps") as f:
+            mapped = {line.split(maxsplit=5)[-1].strip() for line in f if "libnvrtc" in line}
+    except (ImportError, OSError):
+        return False
+    return all(str(Path(m).resolve()).startswith(wheel_dirs) for m in mapped)
 
 
 def source_closure(path: Path, root: Path | None = None) -> dict[str, str]:
@@ -407,21 +438,19 @@ class LoadedKernel:
     spec: KernelSpec
     config: GemmConfig
     compiled: CompiledKernel
-    kernel: object  # cuda.core.Kernel
+    kernel: launch.DriverKernel
     device_ids_with_smem_raised: set
 
-    def driver_usage(self) -> ResourceUsage:
-        a = self.kernel.attributes
-
-        def attr(name: str) -> int:  # a method in some cuda.core releases, a property in others
-            v = getattr(a, name)
-            return int(v() if callable(v) else v)
+    def driver_usage(self, device_id: int = 0) -> ResourceUsage:
+        """What the driver says the loaded kernel uses on the device."""
+        def attr(name: str) -> int:
+            return self.kernel.attribute(name, device_id)
 
         return ResourceUsage(
-            registers=attr("num_regs"),
-            static_smem=attr("shared_size_bytes"),
+            registers=attr("NUM_REGS"),
+            static_smem=attr("SHARED_SIZE_BYTES"),
             dynamic_smem=self.compiled.usage.dynamic_smem,
-            stack_frame=attr("local_size_bytes"),
+            stack_frame=attr("LOCAL_SIZE_BYTES"),
             spill_stores=self.compiled.usage.spill_stores,
             spill_loads=self.compiled.usage.spill_loads,
             source="driver",
@@ -443,13 +472,9 @@ def load_kernel(spec: KernelSpec, cfg: GemmConfig, device_id: int, dtype=None, o
         with _lock:
             hit = _loaded.get(key)
             if hit is None:
-                from cuda.core import ObjectCode
-
                 compiled = compile_kernel(spec, cfg, arch, dtype, out_dtype, post)
-                obj = ObjectCode.from_cubin(
-                    compiled.cubin, name=spec.id, symbol_mapping={compiled.name_expression: compiled.lowered_name.encode()}
-                )
-                kernel = obj.get_kernel(compiled.name_expression)
+                launch.ensure_current(device_id)  # (the driver initialised, torch's context current)
+                kernel = launch.DriverKernel(compiled.cubin, compiled.lowered_name, spec.id)
                 hit = LoadedKernel(spec, cfg, compiled, kernel, set())
                 _loaded[key] = hit
     if device_id not in hit.device_ids_with_smem_raised:

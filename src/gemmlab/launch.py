@@ -1,8 +1,12 @@
-"""Launching: device and stream plumbing between torch and cuda.core. The launcher only launches;
-what to launch (kernel, config, geometry) is decided before it is called."""
+"""Launching: device, stream and argument plumbing between torch and the CUDA driver
+(cuda.bindings). The launcher only launches; what to launch (kernel, config, geometry) is decided
+before it is called. Nothing here imports cuda.core, whose import (about 0.12 s on the H200 host)
+would otherwise be the largest part of a process's first call with its kernel already compiled
+(docs/notes/cold-start.md); cuda.core compiles (gemmlab.jit) and nothing else."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 from functools import lru_cache
@@ -16,23 +20,26 @@ STATIC_SMEM_LIMIT = 48 * 1024
 _tls = threading.local()
 
 
+def _check(driver, err, what: str) -> None:
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+
+
 def ensure_current(device_id: int) -> None:
-    """Make the device's primary context (the one torch uses) current for cuda.core, once per thread."""
+    """Make the device's primary context (the one torch uses) current on this thread, once per thread."""
     done = getattr(_tls, "devices", None)
     if done is None:
         done = _tls.devices = set()
     if device_id not in done:
-        from cuda.core import Device
+        from cuda.bindings import driver
 
-        Device(device_id).set_current()
+        (err,) = driver.cuInit(0)
+        _check(driver, err, "cuInit")
+        err, ctx = driver.cuDevicePrimaryCtxRetain(driver.CUdevice(device_id))
+        _check(driver, err, f"retaining device {device_id}'s primary context")
+        (err,) = driver.cuCtxSetCurrent(ctx)
+        _check(driver, err, f"making device {device_id}'s primary context current")
         done.add(device_id)
-
-
-@lru_cache(maxsize=64)
-def _stream(handle: int):
-    from cuda.core import Stream
-
-    return Stream.from_handle(handle)
 
 
 def _raw_stream_getter():
@@ -55,25 +62,24 @@ def current_stream_handle(device_id: int) -> int:
     return _current_raw_stream(device_id)
 
 
-def torch_stream(device_id: int):
-    """torch's current stream on the device, as a cuda.core Stream."""
-    return _stream(current_stream_handle(device_id))
-
-
 @lru_cache(maxsize=4096)
 def launch_config(grid: tuple, block: tuple, smem: int, cluster: tuple | None = None):
-    """grid counts blocks, always. cuda.core's LaunchConfig counts clusters when a cluster shape is
-    given (so grid=132, cluster=2 launches 264 blocks): the grid is converted here. Until this was
-    found (2026-11-22), every clustered launch ran twice the blocks planned -- correct, as the
-    kernels split work by gridDim, but half the persistent blocks waited for an SM."""
-    from cuda.core import LaunchConfig
+    """The driver's launch configuration (cuLaunchKernelEx's) of a clustered launch: grid counts
+    blocks, as the driver's does, in whole clusters of the cluster shape (a grid that is not whole
+    clusters is refused here rather than by the launch). Its stream is set at each launch."""
+    from cuda.bindings import driver
 
-    if cluster is None:
-        return LaunchConfig(grid=grid, block=block, shmem_size=smem)
-    if any(g % c for g, c in zip(grid, cluster)):
+    if cluster is None or any(g % c for g, c in zip(grid, cluster)):
         raise ValueError(f"a grid of {grid} blocks is not whole clusters of {cluster}")
-    clusters = tuple(g // c for g, c in zip(grid, cluster))
-    return LaunchConfig(grid=clusters, block=block, shmem_size=smem, cluster=cluster)
+    cfg = driver.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = smem
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+    cfg.attrs, cfg.numAttrs = [attr], 1
+    return cfg
 
 
 @lru_cache(maxsize=None)
@@ -84,19 +90,47 @@ def max_dynamic_smem(device_id: int) -> int:
     return int(getattr(props, "shared_memory_per_block_optin", STATIC_SMEM_LIMIT))
 
 
-def function_handle(loaded, device_id: int):
-    """The kernel as a CUfunction of the current context (cuda.core may hold a context-less CUkernel)."""
-    from cuda.bindings import driver
+class DriverKernel:
+    """One kernel of a cubin loaded through the driver (cuLibraryLoadData: a library no context
+    owns, loaded into a context when first used there), and its CUfunction in each device's
+    primary context, found once."""
 
-    handle = loaded.kernel.handle
-    if isinstance(handle, driver.CUkernel):
-        err, func = driver.cuKernelGetFunction(handle)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuKernelGetFunction failed for {loaded.spec.id}: {err}")
+    __slots__ = ("library", "handle", "name", "_functions")
+
+    def __init__(self, cubin: bytes, lowered_name: str, name: str):
+        from cuda.bindings import driver
+
+        err, self.library = driver.cuLibraryLoadData(cubin, [], [], 0, [], [], 0)
+        _check(driver, err, f"loading {name}'s cubin")
+        err, self.handle = driver.cuLibraryGetKernel(self.library, lowered_name.encode())
+        _check(driver, err, f"finding {lowered_name} in {name}'s cubin")
+        self.name, self._functions = name, {}
+
+    def function(self, device_id: int):
+        """The kernel as a CUfunction of the device's primary context (made current on this thread)."""
+        func = self._functions.get(device_id)
+        if func is None:
+            from cuda.bindings import driver
+
+            ensure_current(device_id)
+            err, func = driver.cuKernelGetFunction(self.handle)
+            _check(driver, err, f"cuKernelGetFunction for {self.name}")
+            self._functions[device_id] = func
         return func
-    return handle
+
+    def attribute(self, name: str, device_id: int) -> int:
+        """A CU_FUNC_ATTRIBUTE_<name> of the kernel on the device (NUM_REGS, LOCAL_SIZE_BYTES, ...)."""
+        from cuda.bindings import driver
+
+        attr = getattr(driver.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+        err, value = driver.cuKernelGetAttribute(attr, self.handle, driver.CUdevice(device_id))
+        _check(driver, err, f"reading {name} of {self.name}")
+        return int(value)
 
 
+def function_handle(loaded, device_id: int):
+    """The kernel as a CUfunction of the device's primary context."""
+    return loaded.kernel.function(device_id)
 _CLUSTERS: dict[tuple, int] = {}
 
 
@@ -163,7 +197,7 @@ def resident_blocks_all(loaded, device_id: int, block: tuple) -> int:
 
 
 def raise_dynamic_smem(loaded, device_id: int) -> None:
-    """Allow a kernel more than 48 KB of dynamic shared memory (cuda.core has no setter)."""
+    """Allow a kernel more than 48 KB of dynamic shared memory."""
     need = loaded.compiled.usage.dynamic_smem
     if need <= STATIC_SMEM_LIMIT - max(loaded.compiled.usage.static_smem, 0):
         return
@@ -200,32 +234,102 @@ def driver_stream(device_id: int):
         stream = _DRIVER_STREAMS[handle] = driver.CUstream(handle)
     return stream
 
+# How an argument reaches a kernel parameter: numpy scalars as their own C type, Python ints as
+# 64-bit integers (addresses; a 32-bit parameter reads their low half), floats as doubles, ctypes
+# values (the tensor maps' 128 bytes among them) as they are.
+_CTYPES = {int: ctypes.c_uint64, float: ctypes.c_double, bool: ctypes.c_bool, np.int32: ctypes.c_int32,
+           np.int64: ctypes.c_int64, np.uint32: ctypes.c_uint32, np.uint64: ctypes.c_uint64, np.float32: ctypes.c_float,
+           np.float64: ctypes.c_double, np.int16: ctypes.c_int16, np.uint16: ctypes.c_uint16, np.int8: ctypes.c_int8,
+           np.uint8: ctypes.c_uint8, np.bool_: ctypes.c_bool}  # fmt: skip
+
+
+def as_ctype(arg):
+    """A kernel argument as the ctypes value whose bytes the kernel's parameter gets."""
+    if isinstance(arg, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure)):
+        return arg
+    if isinstance(arg, bytes):
+        return (ctypes.c_ubyte * len(arg)).from_buffer_copy(arg)
+    kind = _CTYPES.get(type(arg))
+    if kind is None:
+        raise TypeError(f"a kernel argument of type {type(arg).__name__} ({arg!r}) has no C type here")
+    if kind is ctypes.c_uint64 and arg < 0:
+        kind = ctypes.c_int64
+    return kind(arg)
+
+
+def packed_args(args: tuple) -> tuple[list, ctypes.Array]:
+    """The arguments as ctypes values and the array of their addresses cuLaunchKernel takes (keep
+    the values alive until the launch has returned: the driver copies them then)."""
+    values = [as_ctype(a) for a in args]
+    return values, (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))
+
+
+_CLUSTER_LOCK = threading.Lock()  # over the shared launch_config objects, whose stream each launch sets
+
+
+def launch_packed(func, grid: tuple, block: tuple, smem: int, stream, params: ctypes.Array, cluster: tuple | None,
+                  name: str) -> None:  # fmt: skip
+    """cuLaunchKernel (cuLaunchKernelEx for a clustered launch) of func with packed arguments."""
+    from cuda.bindings import driver
+
+    if cluster is None:
+        (err,) = driver.cuLaunchKernel(func, *grid, *block, smem, stream, ctypes.addressof(params), 0)
+    else:
+        cfg = launch_config(grid, block, smem, cluster)
+        with _CLUSTER_LOCK:
+            cfg.hStream = stream
+            (err,) = driver.cuLaunchKernelEx(cfg, func, ctypes.addressof(params), 0)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"launching {name} (grid {grid}, block {block}, cluster {cluster}, {smem} B shared) failed: {err}")
+
+
 def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tuple | None = None) -> None:
     """Launch a loaded kernel on torch's current stream of the device."""
-    from cuda.core import launch as cc_launch
-
     ensure_current(device_id)
-    cfg = launch_config(grid, block, loaded.compiled.usage.dynamic_smem, cluster)
-    cc_launch(torch_stream(device_id), cfg, loaded.kernel, *args)
+    values, params = packed_args(args)
+    launch_packed(function_handle(loaded, device_id), grid, block, loaded.compiled.usage.dynamic_smem,
+                  driver_stream(device_id), params, cluster, loaded.spec.id)  # fmt: skip
+    del values  # (only now: the driver has copied them)
 
 
 class Launcher:
     """One kernel's launch with its geometry fixed (grid, block, shared memory, cluster), for a plan
-    that launches it again and again: the launch configuration and cuda.core's launch function are
-    found once, so a call only looks up torch's current stream and hands over the arguments."""
+    that launches it again and again with arguments of the same types in the same places: the
+    CUfunction is found and the arguments' ctypes values made once, so a call only writes this
+    call's values into them and launches on torch's current stream. A call whose argument types
+    differ from the last one's makes them again."""
 
-    __slots__ = ("kernel", "config", "device_id", "_launch")
+    __slots__ = ("func", "name", "device_id", "grid", "block", "smem", "cluster", "_types", "_scalars", "_others",
+                 "_values", "_params", "_lock")  # fmt: skip
 
     def __init__(self, loaded, device_id: int, grid: tuple, block: tuple, cluster: tuple | None = None):
-        from cuda.core import launch as cc_launch
-
-        self.kernel, self.device_id, self._launch = loaded.kernel, device_id, cc_launch
-        self.config = launch_config(grid, block, loaded.compiled.usage.dynamic_smem, cluster)
+        self.func, self.name, self.device_id = function_handle(loaded, device_id), loaded.spec.id, device_id
+        self.grid, self.block, self.smem, self.cluster = grid, block, loaded.compiled.usage.dynamic_smem, cluster
+        if cluster is not None:
+            launch_config(grid, block, self.smem, cluster)  # (refuses a grid of partial clusters now)
+        self._types, self._scalars, self._others, self._values, self._params = (), (), (), [], None
+        self._lock = threading.Lock()
 
     def __call__(self, *args) -> None:
         """Launch on torch's current stream of the device with these arguments."""
         ensure_current(self.device_id)
-        self._launch(torch_stream(self.device_id), self.config, self.kernel, *args)
+        stream = driver_stream(self.device_id)
+        with self._lock:  # (the values are shared until the driver has copied them)
+            types = tuple(map(type, args))
+            if types != self._types:
+                self._values, self._params = packed_args(args)
+                self._types = types
+                self._scalars = tuple(i for i, t in enumerate(types) if t in _CTYPES)  # made here, written per call
+                self._others = tuple(i for i, t in enumerate(types) if t not in _CTYPES)  # ctypes values, bytes
+            else:
+                values, params = self._values, self._params
+                for i in self._scalars:
+                    values[i].value = args[i]
+                for i in self._others:  # the caller's own ctypes values (the maps), bytes: their addresses
+                    if values[i] is not args[i]:
+                        values[i] = as_ctype(args[i])
+                        params[i] = ctypes.addressof(values[i])
+            launch_packed(self.func, self.grid, self.block, self.smem, stream, self._params, self.cluster, self.name)
 
 
 i32 = np.int32

@@ -1,4 +1,5 @@
-"""TMA tensor maps for the Hopper kernels (tc05 on), encoded on the host by cuda.core.
+"""TMA tensor maps for the Hopper kernels (tc05 on), encoded on the host by the CUDA driver
+(cuTensorMapEncodeTiled through cuda.bindings) as the 128 bytes a kernel takes by value.
 
 A tensor map describes one row-major operand (tensor_map_3d: a batch of them) to the Tensor Memory Accelerator: its address,
 rows x cols, row stride, the box (tile) one copy moves and the shared-memory swizzle. The kernels
@@ -7,17 +8,13 @@ aligned address and a row stride that is a multiple of 16 bytes; specs.base.tma_
 that into a reason 'auto' reads, so other operands go to a kernel without TMA.
 
 Encoding costs microseconds, so maps are memoised on everything they encode (address, shape,
-stride, dtype, box): repeated calls on the same tensors reuse them. A map must not keep its
-tensor alive (cuda.core's descriptor holds on to what it was built from, and a cache of maps
-would then hold up to _MAPS_MAX tensors' memory): maps are built from a small stand-in that
-describes the memory by address (__cuda_array_interface__), never from the tensor. A map whose
-memory was freed is simply never launched again unless a new tensor of the same address and
-layout asks for exactly that map, which is then correct for it.
+stride, dtype, box): repeated calls on the same tensors reuse them. A map holds an address, not
+its tensor, so the table keeps no tensor's memory alive. A map whose memory was freed is simply
+never launched again unless a new tensor of the same address and layout asks for exactly that
+map, which is then correct for it.
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
 
 import torch
 
@@ -26,46 +23,32 @@ TMA_ALIGN_BYTES = 16
 _MAPS: dict[tuple, object] = {}
 _MAPS_MAX = 1024
 
-
-class _Matrix:
-    """rows x cols elements of `itemsize` bytes at a device address, row stride ld elements: what
-    cuda.core reads through __cuda_array_interface__, without a reference to any tensor. The type
-    string only gives the element size (the tensor map's data type is passed explicitly)."""
-
-    _TYPESTR = {2: "<u2", 4: "<f4"}
-
-    def __init__(self, ptr: int, rows: int, cols: int, ld: int, itemsize: int):
-        self.__cuda_array_interface__ = {
-            "shape": (rows, cols),
-            "strides": (ld * itemsize, itemsize),
-            "typestr": self._TYPESTR[itemsize],
-            "data": (ptr, False),
-            "version": 3,
-        }
-
-
-@lru_cache(maxsize=None)
-def _enums():
-    """cuda.core's TensorMapDataType and TensorMapSwizzle, from the module that defines
-    TensorMapDescriptor (cuda.core._tensor_map, or cuda.core.cu13._tensor_map in wheels that keep
-    one build per CUDA major version)."""
-    import importlib
-
-    from cuda.core import TensorMapDescriptor
-
-    module = importlib.import_module(TensorMapDescriptor.__module__)
-    return module.TensorMapDataType, module.TensorMapSwizzle
-
-
-def _data_type(dtype: torch.dtype):
-    data_type, _ = _enums()
-    table = {torch.bfloat16: data_type.BFLOAT16, torch.float16: data_type.FLOAT16, torch.float32: data_type.FLOAT32}
-    if dtype not in table:
-        raise TypeError(f"no TMA data type for {dtype}")
-    return table[dtype]
-
-
 SWIZZLES = {128: "SWIZZLE_128B", 64: "SWIZZLE_64B", 32: "SWIZZLE_32B"}  # by a box row's bytes
+
+
+def _tiled_map(t: torch.Tensor, dims: tuple, strides: tuple, box: tuple, row_bytes: int):
+    """cuTensorMapEncodeTiled over the memory at t: dims and box innermost first, strides (bytes) of
+    dims 1.. , element strides 1, swizzled over the box row's width, no interleave, no L2 promotion,
+    zeros (not NaN) outside the tensor -- the 128 bytes as a ctypes array, which the launch passes
+    by value."""
+    import ctypes
+
+    from cuda.bindings import driver
+
+    types = {torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+             torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             torch.float32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}  # fmt: skip
+    if t.dtype not in types:
+        raise TypeError(f"no TMA data type for {t.dtype}")
+    u32, u64 = driver.cuuint32_t, driver.cuuint64_t
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        types[t.dtype], len(dims), t.data_ptr(), [u64(v) for v in dims], [u64(v) for v in strides],
+        [u32(v) for v in box], [u32(1)] * len(dims), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_{SWIZZLES[row_bytes]}"),
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
+    _check(driver, err, f"cuTensorMapEncodeTiled(dims {dims}, strides {strides}, box {box}, {t.dtype})")
+    return (ctypes.c_ubyte * 128).from_buffer_copy(map_bytes(tmap))
 
 
 def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, int]):
@@ -87,22 +70,9 @@ def tensor_map(t: torch.Tensor, rows: int, cols: int, ld: int, box: tuple[int, i
             f"TMA needs a 16-byte aligned matrix whose row stride is a multiple of 16 bytes; got address "
             f"{t.data_ptr():#x}, row stride {ld} x {t.element_size()} bytes"
         )
-    from cuda.core.utils import StridedMemoryView
-
-    _, swizzle = _enums()
-    view = StridedMemoryView.from_cuda_array_interface(_Matrix(t.data_ptr(), rows, cols, ld, t.element_size()), stream_ptr=-1)
-    found = view.as_tensor_map(box_dim=tuple(box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
+    size = t.element_size()
+    found = _tiled_map(t, (cols, rows), (ld * size,), (box[1], box[0]), row_bytes)
     return _remember(key, found)
-
-
-class _Batch(_Matrix):
-    """batch x rows x cols elements at a device address: matrix i starts batch_stride elements after
-    matrix i - 1, rows ld elements apart (the 3-D layout of tensor_map_3d)."""
-
-    def __init__(self, ptr: int, batch: int, rows: int, cols: int, ld: int, batch_stride: int, itemsize: int):
-        super().__init__(ptr, rows, cols, ld, itemsize)
-        self.__cuda_array_interface__["shape"] = (batch, rows, cols)
-        self.__cuda_array_interface__["strides"] = (batch_stride * itemsize, ld * itemsize, itemsize)
 
 
 def tensor_map_3d(t: torch.Tensor, batch: int, rows: int, cols: int, ld: int, batch_stride: int, box: tuple[int, int]):
@@ -128,12 +98,7 @@ def tensor_map_3d(t: torch.Tensor, batch: int, rows: int, cols: int, ld: int, ba
             f"TMA needs a 16-byte aligned batch whose row and batch strides are multiples of 16 bytes; got "
             f"address {t.data_ptr():#x}, row stride {ld} and batch stride {batch_stride} x {size} bytes"
         )
-    from cuda.core.utils import StridedMemoryView
-
-    _, swizzle = _enums()
-    layout = _Batch(t.data_ptr(), batch, rows, cols, ld, batch_stride, size)
-    view = StridedMemoryView.from_cuda_array_interface(layout, stream_ptr=-1)
-    found = view.as_tensor_map(box_dim=(1, *box), data_type=_data_type(t.dtype), swizzle=getattr(swizzle, SWIZZLES[row_bytes]))
+    found = _tiled_map(t, (cols, rows, batch), (ld * size, batch_stride * size), (box[1], box[0], 1), row_bytes)
     return _remember(key, found)
 
 
@@ -163,9 +128,9 @@ def batched_output_map(d: torch.Tensor, p: dict):
 
 # ---- conv03: the im2col map of an NHWC input, the tiled maps of its filter and its output -----
 #
-# These are encoded through cuda.bindings' driver (cuTensorMapEncodeIm2col, cuTensorMapEncodeTiled)
-# rather than cuda.core, and reach the kernel as the CUtensorMap's 128 bytes (map_bytes), which
-# gemmlab.conv03 passes by value to cuLaunchKernel. The parameters are worked out first by pure functions
+# These are encoded through cuda.bindings' driver too (cuTensorMapEncodeIm2col, cuTensorMapEncodeTiled),
+# with L2 promotion of 128 bytes, and reach the kernel as the CUtensorMap's 128 bytes (map_bytes),
+# which gemmlab.conv03 passes by value to cuLaunchKernel. The parameters are worked out first by pure functions
 # (im2col_map_params, filter_map_params, output_map_params), tested on the CPU; the driver call only
 # encodes them.
 

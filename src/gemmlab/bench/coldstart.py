@@ -120,7 +120,7 @@ def measure(n: int = 2048, reps: int = 5, arch: str | None = None, on_rep: Calla
 def _case_record(scenario: str, dtype: str, n: int, runs: list[dict]) -> dict:
     """One scenario's first calls of one dtype over the repetitions: times, medians, the kernels the
     first call loaded with the median of each phase jit timed (summed over those kernels), and the
-    median of the rest of the call (outside jit: cuda.core's import, loading, launching, the kernel)."""
+    median of the rest of the call (outside jit: imports, loading, launching, the kernel)."""
     cases = [r["cases"][dtype] for r in runs]
     phases: dict[str, list[float]] = {}
     outside = []

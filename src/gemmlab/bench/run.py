@@ -222,7 +222,7 @@ def bench_case(kernel_id: str, M: int, N: int, K: int, reps: int, warmup: int, f
         ratio=cub_med[best] / med,
         error=asdict(err),
         cublas_error=asdict(cublas_err),
-        resources=asdict(loaded.driver_usage()),
+        resources=asdict(loaded.driver_usage(device_id)),
         clocks_start=clocks_start,
         clocks_mid=mid,
         reps=reps,

@@ -238,7 +238,7 @@ def cold_start_table(run: dict) -> str:
     row("cold", "gemmlab, empty cache (a fresh install)", lambda r: _duration(r["median_s"]))
     row("cold", f"&nbsp;&nbsp;of it in jit: {', '.join(phases)}",
         lambda r: ", ".join(_duration(r["phases_median_s"][p]) if p in r["phases_median_s"] else "-" for p in phases))
-    outside = "&nbsp;&nbsp;of it outside jit" + ("" if compile_only else " (cuda.core's import, loading, launching)")
+    outside = "&nbsp;&nbsp;of it outside jit" + ("" if compile_only else " (imports, loading, launching)")
     row("cold", outside, lambda r: _duration(r["outside_jit_median_s"]))
     row("cold", "&nbsp;&nbsp;kernels compiled", lambda r: ", ".join(k["kernel"] for k in r["kernels"]) or "none")
     row("warm", "gemmlab, warm cache, new process", lambda r: _duration(r["median_s"]))

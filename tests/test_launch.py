@@ -1,0 +1,66 @@
+"""The driver launch path without a GPU: what bytes each argument hands a kernel parameter, the
+clustered launch's configuration, and a plan's Launcher writing each call's values into the
+arguments it made on its first call."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from gemmlab import launch
+
+
+def _bytes(params, values) -> list[bytes]:
+    """What each packed argument's address points at."""
+    return [ctypes.string_at(params[i], ctypes.sizeof(v)) for i, v in enumerate(values)]
+
+
+def test_arguments_reach_their_parameters_as_their_c_types():
+    tmap = (ctypes.c_ubyte * 128)(*range(128))
+    args = (tmap, 0x7F0012345600, np.int32(-7), np.int64(1 << 40), np.float32(0.5), 2.5, True, -3, b"\x01\x02")
+    values, params = launch.packed_args(args)
+    got = _bytes(params, values)
+    assert got[0] == bytes(range(128)) and values[0] is tmap  # a map by address, not copied
+    assert got[1] == (0x7F0012345600).to_bytes(8, "little")
+    assert got[2] == (-7).to_bytes(4, "little", signed=True)
+    assert got[3] == (1 << 40).to_bytes(8, "little")
+    assert got[4] == np.float32(0.5).tobytes() and got[5] == np.float64(2.5).tobytes()
+    assert got[6] == b"\x01" and got[7] == (-3).to_bytes(8, "little", signed=True) and got[8] == b"\x01\x02"
+    with pytest.raises(TypeError, match="no C type"):
+        launch.packed_args(("a string",))
+
+
+def test_clustered_launch_counts_blocks_in_whole_clusters():
+    """The driver's grid counts blocks (cuda.core's LaunchConfig counted clusters: unconverted, a
+    persistent grid of 132 blocks once ran 264); a grid of partial clusters is refused."""
+    cfg = launch.launch_config((132, 1, 1), (384, 1, 1), 1024, (2, 1, 1))
+    assert (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.sharedMemBytes) == (132, 1, 1, 384, 1024)
+    assert cfg.numAttrs == 1 and (cfg.attrs[0].value.clusterDim.x, cfg.attrs[0].value.clusterDim.y) == (2, 1)
+    with pytest.raises(ValueError, match="not whole clusters"):
+        launch.launch_config((131, 1, 1), (384, 1, 1), 0, (2, 1, 1))
+
+
+def test_launcher_writes_each_calls_values(monkeypatch):
+    """A Launcher makes its arguments' ctypes values on the first call and writes later calls'
+    values into them; the bytes the driver reads are each call's own, and a call with other
+    argument types packs them again."""
+    from types import SimpleNamespace
+
+    seen = []
+
+    def fake_launch(func, grid, block, smem, stream, params, cluster, name):
+        seen.append([ctypes.string_at(params[i], n) for i, n in enumerate((128, 8, 4, 4))])
+
+    monkeypatch.setattr(launch, "launch_packed", fake_launch)
+    monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
+    monkeypatch.setattr(launch, "driver_stream", lambda device_id: None)
+    monkeypatch.setattr(launch, "function_handle", lambda loaded, device_id: None)
+    loaded = SimpleNamespace(spec=SimpleNamespace(id="k"), compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=0)))
+    run = launch.Launcher(loaded, 0, (1, 1, 1), (128, 1, 1))
+    maps = [(ctypes.c_ubyte * 128)(*([v] * 128)) for v in (1, 2)]
+    run(maps[0], 1000, np.int32(5), np.float32(1.5))
+    run(maps[1], 2000, np.int32(6), np.float32(-2.0))
+    run(maps[1], 3000, 7, np.float32(-2.0))  # another type in the third place: packed again
+    assert seen[0] == [bytes([1] * 128), (1000).to_bytes(8, "little"), (5).to_bytes(4, "little"), np.float32(1.5).tobytes()]
+    assert seen[1] == [bytes([2] * 128), (2000).to_bytes(8, "little"), (6).to_bytes(4, "little"), np.float32(-2.0).tobytes()]
+    assert seen[2][1:3] == [(3000).to_bytes(8, "little"), (7).to_bytes(4, "little")]
