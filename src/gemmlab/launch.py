@@ -267,11 +267,22 @@ def packed_args(args: tuple) -> tuple[list, ctypes.Array]:
 _CLUSTER_LOCK = threading.Lock()  # over the shared launch_config objects, whose stream each launch sets
 
 
+_DRIVER = None  # cuda.bindings.driver, once imported (an import statement a launch costs about 0.3 us)
+
+
+def _driver():
+    global _DRIVER
+    if _DRIVER is None:
+        from cuda.bindings import driver
+
+        _DRIVER = driver
+    return _DRIVER
+
+
 def launch_packed(func, grid: tuple, block: tuple, smem: int, stream, params: ctypes.Array, cluster: tuple | None,
                   name: str) -> None:  # fmt: skip
     """cuLaunchKernel (cuLaunchKernelEx for a clustered launch) of func with packed arguments."""
-    from cuda.bindings import driver
-
+    driver = _DRIVER or _driver()
     if cluster is None:
         (err,) = driver.cuLaunchKernel(func, *grid, *block, smem, stream, ctypes.addressof(params), 0)
     else:
