@@ -40,6 +40,28 @@ def test_clustered_launch_counts_blocks_in_whole_clusters():
         launch.launch_config((131, 1, 1), (384, 1, 1), 0, (2, 1, 1))
 
 
+def test_launch_structures_are_the_drivers():
+    """The ctypes CUlaunchConfig and CUlaunchAttribute cuLaunchKernelEx is called with hold the
+    bytes cuda.bindings' own structures of the same values hold (its layout of cuda.h's)."""
+    from cuda.bindings import driver
+
+    assert launch.CLUSTER_DIMENSION == int(driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+    theirs = driver.CUlaunchAttribute()
+    theirs.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    theirs.value.clusterDim.x, theirs.value.clusterDim.y, theirs.value.clusterDim.z = 2, 1, 1
+    ours = launch.launch_config((132, 1, 1), (384, 1, 1), 200704, (2, 1, 1))
+    assert ctypes.sizeof(launch.LaunchAttribute) == 72
+    assert ctypes.string_at(theirs.getPtr(), 72) == ctypes.string_at(ctypes.addressof(ours.attrs[0]), 72)
+    cfg = driver.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = 132, 1, 1, 384, 1, 1
+    cfg.sharedMemBytes, cfg.hStream, cfg.numAttrs = 200704, driver.CUstream(0x1234560), 1
+    ours.hStream = 0x1234560
+    raw_theirs, raw_ours = ctypes.string_at(cfg.getPtr(), 56), bytes(ours)
+    assert ctypes.sizeof(launch.LaunchConfig) == 56
+    assert raw_theirs[:40] == raw_ours[:40] and raw_theirs[48:52] == raw_ours[48:52]  # (all but the attrs pointer)
+    ours.hStream = None
+
+
 def test_launcher_writes_each_calls_values(monkeypatch):
     """A Launcher makes its arguments' ctypes values on the first call and writes later calls'
     values into them; the bytes the driver reads are each call's own, and a call with other
@@ -53,8 +75,8 @@ def test_launcher_writes_each_calls_values(monkeypatch):
 
     monkeypatch.setattr(launch, "launch_packed", fake_launch)
     monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
-    monkeypatch.setattr(launch, "driver_stream", lambda device_id: None)
-    monkeypatch.setattr(launch, "function_handle", lambda loaded, device_id: None)
+    monkeypatch.setattr(launch, "current_stream_handle", lambda device_id: 0)
+    monkeypatch.setattr(launch, "function_handle", lambda loaded, device_id: 0)
     loaded = SimpleNamespace(spec=SimpleNamespace(id="k"), compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=0)))
     run = launch.Launcher(loaded, 0, (1, 1, 1), (128, 1, 1))
     maps = [(ctypes.c_ubyte * 128)(*([v] * 128)) for v in (1, 2)]

@@ -62,24 +62,43 @@ def current_stream_handle(device_id: int) -> int:
     return _current_raw_stream(device_id)
 
 
-@lru_cache(maxsize=4096)
-def launch_config(grid: tuple, block: tuple, smem: int, cluster: tuple | None = None):
-    """The driver's launch configuration (cuLaunchKernelEx's) of a clustered launch: grid counts
-    blocks, as the driver's does, in whole clusters of the cluster shape (a grid that is not whole
-    clusters is refused here rather than by the launch). Its stream is set at each launch."""
-    from cuda.bindings import driver
+class _ClusterDim(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
 
+
+class _LaunchAttributeValue(ctypes.Union):
+    _fields_ = [("clusterDim", _ClusterDim), ("pad", ctypes.c_char * 64)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    """The driver's CUlaunchAttribute (cuda.h): an id, padding to 8 bytes, a 64-byte value."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _LaunchAttributeValue)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """The driver's CUlaunchConfig (cuda.h), as cuLaunchKernelEx takes it."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]  # fmt: skip
+
+
+CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (tests/test_launch.py checks it against cuda.bindings)
+
+
+@lru_cache(maxsize=4096)
+def launch_config(grid: tuple, block: tuple, smem: int, cluster: tuple | None = None) -> LaunchConfig:
+    """The driver's launch configuration of a clustered launch: grid counts blocks, as the driver's
+    does, in whole clusters of the cluster shape (a grid that is not whole clusters is refused here
+    rather than by the launch). Its stream is set at each launch."""
     if cluster is None or any(g % c for g, c in zip(grid, cluster)):
         raise ValueError(f"a grid of {grid} blocks is not whole clusters of {cluster}")
-    cfg = driver.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
-    cfg.sharedMemBytes = smem
-    attr = driver.CUlaunchAttribute()
-    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
-    cfg.attrs, cfg.numAttrs = [attr], 1
-    return cfg
+    attrs = (LaunchAttribute * 1)()
+    attrs[0].id = CLUSTER_DIMENSION
+    attrs[0].value.clusterDim.x, attrs[0].value.clusterDim.y, attrs[0].value.clusterDim.z = cluster
+    return LaunchConfig(*grid, *block, smem, None, attrs, 1)  # (the config keeps attrs alive)
 
 
 @lru_cache(maxsize=None)
@@ -265,41 +284,49 @@ def packed_args(args: tuple) -> tuple[list, ctypes.Array]:
 
 
 _CLUSTER_LOCK = threading.Lock()  # over the shared launch_config objects, whose stream each launch sets
+_LIBCUDA = None  # (cuLaunchKernel, cuLaunchKernelEx) of the driver's library, through ctypes
 
 
-_DRIVER = None  # cuda.bindings.driver, once imported (an import statement a launch costs about 0.3 us)
+def _libcuda():
+    """The driver's two launch functions, called through ctypes: a launch through cuda.bindings'
+    wrappers took about 2 us more of host time a call on the H200 host (docs/notes/cold-start.md).
+    libcuda.so.1 is the library torch and cuda.bindings have loaded already."""
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        u, p = ctypes.c_uint, ctypes.c_void_p
+        plain, ex = lib.cuLaunchKernel, lib.cuLaunchKernelEx
+        plain.argtypes, plain.restype = [p, u, u, u, u, u, u, u, p, p, p], ctypes.c_int
+        ex.argtypes, ex.restype = [ctypes.POINTER(LaunchConfig), p, p, p], ctypes.c_int
+        _LIBCUDA = (plain, ex)
+    return _LIBCUDA
 
 
-def _driver():
-    global _DRIVER
-    if _DRIVER is None:
-        from cuda.bindings import driver
-
-        _DRIVER = driver
-    return _DRIVER
-
-
-def launch_packed(func, grid: tuple, block: tuple, smem: int, stream, params: ctypes.Array, cluster: tuple | None,
-                  name: str) -> None:  # fmt: skip
-    """cuLaunchKernel (cuLaunchKernelEx for a clustered launch) of func with packed arguments."""
-    driver = _DRIVER or _driver()
+def launch_packed(func: int, grid: tuple, block: tuple, smem: int, stream: int, params: ctypes.Array,
+                  cluster: tuple | None, name: str) -> None:  # fmt: skip
+    """cuLaunchKernel (cuLaunchKernelEx for a clustered launch) of the CUfunction at address func on
+    the stream of raw handle stream, with packed arguments."""
+    plain, ex = _LIBCUDA or _libcuda()
     if cluster is None:
-        (err,) = driver.cuLaunchKernel(func, *grid, *block, smem, stream, ctypes.addressof(params), 0)
+        err = plain(func, *grid, *block, smem, stream, params, None)
     else:
         cfg = launch_config(grid, block, smem, cluster)
         with _CLUSTER_LOCK:
             cfg.hStream = stream
-            (err,) = driver.cuLaunchKernelEx(cfg, func, ctypes.addressof(params), 0)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"launching {name} (grid {grid}, block {block}, cluster {cluster}, {smem} B shared) failed: {err}")
+            err = ex(cfg, func, params, None)
+    if err:
+        from cuda.bindings import driver
+
+        raise RuntimeError(f"launching {name} (grid {grid}, block {block}, cluster {cluster}, {smem} B shared) failed: "
+                           f"{driver.CUresult(err)!r}")  # fmt: skip
 
 
 def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tuple | None = None) -> None:
     """Launch a loaded kernel on torch's current stream of the device."""
     ensure_current(device_id)
     values, params = packed_args(args)
-    launch_packed(function_handle(loaded, device_id), grid, block, loaded.compiled.usage.dynamic_smem,
-                  driver_stream(device_id), params, cluster, loaded.spec.id)  # fmt: skip
+    launch_packed(int(function_handle(loaded, device_id)), grid, block, loaded.compiled.usage.dynamic_smem,
+                  current_stream_handle(device_id), params, cluster, loaded.spec.id)  # fmt: skip
     del values  # (only now: the driver has copied them)
 
 
@@ -314,7 +341,7 @@ class Launcher:
                  "_values", "_params", "_lock")  # fmt: skip
 
     def __init__(self, loaded, device_id: int, grid: tuple, block: tuple, cluster: tuple | None = None):
-        self.func, self.name, self.device_id = function_handle(loaded, device_id), loaded.spec.id, device_id
+        self.func, self.name, self.device_id = int(function_handle(loaded, device_id)), loaded.spec.id, device_id
         self.grid, self.block, self.smem, self.cluster = grid, block, loaded.compiled.usage.dynamic_smem, cluster
         if cluster is not None:
             launch_config(grid, block, self.smem, cluster)  # (refuses a grid of partial clusters now)
@@ -324,7 +351,7 @@ class Launcher:
     def __call__(self, *args) -> None:
         """Launch on torch's current stream of the device with these arguments."""
         ensure_current(self.device_id)
-        stream = driver_stream(self.device_id)
+        stream = current_stream_handle(self.device_id)
         with self._lock:  # (the values are shared until the driver has copied them)
             types = tuple(map(type, args))
             if types != self._types:
