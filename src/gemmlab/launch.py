@@ -333,40 +333,49 @@ def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tu
 class Launcher:
     """One kernel's launch with its geometry fixed (grid, block, shared memory, cluster), for a plan
     that launches it again and again with arguments of the same types in the same places: the
-    CUfunction is found and the arguments' ctypes values made once, so a call only writes this
-    call's values into them and launches on torch's current stream. A call whose argument types
-    differ from the last one's makes them again."""
+    CUfunction is found and the arguments' ctypes values made once, so a call writes only the
+    arguments that are not the very objects of the last call (a plan's constant sizes and scalars
+    are) into them and launches on torch's current stream. A call with an argument of another type
+    than the last call's there makes them all again."""
 
-    __slots__ = ("func", "name", "device_id", "grid", "block", "smem", "cluster", "_types", "_scalars", "_others",
-                 "_values", "_params", "_lock")  # fmt: skip
+    __slots__ = ("func", "name", "device_id", "grid", "block", "smem", "cluster", "_last", "_types", "_values",
+                 "_params", "_lock")  # fmt: skip
 
     def __init__(self, loaded, device_id: int, grid: tuple, block: tuple, cluster: tuple | None = None):
         self.func, self.name, self.device_id = int(function_handle(loaded, device_id)), loaded.spec.id, device_id
         self.grid, self.block, self.smem, self.cluster = grid, block, loaded.compiled.usage.dynamic_smem, cluster
         if cluster is not None:
             launch_config(grid, block, self.smem, cluster)  # (refuses a grid of partial clusters now)
-        self._types, self._scalars, self._others, self._values, self._params = (), (), (), [], None
+        self._last, self._types, self._values, self._params = (), (), [], None
         self._lock = threading.Lock()
+
+    def _write(self, args: tuple) -> None:
+        """Bring the ctypes values (and their addresses) to these arguments."""
+        last, types, values = self._last, self._types, self._values
+        if len(args) == len(last):
+            for i, arg in enumerate(args):
+                if arg is last[i]:
+                    continue
+                kind = type(arg)
+                if kind is not types[i]:
+                    break
+                if kind in _CTYPES:
+                    values[i].value = arg
+                else:  # the caller's own ctypes value (a map) or bytes: by address
+                    values[i] = as_ctype(arg)
+                    self._params[i] = ctypes.addressof(values[i])
+            else:
+                self._last = args
+                return
+        self._values, self._params = packed_args(args)
+        self._types, self._last = tuple(map(type, args)), args
 
     def __call__(self, *args) -> None:
         """Launch on torch's current stream of the device with these arguments."""
         ensure_current(self.device_id)
         stream = current_stream_handle(self.device_id)
         with self._lock:  # (the values are shared until the driver has copied them)
-            types = tuple(map(type, args))
-            if types != self._types:
-                self._values, self._params = packed_args(args)
-                self._types = types
-                self._scalars = tuple(i for i, t in enumerate(types) if t in _CTYPES)  # made here, written per call
-                self._others = tuple(i for i, t in enumerate(types) if t not in _CTYPES)  # ctypes values, bytes
-            else:
-                values, params = self._values, self._params
-                for i in self._scalars:
-                    values[i].value = args[i]
-                for i in self._others:  # the caller's own ctypes values (the maps), bytes: their addresses
-                    if values[i] is not args[i]:
-                        values[i] = as_ctype(args[i])
-                        params[i] = ctypes.addressof(values[i])
+            self._write(args)
             launch_packed(self.func, self.grid, self.block, self.smem, stream, self._params, self.cluster, self.name)
 
 
