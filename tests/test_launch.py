@@ -17,17 +17,26 @@ def _bytes(params, values) -> list[bytes]:
 
 def test_arguments_reach_their_parameters_as_their_c_types():
     tmap = (ctypes.c_ubyte * 128)(*range(128))
-    args = (tmap, 0x7F0012345600, np.int32(-7), np.int64(1 << 40), np.float32(0.5), 2.5, True, -3, b"\x01\x02")
+    args = (tmap, 0x7F0012345600, np.int32(-7), np.int64(1 << 40), np.float32(0.5), 2.5, True, -3, ctypes.c_int16(9),
+            np.int32(3))  # fmt: skip
     values, params = launch.packed_args(args)
-    got = _bytes(params, values)
-    assert got[0] == bytes(range(128)) and values[0] is tmap  # a map by address, not copied
-    assert got[1] == (0x7F0012345600).to_bytes(8, "little")
-    assert got[2] == (-7).to_bytes(4, "little", signed=True)
-    assert got[3] == (1 << 40).to_bytes(8, "little")
-    assert got[4] == np.float32(0.5).tobytes() and got[5] == np.float64(2.5).tobytes()
-    assert got[6] == b"\x01" and got[7] == (-3).to_bytes(8, "little", signed=True) and got[8] == b"\x01\x02"
-    with pytest.raises(TypeError, match="no C type"):
-        launch.packed_args(("a string",))
+    want = [bytes(range(128)), (0x7F0012345600).to_bytes(8, "little"), (-7).to_bytes(4, "little", signed=True),
+            (1 << 40).to_bytes(8, "little"), np.float32(0.5).tobytes(), np.float64(2.5).tobytes(), b"\x01",
+            (-3).to_bytes(8, "little", signed=True), (9).to_bytes(2, "little"), (3).to_bytes(4, "little")]  # fmt: skip
+    assert _bytes(params, values) == want and values[0] is tmap  # (a map by address, not copied)
+    # one struct a call in a buffer of the thread's: the same bytes, each field where C would put it
+    sizes = [len(w) for w in want]
+    for _ in range(2):  # (the second call reuses the buffer)
+        params = launch.packed_once(args)
+        assert [ctypes.string_at(params[i], n) for i, n in enumerate(sizes)] == want
+        assert all(params[i] % min(n, 8) == 0 for i, n in enumerate(sizes) if n <= 8)  # aligned as C aligns them
+    params = launch.packed_once((np.int32(1), 7))
+    assert params[1] - params[0] == 8 and ctypes.string_at(params[1], 8) == (7).to_bytes(8, "little")
+    for bad in ("a string", b"bytes"):
+        with pytest.raises(TypeError, match="no C type"):
+            launch.packed_args((bad,))
+        with pytest.raises(TypeError, match="no C type"):
+            launch.packed_once((1, bad))
 
 
 def test_clustered_launch_counts_blocks_in_whole_clusters():
