@@ -1,5 +1,5 @@
 """Host time of a gemm() hit at 64^3, float32 and bf16, against the same hit launched through
-launch.launch (the launch configuration and cuda.core's launch found again on every call) and, for a
+launch.launch (its arguments packed again on every call) and, for a
 kernel with TMA maps, through a GemmProblem of its own (the table's entry not direct), in one
 process with the rounds alternated; torch.mm beside them. Prints the median round of each,
 microseconds a call, and whether both gave the same bits (and the float64 product within 0.1).
