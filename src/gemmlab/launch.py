@@ -151,6 +151,8 @@ class DriverKernel:
 def function_handle(loaded, device_id: int):
     """The kernel as a CUfunction of the device's primary context."""
     return loaded.kernel.function(device_id)
+
+
 _CLUSTERS: dict[tuple, int] = {}
 
 
@@ -298,7 +300,7 @@ def _packer(types: tuple):
 
 
 def packed_once(args: tuple) -> ctypes.Array:
-    """The arguments packed into this thread's buffer for their types, and the array of their
+    """Pack the arguments into this thread's buffer for their types and return the array of their
     addresses there, valid until the thread's next call with the same types (a launch copies them).
     One struct.pack_into a call: about a fifth of the time packed_args takes."""
     packers = getattr(_PACKERS, "by_types", None)
@@ -324,9 +326,10 @@ _LIBCUDA = None  # (cuLaunchKernel, cuLaunchKernelEx) of the driver's library, t
 
 
 def _libcuda():
-    """The driver's two launch functions, called through ctypes: a launch through cuda.bindings'
-    wrappers took about 2 us more of host time a call on the H200 host (docs/notes/cold-start.md).
-    libcuda.so.1 is the library torch and cuda.bindings have loaded already."""
+    """The driver's two launch functions, called through ctypes: cuda.bindings' wrappers make Python
+    objects of a launch's arguments and result, and took more host time a call than a 64^3 kernel
+    runs on an H200 (docs/notes/host-time-a-call.md). libcuda.so.1 is the library torch and
+    cuda.bindings have loaded already."""
     global _LIBCUDA
     if _LIBCUDA is None:
         lib = ctypes.CDLL("libcuda.so.1")
@@ -395,7 +398,7 @@ class Launcher:
                     break
                 if kind in _CTYPES:
                     values[i].value = arg
-                else:  # the caller's own ctypes value (a map) or bytes: by address
+                else:  # the caller's own ctypes value (a map): by address
                     values[i] = as_ctype(arg)
                     self._params[i] = ctypes.addressof(values[i])
             else:
