@@ -47,6 +47,8 @@ def test_clustered_launch_counts_blocks_in_whole_clusters():
     assert cfg.numAttrs == 1 and (cfg.attrs[0].value.clusterDim.x, cfg.attrs[0].value.clusterDim.y) == (2, 1)
     with pytest.raises(ValueError, match="not whole clusters"):
         launch.launch_config((131, 1, 1), (384, 1, 1), 0, (2, 1, 1))
+    plain = launch.launch_config((131, 1, 1), (384, 1, 1), 0)  # no cluster: no attribute
+    assert (plain.gridDimX, plain.numAttrs, bool(plain.attrs)) == (131, 0, False)
 
 
 def test_launch_structures_are_the_drivers():
@@ -79,7 +81,7 @@ def test_launcher_writes_each_calls_values(monkeypatch):
 
     seen = []
 
-    def fake_launch(func, grid, block, smem, stream, params, cluster, name):
+    def fake_launch(config, func, stream, params, name):
         seen.append([ctypes.string_at(params[i], n) for i, n in enumerate((128, 8, 4, 4))])
 
     monkeypatch.setattr(launch, "launch_packed", fake_launch)
@@ -95,3 +97,38 @@ def test_launcher_writes_each_calls_values(monkeypatch):
     assert seen[0] == [bytes([1] * 128), (1000).to_bytes(8, "little"), (5).to_bytes(4, "little"), np.float32(1.5).tobytes()]
     assert seen[1] == [bytes([2] * 128), (2000).to_bytes(8, "little"), (6).to_bytes(4, "little"), np.float32(-2.0).tobytes()]
     assert seen[2][1:3] == [(3000).to_bytes(8, "little"), (7).to_bytes(4, "little")]
+
+
+def test_launch_hands_the_driver_its_configuration_and_arguments(monkeypatch):
+    """launch() and a Launcher through ctypes into a stand-in for cuLaunchKernelEx (a Python
+    callback behind the same C prototype): the configuration's geometry, stream and cluster, the
+    function's address and each argument's bytes arrive; an error code becomes a RuntimeError."""
+    from types import SimpleNamespace
+
+    seen = []
+
+    def driver_launch(config, func, params, extra):
+        c = config.contents
+        cluster = (c.attrs[0].value.clusterDim.x, c.attrs[0].value.clusterDim.y) if c.numAttrs else None
+        pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))  # (the callback gets the address)
+        args = [ctypes.string_at(pointers[i], n) for i, n in enumerate((8, 4, 4))]
+        seen.append(((c.gridDimX, c.blockDimX, c.sharedMemBytes, c.hStream, cluster), func, args))
+        return 1 if func == 0xBAD else 0
+
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(launch.LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_void_p)  # fmt: skip
+    monkeypatch.setattr(launch, "_LAUNCH", proto(driver_launch))
+    monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
+    monkeypatch.setattr(launch, "current_stream_handle", lambda device_id: 0x5000)
+    func = {"k": 0xF00}
+    monkeypatch.setattr(launch, "function_handle", lambda loaded, device_id: func[loaded.spec.id])
+    loaded = SimpleNamespace(spec=SimpleNamespace(id="k"), compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=4096)))
+    launch.launch(loaded, 0, (6, 1, 1), (128, 1, 1), 0x1234, np.int32(7), np.float32(2.0), cluster=(2, 1, 1))
+    launch.Launcher(loaded, 0, (4, 1, 1), (256, 1, 1))(0x99, np.int32(-1), np.float32(0.5))
+    assert seen[0] == ((6, 128, 4096, 0x5000, (2, 1)), 0xF00,
+                       [(0x1234).to_bytes(8, "little"), (7).to_bytes(4, "little"), np.float32(2.0).tobytes()])
+    assert seen[1] == ((4, 256, 4096, 0x5000, None), 0xF00,
+                       [(0x99).to_bytes(8, "little"), (-1).to_bytes(4, "little", signed=True), np.float32(0.5).tobytes()])
+    func["k"] = 0xBAD
+    with pytest.raises(RuntimeError, match="launching k .*CUDA_ERROR_INVALID_VALUE"):
+        launch.launch(loaded, 0, (6, 1, 1), (128, 1, 1), 1, np.int32(1), np.float32(1.0))

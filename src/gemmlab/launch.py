@@ -89,17 +89,21 @@ class LaunchConfig(ctypes.Structure):
 CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (tests/test_launch.py checks it against cuda.bindings)
 
 
-@lru_cache(maxsize=4096)
-def launch_config(grid: tuple, block: tuple, smem: int, cluster: tuple | None = None) -> LaunchConfig:
-    """The driver's launch configuration of a clustered launch: grid counts blocks, as the driver's
-    does, in whole clusters of the cluster shape (a grid that is not whole clusters is refused here
-    rather than by the launch). Its stream is set at each launch."""
-    if cluster is None or any(g % c for g, c in zip(grid, cluster)):
+def new_launch_config(grid: tuple, block: tuple, smem: int, cluster: tuple | None = None) -> LaunchConfig:
+    """The driver's launch configuration (cuLaunchKernelEx's): grid counts blocks, as the driver's
+    does, in whole clusters of the cluster shape where one is given (a grid that is not whole
+    clusters is refused here rather than by the launch). Its stream is set at each launch."""
+    if cluster is None:
+        return LaunchConfig(*grid, *block, smem, None, None, 0)
+    if any(g % c for g, c in zip(grid, cluster)):
         raise ValueError(f"a grid of {grid} blocks is not whole clusters of {cluster}")
     attrs = (LaunchAttribute * 1)()
     attrs[0].id = CLUSTER_DIMENSION
     attrs[0].value.clusterDim.x, attrs[0].value.clusterDim.y, attrs[0].value.clusterDim.z = cluster
     return LaunchConfig(*grid, *block, smem, None, attrs, 1)  # (the config keeps attrs alive)
+
+
+launch_config = lru_cache(maxsize=4096)(new_launch_config)  # shared by launch()'s calls, under _CONFIG_LOCK
 
 
 @lru_cache(maxsize=None)
@@ -321,50 +325,46 @@ def packed_once(args: tuple) -> ctypes.Array:
     return params
 
 
-_CLUSTER_LOCK = threading.Lock()  # over the shared launch_config objects, whose stream each launch sets
-_LIBCUDA = None  # (cuLaunchKernel, cuLaunchKernelEx) of the driver's library, through ctypes
+_CONFIG_LOCK = threading.Lock()  # over the shared launch_config objects, whose stream each launch sets
+_LAUNCH = None  # the driver's cuLaunchKernelEx, through ctypes
 
 
-def _libcuda():
-    """The driver's two launch functions, called through ctypes: cuda.bindings' wrappers make Python
+def _launch_function():
+    """The driver's cuLaunchKernelEx, called through ctypes: cuda.bindings' wrappers make Python
     objects of a launch's arguments and result, and took more host time a call than a 64^3 kernel
-    runs on an H200 (docs/notes/host-time-a-call.md). libcuda.so.1 is the library torch and
-    cuda.bindings have loaded already."""
-    global _LIBCUDA
-    if _LIBCUDA is None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        u, p = ctypes.c_uint, ctypes.c_void_p
-        plain, ex = lib.cuLaunchKernel, lib.cuLaunchKernelEx
-        plain.argtypes, plain.restype = [p, u, u, u, u, u, u, u, p, p, p], ctypes.c_int
-        ex.argtypes, ex.restype = [ctypes.POINTER(LaunchConfig), p, p, p], ctypes.c_int
-        _LIBCUDA = (plain, ex)
-    return _LIBCUDA
+    runs on an H200 (docs/notes/host-time-a-call.md). Every launch takes it (cuLaunchKernel's eleven
+    arguments cost ctypes about three times the conversion of its four). libcuda.so.1 is the
+    library torch and cuda.bindings have loaded already."""
+    global _LAUNCH
+    if _LAUNCH is None:
+        function = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+        function.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        function.restype = ctypes.c_int
+        _LAUNCH = function
+    return _LAUNCH
 
 
-def launch_packed(func: int, grid: tuple, block: tuple, smem: int, stream: int, params: ctypes.Array,
-                  cluster: tuple | None, name: str) -> None:  # fmt: skip
-    """cuLaunchKernel (cuLaunchKernelEx for a clustered launch) of the CUfunction at address func on
-    the stream of raw handle stream, with packed arguments."""
-    plain, ex = _LIBCUDA or _libcuda()
-    if cluster is None:
-        err = plain(func, *grid, *block, smem, stream, params, None)
-    else:
-        cfg = launch_config(grid, block, smem, cluster)
-        with _CLUSTER_LOCK:
-            cfg.hStream = stream
-            err = ex(cfg, func, params, None)
+def launch_packed(config: LaunchConfig, func: int, stream: int, params: ctypes.Array, name: str) -> None:
+    """cuLaunchKernelEx of the CUfunction at address func on the stream of raw handle stream (set
+    into config, which the caller holds alone until this returns), with packed arguments."""
+    config.hStream = stream
+    err = (_LAUNCH or _launch_function())(config, func, params, None)
     if err:
         from cuda.bindings import driver
 
-        raise RuntimeError(f"launching {name} (grid {grid}, block {block}, cluster {cluster}, {smem} B shared) failed: "
-                           f"{driver.CUresult(err)!r}")  # fmt: skip
+        cluster = (config.attrs[0].value.clusterDim.x,) if config.numAttrs else None
+        raise RuntimeError(f"launching {name} (grid {config.gridDimX, config.gridDimY, config.gridDimZ}, block "
+                           f"{config.blockDimX, config.blockDimY, config.blockDimZ}, clusters of {cluster}, "
+                           f"{config.sharedMemBytes} B shared) failed: {driver.CUresult(err)!r}")  # fmt: skip
 
 
 def launch(loaded, device_id: int, grid: tuple, block: tuple, *args, cluster: tuple | None = None) -> None:
     """Launch a loaded kernel on torch's current stream of the device."""
     ensure_current(device_id)
-    launch_packed(int(function_handle(loaded, device_id)), grid, block, loaded.compiled.usage.dynamic_smem,
-                  current_stream_handle(device_id), packed_once(args), cluster, loaded.spec.id)  # fmt: skip
+    config = launch_config(grid, block, loaded.compiled.usage.dynamic_smem, cluster)
+    func, stream, params = int(function_handle(loaded, device_id)), current_stream_handle(device_id), packed_once(args)
+    with _CONFIG_LOCK:
+        launch_packed(config, func, stream, params, loaded.spec.id)
 
 
 class Launcher:
@@ -375,14 +375,11 @@ class Launcher:
     are) into them and launches on torch's current stream. A call with an argument of another type
     than the last call's there makes them all again."""
 
-    __slots__ = ("func", "name", "device_id", "grid", "block", "smem", "cluster", "_last", "_types", "_values",
-                 "_params", "_lock")  # fmt: skip
+    __slots__ = ("func", "name", "device_id", "config", "_last", "_types", "_values", "_params", "_lock")
 
     def __init__(self, loaded, device_id: int, grid: tuple, block: tuple, cluster: tuple | None = None):
         self.func, self.name, self.device_id = int(function_handle(loaded, device_id)), loaded.spec.id, device_id
-        self.grid, self.block, self.smem, self.cluster = grid, block, loaded.compiled.usage.dynamic_smem, cluster
-        if cluster is not None:
-            launch_config(grid, block, self.smem, cluster)  # (refuses a grid of partial clusters now)
+        self.config = new_launch_config(grid, block, loaded.compiled.usage.dynamic_smem, cluster)  # (its own)
         self._last, self._types, self._values, self._params = (), (), [], None
         self._lock = threading.Lock()
 
@@ -413,7 +410,7 @@ class Launcher:
         stream = current_stream_handle(self.device_id)
         with self._lock:  # (the values are shared until the driver has copied them)
             self._write(args)
-            launch_packed(self.func, self.grid, self.block, self.smem, stream, self._params, self.cluster, self.name)
+            launch_packed(self.config, self.func, stream, self._params, self.name)
 
 
 i32 = np.int32
