@@ -4,8 +4,11 @@ arguments it made on its first call."""
 
 import ctypes
 
+import threading
+
 import numpy as np
 import pytest
+import torch
 
 from gemmlab import launch
 
@@ -99,6 +102,53 @@ def test_launcher_writes_each_calls_values(monkeypatch):
     assert seen[2][1:3] == [(3000).to_bytes(8, "little"), (7).to_bytes(4, "little")]
 
 
+def _stand_in_driver(monkeypatch, record):
+    """launch's cuLaunchKernelEx replaced by a Python callback behind its C prototype, which hands
+    record the configuration's contents, the function's address and the argument array's address
+    (the values are read inside the call, as the driver reads them); the rest of the launch path's
+    driver calls stood in for."""
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(launch.LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_void_p)  # fmt: skip
+    callback = proto(lambda config, func, params, extra: record(config.contents, func,
+                                                                 ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))))
+    monkeypatch.setattr(launch, "_LAUNCH", callback)
+    monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
+    monkeypatch.setattr(launch, "current_stream_handle", lambda device_id: 0x5000)
+
+
+def test_threads_sharing_a_launcher_each_launch_their_own_arguments(monkeypatch):
+    """A plan's Launcher is shared by every thread that hits the plan: each launch hands the driver
+    exactly its own call's arguments, never a mix of two calls'."""
+    from types import SimpleNamespace
+
+    seen, lock = [], threading.Lock()
+
+    def record(config, func, params):
+        got = (ctypes.c_int64.from_address(params[0]).value, ctypes.c_int32.from_address(params[1]).value,
+               ctypes.c_int64.from_address(params[2]).value)  # fmt: skip
+        with lock:
+            seen.append(got)
+        return 0
+
+    _stand_in_driver(monkeypatch, record)
+    monkeypatch.setattr(launch, "function_handle", lambda loaded, device_id: 0xF00)
+    loaded = SimpleNamespace(spec=SimpleNamespace(id="k"), compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=0)))
+    run = launch.Launcher(loaded, 0, (4, 1, 1), (128, 1, 1))
+    size = np.int32(64)  # (one object, as a plan's sizes are)
+
+    def worker(t: int):
+        for i in range(300):
+            run(1000 * t + i, size, -(1000 * t + i))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 1200 and all(a == -c and b == 64 for a, b, c in seen)
+    assert sorted(a for a, _, _ in seen) == sorted(1000 * t + i for t in range(4) for i in range(300))
+
+
 def test_launch_hands_the_driver_its_configuration_and_arguments(monkeypatch):
     """launch() and a Launcher through ctypes into a stand-in for cuLaunchKernelEx (a Python
     callback behind the same C prototype): the configuration's geometry, stream and cluster, the
@@ -107,19 +157,13 @@ def test_launch_hands_the_driver_its_configuration_and_arguments(monkeypatch):
 
     seen = []
 
-    def driver_launch(config, func, params, extra):
-        c = config.contents
+    def record(c, func, params):
         cluster = (c.attrs[0].value.clusterDim.x, c.attrs[0].value.clusterDim.y) if c.numAttrs else None
-        pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))  # (the callback gets the address)
-        args = [ctypes.string_at(pointers[i], n) for i, n in enumerate((8, 4, 4))]
+        args = [ctypes.string_at(params[i], n) for i, n in enumerate((8, 4, 4))]
         seen.append(((c.gridDimX, c.blockDimX, c.sharedMemBytes, c.hStream, cluster), func, args))
         return 1 if func == 0xBAD else 0
 
-    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(launch.LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
-                             ctypes.c_void_p)  # fmt: skip
-    monkeypatch.setattr(launch, "_LAUNCH", proto(driver_launch))
-    monkeypatch.setattr(launch, "ensure_current", lambda device_id: None)
-    monkeypatch.setattr(launch, "current_stream_handle", lambda device_id: 0x5000)
+    _stand_in_driver(monkeypatch, record)
     func = {"k": 0xF00}
     monkeypatch.setattr(launch, "function_handle", lambda loaded, device_id: func[loaded.spec.id])
     loaded = SimpleNamespace(spec=SimpleNamespace(id="k"), compiled=SimpleNamespace(usage=SimpleNamespace(dynamic_smem=4096)))
@@ -132,3 +176,32 @@ def test_launch_hands_the_driver_its_configuration_and_arguments(monkeypatch):
     func["k"] = 0xBAD
     with pytest.raises(RuntimeError, match="launching k .*CUDA_ERROR_INVALID_VALUE"):
         launch.launch(loaded, 0, (6, 1, 1), (128, 1, 1), 1, np.int32(1), np.float32(1.0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_threads_hitting_one_plan_get_their_own_products(dtype):
+    """Threads multiplying tensors of one kind at once (one plan, so one Launcher; any one-off
+    launch behind it packs into the thread's own buffer), each on fresh tensors: every product
+    matches float64 within the dtype's rounding."""
+    import gemmlab
+
+    wrong = []
+
+    def worker():
+        for _ in range(20):
+            a = torch.randn(100, 64, device="cuda").to(dtype)
+            b = torch.randn(64, 72, device="cuda").to(dtype)
+            d = gemmlab.gemm(a, b)
+            want = a.double() @ b.double()
+            if not torch.allclose(d.double(), want, rtol=2e-2, atol=5e-2):
+                wrong.append(float((d.double() - want).abs().max()))
+
+    gemmlab.gemm(torch.randn(100, 64, device="cuda").to(dtype), torch.randn(64, 72, device="cuda").to(dtype))
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    assert not wrong, f"{len(wrong)} of 80 products wrong, max errors {wrong[:5]}"
