@@ -2,7 +2,9 @@
 CUDA's context) made before the clock starts. argv[1]: "phases" (cuda.core's import timed alone,
 then the call) or "profile" (cProfile over the call, cuda.core not imported before). Warm the cache
 first: gemmlab compile -s 2048 --dtype bf16. docs/notes/cold-start.md reads its output
-(results/nvidia-h200/cold-start-warm-profile-20261128T1125Z.txt, with python -X importtime's beside it)."""
+(results/nvidia-h200/cold-start-warm-profile-20261128T1125Z.txt, with python -X importtime's beside it).
+A warm call no longer imports cuda.core (it loads and launches through the driver): "phases" then
+times cuda.core's import for comparison only, and "profile" shows what the call imports instead."""
 
 import sys
 import time
