@@ -779,7 +779,8 @@ def test_a_plan_launches_its_packed_arguments_and_names_itself_when_the_launch_f
 
     from cuda.bindings import driver
 
-    from gemmlab.conv_plan import LaunchPlan, nhwc_strides, operand_layouts, packed
+    from gemmlab.conv_plan import LaunchPlan, nhwc_strides, operand_layouts
+    from gemmlab.launch import addresses as packed
 
     class Cfg:
         def as_dict(self):

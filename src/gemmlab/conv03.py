@@ -33,7 +33,7 @@ from torch import Tensor
 
 from . import jit, launch, tma
 from .activations import post_code
-from .conv_plan import LaunchPlan, operand_layouts, packed
+from .conv_plan import LaunchPlan, operand_layouts
 from .settings import setting
 from .specs.conv import CONV03_BK, CONV_03, conv03_config, conv03_tile_config
 
@@ -105,7 +105,7 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             ctypes.c_float(1.0), ctypes.c_uint64(0), (ctypes.c_ubyte * 128)())  # fmt: skip
     plan = Plan(g=g, M=M, K=K, cfg=cfg, device_id=device_id, func=launch.function_handle(loaded, device_id),
                 grid=grid_for(M, K, cfg, resident), block=CONV_03.block(cfg), smem=loaded.compiled.usage.dynamic_smem,
-                args=args, params=packed(args), out_channels_last=out_channels_last,
+                args=args, params=launch.addresses(args), out_channels_last=out_channels_last,
                 **operand_layouts(x, weight, bias))  # fmt: skip
     with _lock:
         if len(_PLANS) >= _PLANS_MAX:

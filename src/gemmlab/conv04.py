@@ -20,7 +20,7 @@ from torch import Tensor
 
 from . import jit, launch
 from .activations import post_code
-from .conv_plan import LaunchPlan, operand_layouts, packed
+from .conv_plan import LaunchPlan, operand_layouts
 from .specs.conv import CONV_04, conv04_config
 
 _PLANS: dict[tuple, Plan] = {}
@@ -87,7 +87,7 @@ def plan_for(x: Tensor, weight: Tensor, bias: Tensor | None, g: dict, activation
             ctypes.c_uint64(0))  # fmt: skip
     plan = Plan(g=g, cfg=cfg, device_id=device_id, func=launch.function_handle(loaded, device_id),
                 grid=(max(1, min(tiles, resident)), 1, 1), block=block, smem=loaded.compiled.usage.dynamic_smem,
-                tiles=tiles, args=args, params=packed(args), out_channels_last=out_channels_last,
+                tiles=tiles, args=args, params=launch.addresses(args), out_channels_last=out_channels_last,
                 **operand_layouts(x, weight, bias))  # fmt: skip
     with _lock:
         if len(_PLANS) >= _PLANS_MAX:

@@ -48,8 +48,3 @@ def operand_layouts(x: Tensor, weight: Tensor, bias: Tensor | None) -> dict:
     """LaunchPlan's x_nhwc, w_krsc and bias_direct for these operands."""
     return dict(x_nhwc=x.stride() == nhwc_strides(x.shape), w_krsc=weight.stride() == nhwc_strides(weight.shape),
                 bias_direct=bias is None or (bias.dtype == x.dtype and bias.stride() == (1,)))
-
-
-def packed(args: tuple) -> ctypes.Array:
-    """The arguments' addresses, as cuLaunchKernel's kernelParams."""
-    return (ctypes.c_void_p * len(args))(*map(ctypes.addressof, args))

@@ -22,7 +22,6 @@ import torch
 from torch import Tensor
 
 from . import jit, launch, tma
-from .conv_plan import packed
 from .specs.conv import CONV_06, conv06_config
 
 # The filter gradient on conv06 where it serves (conv_wgrad); False: always the GEMM over the
@@ -156,7 +155,7 @@ def _run(plan: Plan, x: Tensor, dy: Tensor, g: dict) -> Tensor:
             plan.maps[where] = maps
     args = (*maps, ctypes.c_uint64(d.data_ptr()), ctypes.c_uint64(ws.data_ptr()), ctypes.c_uint64(flags.data_ptr()),
             ctypes.c_int32(K), ctypes.c_int32(cols), ctypes.c_int32(pixels), plan.fields)  # fmt: skip
-    params = packed(args)
+    params = launch.addresses(args)
     (err,) = driver.cuLaunchKernel(plan.func, plan.grid, 1, 1, *plan.block, plan.smem, launch.driver_stream(plan.device_id),
                                    ctypes.addressof(params), 0)  # fmt: skip
     if err != driver.CUresult.CUDA_SUCCESS:

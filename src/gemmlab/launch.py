@@ -279,11 +279,16 @@ def as_ctype(arg):
     raise TypeError(f"a kernel argument of type {type(arg).__name__} ({arg!r}) has no C type here")
 
 
+def addresses(values) -> ctypes.Array:
+    """The addresses of ctypes values, as a launch's kernelParams array."""
+    return (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))
+
+
 def packed_args(args: tuple) -> tuple[list, ctypes.Array]:
     """The arguments as ctypes values and the array of their addresses cuLaunchKernel takes (keep
     the values alive until the launch has returned: the driver copies them then)."""
     values = [as_ctype(a) for a in args]
-    return values, (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))
+    return values, addresses(values)
 
 
 _FORMATS = {t: ctypes_type._type_ for t, ctypes_type in _CTYPES.items()}  # struct's letter of each C type
